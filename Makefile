@@ -1,0 +1,114 @@
+# Makefile -- the one build of dxl (GNU make)
+#
+#   make            build the library, tools, tests and benchmarks (build/)
+#   make test       build and run the whole test suite
+#   make asan       build with ASan+UBSan (build/asan) and run the tests
+#   make tsan       build with TSan (build/tsan) and run the tests
+#   make bench      build and run the benchmarks (results under results/)
+#   make install    install binaries, library and headers (PREFIX, DESTDIR)
+#   make clean
+#
+# Variables: CC, O (build folder), CFLAGS_EXTRA, TESTS (a subset of test
+# names to run, e.g. TESTS="test_err test_fabric_tcp").
+
+CC      ?= gcc
+PREFIX  ?= /usr/local
+DESTDIR ?=
+O       ?= build
+
+# Module folders, bottom-up (ARCHITECTURE.md §2). A module calls only those
+# before it in this list.
+MODULES := common fabric log engine recovery membership replica coordinator
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+	   -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -pthread -fno-omit-frame-pointer $(WARN) \
+	   -D_GNU_SOURCE -DTHREADED -Iinclude -I. $(CFLAGS_EXTRA)
+ASFLAGS := -g
+LDFLAGS += -pthread
+LDLIBS  := -libverbs -lrdmacm -linih -ljansson -lm
+
+LIB_SRCS := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+LIB_ASM  := $(foreach m,$(MODULES),$(wildcard $(m)/*.S))
+LIB_OBJS := $(LIB_SRCS:%.c=$(O)/%.o) $(LIB_ASM:%.S=$(O)/%.o)
+LIB      := $(O)/libdxl.a
+
+# Test helpers shared by every test (fixtures, peers)
+TLIB_SRCS := $(wildcard tests/lib/*.c)
+TLIB_OBJS := $(TLIB_SRCS:%.c=$(O)/%.o)
+# One cmocka binary per test_*.c; a test_x.flags file next to it adds link
+# flags (e.g. -Wl,--wrap=ibv_post_send for verbs mocks).
+TEST_SRCS := $(wildcard tests/unit/*/test_*.c tests/conformance/test_*.c \
+		       tests/integration/test_*.c)
+TEST_BINS := $(foreach t,$(TEST_SRCS),$(O)/tests/$(basename $(notdir $(t))))
+
+# Programs: the dxl CLI from tools/, one dxl-bench-<name> per bench/<name>/
+TOOL_SRCS  := $(wildcard tools/*.c)
+BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
+BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
+BINS       := $(if $(TOOL_SRCS),$(O)/bin/dxl) $(BENCH_BINS)
+
+.PHONY: all test asan tsan bench install clean check-deps
+all: $(LIB) $(BINS) $(TEST_BINS)
+
+$(O)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(O)/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ASFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+define test_rule
+$(O)/tests/$(basename $(notdir $(1))): $(O)/$(1:%.c=%.o) $(TLIB_OBJS) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$< $(TLIB_OBJS) \
+		$$(shell cat $(1:%.c=%.flags) 2>/dev/null) $(LIB) -lcmocka $$(LDLIBS)
+endef
+$(foreach t,$(TEST_SRCS),$(eval $(call test_rule,$(t))))
+
+$(O)/bin/dxl: $(TOOL_SRCS:%.c=$(O)/%.o) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+
+define bench_rule
+$(O)/bin/dxl-bench-$(1): $(patsubst %.c,$(O)/%.o,$(wildcard bench/$(1)/*.c)) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIB) $$(LDLIBS)
+endef
+$(foreach b,$(BENCH_DIRS),$(eval $(call bench_rule,$(b))))
+
+test: all
+	scripts/run-tests.sh $(O)/tests $(TESTS)
+
+asan:
+	$(MAKE) O=build/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined" all
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		DXL_TEST_SANITIZER=asan scripts/run-tests.sh build/asan/tests $(TESTS)
+
+tsan:
+	$(MAKE) O=build/tsan CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" all
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+		DXL_TEST_SANITIZER=tsan scripts/run-tests.sh build/tsan/tests $(TESTS)
+
+bench: all
+	scripts/run-bench.sh $(O)/bin
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
+		$(DESTDIR)$(PREFIX)/include/dxl
+	$(if $(BINS),install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/dxl/*.h $(DESTDIR)$(PREFIX)/include/dxl/
+
+clean:
+	rm -rf build
+
+-include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -1,0 +1,132 @@
+/* common.h -- pieces every dxl module uses: errors, logging, asserts, clocks */
+#ifndef DXL_COMMON_H
+#define DXL_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "dxl/err.h"
+
+/* ---- errors -------------------------------------------------------------- */
+
+/*
+ * dxl_err_set -- record a detail message for code err in this thread and
+ * return err, so that error paths read `return dxl_err_set(DXL_E_INVAL, ...)`.
+ */
+int dxl_err_set(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* dxl_err_errno -- like dxl_err_set with DXL_E_IO, appending strerror(errno_val). */
+int dxl_err_errno(int errno_val, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* dxl_err_clear -- forget the last message of this thread */
+void dxl_err_clear(void);
+
+/* dxl_err_prefix -- prepend "what: " to this thread's current message */
+void dxl_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- logging ------------------------------------------------------------- */
+
+enum dxl_log_level {
+	DXL_LOG_DEBUG = 0,
+	DXL_LOG_INFO = 1,
+	DXL_LOG_WARN = 2,
+	DXL_LOG_ERROR = 3,
+	DXL_LOG_OFF = 4,
+};
+
+/*
+ * The level starts at the value of the environment variable DXL_LOG_LEVEL
+ * (debug|info|warn|error|off, default warn) and can be changed at run time
+ * (e.g. from the config key log.level).
+ */
+void dxl_log_set_level(enum dxl_log_level lvl);
+enum dxl_log_level dxl_log_get_level(void);
+/* dxl_log_level_parse -- "debug"... -> level; DXL_E_CONFIG on anything else */
+int dxl_log_level_parse(const char *s, enum dxl_log_level *out);
+void dxl_log_msg(enum dxl_log_level lvl, const char *file, int line,
+		 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#define DXL_LOG(lvl, ...)                                                     \
+	do {                                                                  \
+		if ((lvl) >= dxl_log_get_level())                             \
+			dxl_log_msg((lvl), __FILE__, __LINE__, __VA_ARGS__);  \
+	} while (0)
+#define DXL_DEBUG(...) DXL_LOG(DXL_LOG_DEBUG, __VA_ARGS__)
+#define DXL_INFO(...) DXL_LOG(DXL_LOG_INFO, __VA_ARGS__)
+#define DXL_WARN(...) DXL_LOG(DXL_LOG_WARN, __VA_ARGS__)
+#define DXL_ERROR(...) DXL_LOG(DXL_LOG_ERROR, __VA_ARGS__)
+
+/* ---- invariants ---------------------------------------------------------- */
+
+/* A broken invariant is a bug: print where and what, then abort. Always on. */
+void dxl_assert_fail(const char *expr, const char *file, int line,
+		     const char *func, const char *fmt, ...)
+	__attribute__((noreturn, format(printf, 5, 6)));
+
+#define DXL_ASSERT(cond)                                                      \
+	do {                                                                  \
+		if (__builtin_expect(!(cond), 0))                             \
+			dxl_assert_fail(#cond, __FILE__, __LINE__, __func__,  \
+					" ");                                 \
+	} while (0)
+#define DXL_ASSERTF(cond, ...)                                                \
+	do {                                                                  \
+		if (__builtin_expect(!(cond), 0))                             \
+			dxl_assert_fail(#cond, __FILE__, __LINE__, __func__,  \
+					__VA_ARGS__);                         \
+	} while (0)
+
+#define DXL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define DXL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DXL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DXL_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))
+#define DXL_CACHELINE 64
+
+/* ---- clocks -------------------------------------------------------------- */
+
+/* dxl_now_ns -- CLOCK_MONOTONIC in nanoseconds */
+static inline uint64_t dxl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* dxl_now_ms -- CLOCK_MONOTONIC in milliseconds */
+static inline uint64_t dxl_now_ms(void)
+{
+	return dxl_now_ns() / 1000000ull;
+}
+
+/* dxl_wall_ms -- CLOCK_REALTIME in milliseconds since the epoch */
+static inline uint64_t dxl_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+/* dxl_cpu_relax -- a spin-wait hint to the CPU */
+static inline void dxl_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- small helpers ------------------------------------------------------- */
+
+/* dxl_parse_u64 -- whole-string decimal/hex number; DXL_E_INVAL otherwise */
+int dxl_parse_u64(const char *s, uint64_t *out);
+/* dxl_parse_size -- "4096", "64K", "1M", "2G" (powers of 1024) */
+int dxl_parse_size(const char *s, uint64_t *out);
+/* dxl_parse_hostport -- "host:port" -> host (cap bytes) and port */
+int dxl_parse_hostport(const char *s, char *host, size_t cap, uint16_t *port);
+
+#endif /* DXL_COMMON_H */
