@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# test.sh -- the whole dxl test suite, from a fresh Debian 12 machine:
+# install missing packages, build, start a throw-away ZooKeeper, run every
+# test binary, stop ZooKeeper. Ends with "N passed, N failed, N skipped".
+#
+# Usage: scripts/test.sh [--sanitizers] [TEST_NAME ...]
+#   --sanitizers   also run the suite under ASan+UBSan and TSan builds
+# Environment: JOBS (parallel make jobs, default nproc), DXL_TEST_TIMEOUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitizers=0
+if [ "${1:-}" = "--sanitizers" ]; then sanitizers=1; shift; fi
+
+scripts/install-deps.sh
+make -j"${JOBS:-$(nproc)}" all
+
+zkdir=$(mktemp -d /tmp/dxl-test-zk.XXXXXX)
+cleanup() { scripts/zk.sh stop "$zkdir" >/dev/null 2>&1 || true; rm -rf "$zkdir"; }
+trap cleanup EXIT INT TERM
+DXL_TEST_ZK=$(scripts/zk.sh start "$zkdir")
+export DXL_TEST_ZK
+echo "test.sh: ZooKeeper at $DXL_TEST_ZK"
+
+rc=0
+scripts/run-tests.sh build/tests "$@" || rc=1
+if [ "$sanitizers" = 1 ]; then
+	make -j"${JOBS:-$(nproc)}" asan TESTS="$*" || rc=1
+	make -j"${JOBS:-$(nproc)}" tsan TESTS="$*" || rc=1
+fi
+exit $rc

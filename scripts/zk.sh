@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# zk.sh -- run a throw-away ZooKeeper server (or 3-server ensemble) from the
+# Debian package, without systemd, for tests, benchmarks and local clusters.
+#
+#   scripts/zk.sh start DIR [--servers 1|3] [--port P]   prints the connect string
+#   scripts/zk.sh stop DIR
+#   scripts/zk.sh status DIR                             exit 0 if every server answers
+#   scripts/zk.sh kill DIR N                             SIGKILL server N (1-based)
+#   scripts/zk.sh restart DIR N                          start server N again
+#
+# DIR holds each server's zoo.cfg, data, log and pid; the connect string is
+# also written to DIR/connect. Ports: P (default: a free one) for server 1's
+# clients, P+1.. for the others; quorum/election ports follow.
+set -euo pipefail
+
+die() { echo "zk.sh: $*" >&2; exit 1; }
+cmd=${1:-}; dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: zk.sh start|stop|status|kill|restart DIR [...]"
+shift 2
+
+JAR=/usr/share/java/zookeeper.jar
+cp_for() {
+	local cp="$JAR"
+	for j in slf4j-api slf4j-simple netty-handler netty-transport netty-common \
+		netty-buffer netty-codec netty-resolver netty-transport-native-unix-common \
+		netty-transport-classes-epoll commons-cli commons-io jute metrics-core \
+		snappy-java audience-annotations jline; do
+		[ -f "/usr/share/java/$j.jar" ] && cp="$cp:/usr/share/java/$j.jar"
+	done
+	echo "$cp"
+}
+
+free_port() {
+	python3 - <<'PY'
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+PY
+}
+
+four() { # four-letter word to 127.0.0.1:port
+	python3 - "$1" "$2" <<'PY'
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
+    s.sendall(sys.argv[2].encode()); out = b""
+    while True:
+        b = s.recv(4096)
+        if not b: break
+        out += b
+    print(out.decode(errors="replace"))
+except Exception:
+    sys.exit(1)
+PY
+}
+
+start_one() { # N
+	local n=$1 sd="$dir/s$1"
+	local port; port=$(cat "$sd/port")
+	[ -f "$sd/pid" ] && kill -0 "$(cat "$sd/pid")" 2>/dev/null && return 0
+	setsid java -Xmx128m -Xms16m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+		-Dzookeeper.log.dir="$sd" -Dzookeeper.admin.enableServer=false \
+		-cp "$(cp_for)" org.apache.zookeeper.server.quorum.QuorumPeerMain \
+		"$sd/zoo.cfg" >"$sd/server.log" 2>&1 < /dev/null &
+	echo $! > "$sd/pid"
+}
+
+wait_ready() { # N [seconds]
+	local sd="$dir/s$1" t=${2:-30} i
+	local port; port=$(cat "$sd/port")
+	for ((i = 0; i < t * 10; i++)); do
+		if four "$port" srvr 2>/dev/null | grep -q '^Mode:'; then return 0; fi
+		kill -0 "$(cat "$sd/pid")" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "zk.sh: server $1 did not become ready; its log:" >&2
+	tail -30 "$sd/server.log" >&2 || true
+	return 1
+}
+
+case "$cmd" in
+start)
+	servers=1 port=""
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--servers) servers=$2; shift 2 ;;
+		--port) port=$2; shift 2 ;;
+		*) die "unknown option $1" ;;
+		esac
+	done
+	[ "$servers" = 1 ] || [ "$servers" = 3 ] || die "--servers must be 1 or 3"
+	[ -f "$JAR" ] || die "$JAR not found: run scripts/install-deps.sh (Debian package zookeeper)"
+	command -v java >/dev/null || die "java not found: apt-get install default-jre-headless"
+	mkdir -p "$dir"
+	[ -n "$port" ] || port=$(free_port)
+	connect="" quorum=""
+	for ((n = 1; n <= servers; n++)); do
+		cport=$((port + n - 1))
+		if [ "$servers" -gt 1 ]; then
+			quorum="${quorum}server.$n=127.0.0.1:$((port + 10 + 2 * n)):$((port + 11 + 2 * n))"$'\n'
+		fi
+		connect="${connect:+$connect,}127.0.0.1:$cport"
+	done
+	for ((n = 1; n <= servers; n++)); do
+		sd="$dir/s$n"; mkdir -p "$sd/data"
+		echo $((port + n - 1)) > "$sd/port"
+		echo "$n" > "$sd/data/myid"
+		cat > "$sd/zoo.cfg" <<CFG
+tickTime=200
+initLimit=50
+syncLimit=25
+dataDir=$sd/data
+clientPort=$((port + n - 1))
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,mntr,stat
+maxClientCnxns=0
+minSessionTimeout=400
+maxSessionTimeout=60000
+forceSync=${DXL_ZK_FORCESYNC:-yes}
+$quorum
+CFG
+		start_one "$n"
+	done
+	for ((n = 1; n <= servers; n++)); do wait_ready "$n" 60; done
+	echo "$connect" > "$dir/connect"
+	echo "$connect"
+	;;
+stop)
+	for pf in "$dir"/s*/pid; do
+		[ -f "$pf" ] || continue
+		pid=$(cat "$pf")
+		kill -TERM "$pid" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+		rm -f "$pf"
+	done
+	;;
+status)
+	ok=0
+	for sd in "$dir"/s*; do
+		[ -f "$sd/port" ] || continue
+		if mode=$(four "$(cat "$sd/port")" srvr 2>/dev/null | grep '^Mode:'); then
+			echo "$(basename "$sd"): $mode"
+		else
+			echo "$(basename "$sd"): down"; ok=1
+		fi
+	done
+	exit $ok
+	;;
+kill)
+	n=${1:?server number}; pf="$dir/s$n/pid"
+	[ -f "$pf" ] && kill -KILL "$(cat "$pf")" 2>/dev/null || true
+	rm -f "$pf"
+	;;
+restart)
+	n=${1:?server number}; start_one "$n"; wait_ready "$n" 60 || true
+	;;
+*) die "unknown command $cmd" ;;
+esac
