@@ -185,6 +185,17 @@ int dxl_config_check_known(const struct dxl_config *cfg,
 	return 0;
 }
 
+int dxl_config_check_known_prefix(const struct dxl_config *cfg,
+				  const char *prefix, const char *const *known)
+{
+	size_t pl = strlen(prefix);
+	for (struct entry *e = cfg->head; e; e = e->next)
+		if (strncmp(e->key, prefix, pl) == 0 && !known_key(e->key, known))
+			return dxl_err_set(DXL_E_CONFIG, "%s: unknown key '%s'",
+					   e->origin, e->key);
+	return 0;
+}
+
 bool dxl_config_has(const struct dxl_config *cfg, const char *key)
 {
 	return find(cfg, key) != NULL;

@@ -38,6 +38,13 @@ int dxl_config_set_arg(struct dxl_config *cfg, const char *kv);
 int dxl_config_check_known(const struct dxl_config *cfg,
 			   const char *const *known);
 
+/*
+ * dxl_config_check_known_prefix -- the same, for the keys that start with
+ * prefix only (a module checks its own section: "fabric.").
+ */
+int dxl_config_check_known_prefix(const struct dxl_config *cfg,
+				  const char *prefix, const char *const *known);
+
 bool dxl_config_has(const struct dxl_config *cfg, const char *key);
 
 /*

@@ -104,6 +104,19 @@ struct dxl_fabric_cfg {
 /* dxl_fabric_cfg_init -- fill cfg with the defaults above (and DXL_FABRIC_PF) */
 void dxl_fabric_cfg_init(struct dxl_fabric_cfg *cfg);
 
+struct dxl_config;
+
+/*
+ * dxl_fabric_cfg_load -- override cfg's fields from the "fabric.*" keys of a
+ * config (see docs/fabric.md for the table): fabric.provider, fabric.listen,
+ * fabric.timeout_ms, fabric.sq_depth, fabric.cq_depth, fabric.srq_depth,
+ * fabric.max_inline, fabric.max_msg, fabric.idle_spin_us, fabric.device,
+ * fabric.port, fabric.gid_index. Absent keys keep cfg's value. Unknown
+ * "fabric.*" keys and bad values give DXL_E_CONFIG naming file, line and key;
+ * cfg is unchanged on error.
+ */
+int dxl_fabric_cfg_load(const struct dxl_config *conf, struct dxl_fabric_cfg *cfg);
+
 /* "tcp"/"verbs" <-> enum; parse returns DXL_E_INVAL on an unknown name */
 const char *dxl_fabric_provider_name(enum dxl_fabric_provider p);
 int dxl_fabric_provider_parse(const char *name, enum dxl_fabric_provider *out);
