@@ -16,6 +16,7 @@ PKGS=(
 	libcmocka-dev                                          # unit tests
 	libinih-dev                                            # config files
 	libjansson-dev                                         # JSON (bench results, CLI)
+	libisal-dev                                            # CRC32C of log records
 )
 RDMA_TEST_PKGS=(qemu-system-x86 busybox-static kmod perftest rdmacm-utils cpio)
 

@@ -28,9 +28,9 @@ for b in "${bins[@]}"; do
 	timeout --signal=KILL "$limit" "$b" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	secs=$(( $(date +%s) - start ))
-	p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | awk '{s+=$4} END {print s+0}')
-	f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | awk '{s+=$4} END {print s+0}')
-	s=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | awk '{s+=$4} END {print s+0}')
+	p=$(grep -oE '\[  PASSED  \] [0-9]+ test' "$log" | awk '{s+=$(NF-1)} END {print s+0}')
+	f=$(grep -oE '\[  FAILED  \] [0-9]+ test' "$log" | awk '{s+=$(NF-1)} END {print s+0}')
+	s=$(grep -oE '\[  SKIPPED \] [0-9]+ test' "$log" | awk '{s+=$(NF-1)} END {print s+0}')
 	passed=$((passed + p)); skipped=$((skipped + s))
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1 # crashed, timed out or failed outside a test case
