@@ -27,7 +27,7 @@ CFLAGS  += -std=gnu11 -pthread -fno-omit-frame-pointer $(WARN) \
 	   -D_GNU_SOURCE -DTHREADED -Iinclude -I. $(CFLAGS_EXTRA)
 ASFLAGS := -g
 LDFLAGS += -pthread
-LDLIBS  := -libverbs -lrdmacm -linih -ljansson -lisal -lm
+LDLIBS  := -libverbs -lrdmacm -lpmem2 -linih -ljansson -lisal -lm
 
 LIB_SRCS := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 LIB_ASM  := $(foreach m,$(MODULES),$(wildcard $(m)/*.S))

@@ -134,6 +134,123 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out);
 /* dxl_crc32c -- CRC32C (Castagnoli) of len bytes, continuing from crc */
 uint32_t dxl_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* ---- persistent memory regions ------------------------------------------- */
+
+/*
+ * How a region's stores become durable. Chosen when a data directory is
+ * created, recorded in it and in every region's superblock, checked at open.
+ *
+ *   pmem     a DAX file or device (real NVM): persist = CPU cache flush
+ *            (clwb/clflushopt) + fence. Survives power failure. Refused with
+ *            DXL_E_NOTSUP on a mapping that is not DAX.
+ *   msync    an ordinary file: persist = msync(MS_SYNC) of the touched pages.
+ *            Survives an OS crash and power failure (as far as the disk
+ *            honours flushes); costs a system call and a disk flush.
+ *   process  an ordinary file (page cache; tmpfs is fine): persist = store
+ *            fence only. Survives the crash of the process, not of the OS.
+ *            This is libpmem2's PMEM2_FORCE_GRANULARITY semantics, made an
+ *            explicit mode. What a *power* failure would lose in this mode
+ *            is simulated by the tcp fabric's power-failure model.
+ */
+enum dxl_durability {
+	DXL_DUR_PMEM = 0,
+	DXL_DUR_MSYNC = 1,
+	DXL_DUR_PROCESS = 2,
+};
+
+const char *dxl_durability_name(enum dxl_durability d);
+/* "pmem"/"msync"/"process" -> enum; DXL_E_INVAL otherwise */
+int dxl_durability_parse(const char *s, enum dxl_durability *out);
+
+#define DXL_CLUSTER_NAME_MAX 64 /* including the NUL */
+#define DXL_REGION_HDR_SIZE 4096 /* superblock; the data area follows */
+
+/* Who a region belongs to; stored in its superblock, checked at open. */
+struct dxl_region_id {
+	char cluster[DXL_CLUSTER_NAME_MAX];
+	uint32_t node_id;
+	uint32_t kind;           /* what the data area holds (a DXL_REGION_*) */
+	uint64_t creation_epoch; /* configuration epoch when it was created */
+};
+
+struct dxl_region;
+
+/*
+ * dxl_region_create -- create the file at path (which must not exist) of
+ * DXL_REGION_HDR_SIZE + data_size bytes, zeroed, with a superblock
+ * {magic, format version, durability, id, sizes, CRC32C}, and map it. The
+ * file appears under its name only once complete (written as path.tmp,
+ * persisted, renamed). Errors: DXL_E_INVAL (bad size or id), DXL_E_EXIST,
+ * DXL_E_NOTSUP (pmem mode on a non-DAX file), DXL_E_IO.
+ */
+int dxl_region_create(const char *path, uint64_t data_size,
+		      enum dxl_durability mode, const struct dxl_region_id *id,
+		      struct dxl_region **out);
+
+/*
+ * dxl_region_open -- map an existing region after checking its superblock.
+ * `expect` gives the cluster and node id it must belong to, and `kind`
+ * (0 = any). Every mismatch is a clear error that changes nothing:
+ * DXL_E_NOENT (no file), DXL_E_CORRUPT (too short for a superblock, bad
+ * magic, bad checksum, file size disagrees with the superblock, i.e.
+ * truncated), DXL_E_VERSION (other format version), DXL_E_STALE (another
+ * cluster or node id, or another kind), DXL_E_CONFIG (other durability
+ * mode), DXL_E_NOTSUP (pmem mode on a non-DAX file), DXL_E_IO.
+ */
+int dxl_region_open(const char *path, enum dxl_durability mode,
+		    const struct dxl_region_id *expect, struct dxl_region **out);
+
+/* dxl_region_close -- unmap; *r = NULL. Does not persist anything. */
+void dxl_region_close(struct dxl_region **r);
+
+/* The data area: DXL_REGION_HDR_SIZE bytes into the mapping, page-aligned. */
+void *dxl_region_data(const struct dxl_region *r);
+uint64_t dxl_region_data_size(const struct dxl_region *r);
+const struct dxl_region_id *dxl_region_id(const struct dxl_region *r);
+enum dxl_durability dxl_region_durability(const struct dxl_region *r);
+const char *dxl_region_path(const struct dxl_region *r);
+
+/*
+ * dxl_region_persist -- make [addr, addr+len) of the data area durable as
+ * the region's mode defines. Every store to a region that must survive goes
+ * through this (or dxl_region_memcpy_persist): that is where the persistence
+ * points of the code are.
+ */
+void dxl_region_persist(struct dxl_region *r, const void *addr, size_t len);
+
+/*
+ * dxl_region_memcpy_persist -- copy len bytes to dst in the data area with
+ * non-temporal stores (H4, H7: no read-for-ownership of NVM lines), then
+ * persist. What a two-sided PWrite handler uses.
+ */
+void dxl_region_memcpy_persist(struct dxl_region *r, void *dst,
+			       const void *src, size_t len);
+
+/* ---- data directory -------------------------------------------------------- */
+
+/*
+ * A node's data directory holds its regions and a small file DXL_DATADIR
+ * recording {format version, cluster, node id, durability}. Opening it takes
+ * an exclusive lock (flock on DATADIR/LOCK), so a second process on the same
+ * directory is refused with DXL_E_BUSY and changes nothing.
+ */
+struct dxl_datadir;
+
+/*
+ * dxl_datadir_open -- open (create = 0) or create-if-empty (create = 1) the
+ * directory at path for cluster/node with the given durability mode.
+ * Errors: DXL_E_BUSY (locked by another process), DXL_E_NOENT (no such
+ * directory, or not initialised and create = 0), DXL_E_STALE (other cluster
+ * or node id), DXL_E_CONFIG (initialised with another durability mode),
+ * DXL_E_CORRUPT, DXL_E_VERSION, DXL_E_INVAL, DXL_E_IO.
+ */
+int dxl_datadir_open(const char *path, const char *cluster, uint32_t node_id,
+		     enum dxl_durability mode, int create,
+		     struct dxl_datadir **out);
+void dxl_datadir_close(struct dxl_datadir **d);
+const char *dxl_datadir_path(const struct dxl_datadir *d);
+enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
+
 #ifdef __cplusplus
 }
 #endif

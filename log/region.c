@@ -1,0 +1,409 @@
+/* region.c -- persistent memory regions: libpmem2 mappings with a checked superblock */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <libpmem2.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "dxl/log.h"
+#include "log/log_internal.h"
+
+/*
+ * Superblock, the first DXL_REGION_HDR_SIZE bytes of the file (little-endian):
+ *   0  magic "DXLREGN\0"      48  file size (u64)
+ *   8  format version (u32)   56  cluster name (64 bytes, NUL-padded)
+ *  12  header size (u32)     120  CRC32C of bytes 0..119 (u32)
+ *  16  durability (u32)      124  zero up to the header size
+ *  20  node id (u32)
+ *  24  kind (u32)
+ *  28  reserved, 0
+ *  32  creation epoch (u64)
+ *  40  data size (u64)
+ */
+#define SB_MAGIC "DXLREGN"
+#define SB_VERSION 1
+#define SB_CRC_OFF 120
+
+struct dxl_region {
+	char *path;
+	int fd;
+	struct pmem2_map *map;
+	struct pmem2_source *src;
+	enum dxl_durability mode;
+	struct dxl_region_id id;
+	uint8_t *base;
+	uint64_t data_size;
+	pmem2_persist_fn persist;
+	pmem2_memcpy_fn memcpy_fn;
+};
+
+static const char *const dur_names[] = {"pmem", "msync", "process"};
+
+const char *dxl_durability_name(enum dxl_durability d)
+{
+	return (unsigned)d < DXL_ARRAY_SIZE(dur_names) ? dur_names[d] : "unknown";
+}
+
+int dxl_durability_parse(const char *s, enum dxl_durability *out)
+{
+	for (unsigned i = 0; s && i < DXL_ARRAY_SIZE(dur_names); i++) {
+		if (strcasecmp(s, dur_names[i]) == 0) {
+			*out = (enum dxl_durability)i;
+			return 0;
+		}
+	}
+	return dxl_err_set(DXL_E_INVAL,
+			   "durability '%s' is not one of pmem, msync, process",
+			   s ? s : "(null)");
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static int check_id(const struct dxl_region_id *id)
+{
+	if (!id || !id->cluster[0] ||
+	    memchr(id->cluster, '\0', sizeof(id->cluster)) == NULL)
+		return dxl_err_set(DXL_E_INVAL,
+				   "region: cluster name empty or longer than %d bytes",
+				   DXL_CLUSTER_NAME_MAX - 1);
+	return 0;
+}
+
+static void sb_encode(uint8_t *sb, enum dxl_durability mode,
+		      const struct dxl_region_id *id, uint64_t data_size)
+{
+	memset(sb, 0, DXL_REGION_HDR_SIZE);
+	memcpy(sb, SB_MAGIC, sizeof(SB_MAGIC));
+	put32(sb + 8, SB_VERSION);
+	put32(sb + 12, DXL_REGION_HDR_SIZE);
+	put32(sb + 16, (uint32_t)mode);
+	put32(sb + 20, id->node_id);
+	put32(sb + 24, id->kind);
+	put64(sb + 32, id->creation_epoch);
+	put64(sb + 40, data_size);
+	put64(sb + 48, DXL_REGION_HDR_SIZE + data_size);
+	memcpy(sb + 56, id->cluster, strnlen(id->cluster, DXL_CLUSTER_NAME_MAX - 1));
+	put32(sb + SB_CRC_OFF, dxl_crc32c(0, sb, SB_CRC_OFF));
+}
+
+int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
+			 enum dxl_durability *mode, struct dxl_region_id *id,
+			 uint64_t *data_size, uint64_t *file_size)
+{
+	if (len < DXL_REGION_HDR_SIZE)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: %zu bytes, shorter than a region superblock (%d)",
+				   path, len, DXL_REGION_HDR_SIZE);
+	if (memcmp(sb, SB_MAGIC, sizeof(SB_MAGIC)) != 0)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: not a dxl region (bad magic)",
+				   path);
+	uint32_t crc = dxl_crc32c(0, sb, SB_CRC_OFF);
+	if (crc != get32(sb + SB_CRC_OFF))
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: superblock checksum 0x%08x, computed 0x%08x",
+				   path, get32(sb + SB_CRC_OFF), crc);
+	if (get32(sb + 8) != SB_VERSION)
+		return dxl_err_set(DXL_E_VERSION,
+				   "%s: region format version %u, this build reads %u",
+				   path, get32(sb + 8), SB_VERSION);
+	if (get32(sb + 12) != DXL_REGION_HDR_SIZE)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: header size %u, expected %d",
+				   path, get32(sb + 12), DXL_REGION_HDR_SIZE);
+	uint32_t m = get32(sb + 16);
+	if (m > DXL_DUR_PROCESS)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: unknown durability %u", path, m);
+	if (sb[56 + DXL_CLUSTER_NAME_MAX - 1] != 0)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: cluster name not terminated",
+				   path);
+	*mode = (enum dxl_durability)m;
+	memset(id, 0, sizeof(*id));
+	memcpy(id->cluster, sb + 56, DXL_CLUSTER_NAME_MAX);
+	id->node_id = get32(sb + 20);
+	id->kind = get32(sb + 24);
+	id->creation_epoch = get64(sb + 32);
+	*data_size = get64(sb + 40);
+	*file_size = get64(sb + 48);
+	if (*file_size != DXL_REGION_HDR_SIZE + *data_size)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: superblock sizes disagree (file %llu, data %llu)",
+				   path, (unsigned long long)*file_size,
+				   (unsigned long long)*data_size);
+	return 0;
+}
+
+static int map_region(struct dxl_region *r)
+{
+	struct pmem2_config *cfg = NULL;
+	if (pmem2_source_from_fd(&r->src, r->fd))
+		return dxl_err_set(DXL_E_IO, "%s: pmem2 source: %s", r->path,
+				   pmem2_errormsg());
+	enum pmem2_granularity g = r->mode == DXL_DUR_PMEM
+					   ? PMEM2_GRANULARITY_CACHE_LINE
+					   : PMEM2_GRANULARITY_PAGE;
+	int ret = pmem2_config_new(&cfg);
+	if (!ret)
+		ret = pmem2_config_set_required_store_granularity(cfg, g);
+	if (!ret)
+		ret = pmem2_map_new(&r->map, cfg, r->src);
+	if (cfg) /* libpmem2's destructors do not accept NULL */
+		pmem2_config_delete(&cfg);
+	if (ret) {
+		int err = ret == PMEM2_E_GRANULARITY_NOT_SUPPORTED
+				  ? dxl_err_set(DXL_E_NOTSUP,
+						"%s: durability pmem needs a DAX file on real persistent memory (%s); use msync or process",
+						r->path, pmem2_errormsg())
+				  : dxl_err_set(DXL_E_IO, "%s: pmem2 map: %s",
+						r->path, pmem2_errormsg());
+		pmem2_source_delete(&r->src);
+		return err;
+	}
+	r->base = pmem2_map_get_address(r->map);
+	r->persist = pmem2_get_persist_fn(r->map);
+	r->memcpy_fn = pmem2_get_memcpy_fn(r->map);
+	return 0;
+}
+
+static int open_checked(const char *path, enum dxl_durability mode,
+			const struct dxl_region_id *expect, struct dxl_region **out)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT
+			       ? dxl_err_set(DXL_E_NOENT, "%s: no such region", path)
+			       : dxl_err_errno(errno, "region: open %s", path);
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		return dxl_err_errno(e, "region: stat %s", path);
+	}
+	static __thread uint8_t sb[DXL_REGION_HDR_SIZE];
+	ssize_t n = st.st_size >= DXL_REGION_HDR_SIZE
+			    ? pread(fd, sb, DXL_REGION_HDR_SIZE, 0)
+			    : (ssize_t)st.st_size;
+	enum dxl_durability m;
+	struct dxl_region_id id;
+	uint64_t data_size, file_size;
+	int ret = dxl_region_sb_decode(sb, n < 0 ? 0 : (size_t)n, path, &m, &id,
+				       &data_size, &file_size);
+	if (!ret && (uint64_t)st.st_size != file_size)
+		ret = dxl_err_set(DXL_E_CORRUPT,
+				  "%s: file is %lld bytes, its superblock says %llu (truncated or extended)",
+				  path, (long long)st.st_size,
+				  (unsigned long long)file_size);
+	if (!ret && expect &&
+	    (strcmp(id.cluster, expect->cluster) != 0 ||
+	     id.node_id != expect->node_id))
+		ret = dxl_err_set(DXL_E_STALE,
+				  "%s: belongs to cluster '%s' node %u, not cluster '%s' node %u",
+				  path, id.cluster, id.node_id, expect->cluster,
+				  expect->node_id);
+	if (!ret && expect && expect->kind && id.kind != expect->kind)
+		ret = dxl_err_set(DXL_E_STALE, "%s: region kind %u, expected %u",
+				  path, id.kind, expect->kind);
+	if (!ret && m != mode)
+		ret = dxl_err_set(DXL_E_CONFIG,
+				  "%s: created with durability %s, opened as %s",
+				  path, dxl_durability_name(m),
+				  dxl_durability_name(mode));
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	struct dxl_region *r = calloc(1, sizeof(*r));
+	if (!r || !(r->path = strdup(path))) {
+		free(r);
+		close(fd);
+		return dxl_err_set(DXL_E_NOMEM, "region: out of memory");
+	}
+	r->fd = fd;
+	r->mode = m;
+	r->id = id;
+	r->data_size = data_size;
+	if ((ret = map_region(r))) {
+		close(fd);
+		free(r->path);
+		free(r);
+		return ret;
+	}
+	*out = r;
+	return 0;
+}
+
+int dxl_region_open(const char *path, enum dxl_durability mode,
+		    const struct dxl_region_id *expect, struct dxl_region **out)
+{
+	if (!path || !out || (unsigned)mode > DXL_DUR_PROCESS)
+		return dxl_err_set(DXL_E_INVAL, "region open: bad argument");
+	*out = NULL;
+	return open_checked(path, mode, expect, out);
+}
+
+int dxl_region_create(const char *path, uint64_t data_size,
+		      enum dxl_durability mode, const struct dxl_region_id *id,
+		      struct dxl_region **out)
+{
+	if (!path || !out || (unsigned)mode > DXL_DUR_PROCESS)
+		return dxl_err_set(DXL_E_INVAL, "region create: bad argument");
+	*out = NULL;
+	int ret = check_id(id);
+	if (ret)
+		return ret;
+	if (data_size == 0 || data_size % 4096 || data_size > (1ull << 44))
+		return dxl_err_set(DXL_E_INVAL,
+				   "region create %s: data size %llu is not a multiple of 4096 in 4K..16T",
+				   path, (unsigned long long)data_size);
+	if (access(path, F_OK) == 0)
+		return dxl_err_set(DXL_E_EXIST, "%s: region already exists", path);
+
+	char tmp[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return dxl_err_set(DXL_E_INVAL, "region create: path too long");
+	unlink(tmp); /* a leftover of a crash during an earlier create */
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return dxl_err_errno(errno, "region create: open %s", tmp);
+	static __thread uint8_t sb[DXL_REGION_HDR_SIZE];
+	sb_encode(sb, mode, id, data_size);
+	if (ftruncate(fd, (off_t)(DXL_REGION_HDR_SIZE + data_size)) != 0 ||
+	    pwrite(fd, sb, DXL_REGION_HDR_SIZE, 0) != DXL_REGION_HDR_SIZE ||
+	    fsync(fd) != 0) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return dxl_err_errno(e, "region create: write %s", tmp);
+	}
+	close(fd);
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		return dxl_err_errno(e, "region create: rename %s", tmp);
+	}
+	dxl_fsync_parent(path);
+	ret = open_checked(path, mode, id, out);
+	if (ret)
+		unlink(path); /* e.g. pmem mode on a non-DAX file: leave nothing */
+	return ret;
+}
+
+void dxl_region_close(struct dxl_region **rp)
+{
+	if (!rp || !*rp)
+		return;
+	struct dxl_region *r = *rp;
+	pmem2_map_delete(&r->map);
+	pmem2_source_delete(&r->src);
+	close(r->fd);
+	free(r->path);
+	free(r);
+	*rp = NULL;
+}
+
+void *dxl_region_data(const struct dxl_region *r)
+{
+	return r->base + DXL_REGION_HDR_SIZE;
+}
+
+uint64_t dxl_region_data_size(const struct dxl_region *r)
+{
+	return r->data_size;
+}
+
+const struct dxl_region_id *dxl_region_id(const struct dxl_region *r)
+{
+	return &r->id;
+}
+
+enum dxl_durability dxl_region_durability(const struct dxl_region *r)
+{
+	return r->mode;
+}
+
+const char *dxl_region_path(const struct dxl_region *r)
+{
+	return r->path;
+}
+
+static void check_range(const struct dxl_region *r, const void *addr, size_t len)
+{
+	const uint8_t *a = addr, *d = r->base + DXL_REGION_HDR_SIZE;
+	DXL_ASSERTF(a >= d && len <= r->data_size &&
+			    (size_t)(a - d) <= r->data_size - len,
+		    "%s: persist of [%p, +%zu) outside the data area", r->path,
+		    addr, len);
+}
+
+void dxl_region_persist(struct dxl_region *r, const void *addr, size_t len)
+{
+	if (!len)
+		return;
+	check_range(r, addr, len);
+	if (r->mode == DXL_DUR_PROCESS) {
+		/* the stores are in the page cache already; order them */
+		atomic_thread_fence(memory_order_seq_cst);
+		return;
+	}
+	r->persist(addr, len); /* clwb+sfence (pmem) or msync (msync) */
+}
+
+void dxl_region_memcpy_persist(struct dxl_region *r, void *dst,
+			       const void *src, size_t len)
+{
+	if (!len)
+		return;
+	check_range(r, dst, len);
+	if (r->mode == DXL_DUR_PROCESS) {
+		r->memcpy_fn(dst, src, len,
+			     PMEM2_F_MEM_NONTEMPORAL | PMEM2_F_MEM_NOFLUSH);
+		atomic_thread_fence(memory_order_seq_cst);
+		return;
+	}
+	/* H4/H7: non-temporal stores, then flush+drain (or msync) */
+	r->memcpy_fn(dst, src, len, PMEM2_F_MEM_NONTEMPORAL);
+}
+
+void dxl_fsync_parent(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", path);
+	int dfd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) != 0)
+			DXL_WARN("fsync of the directory of %s: %s", path,
+				 strerror(errno));
+		close(dfd);
+	}
+}
