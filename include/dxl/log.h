@@ -251,6 +251,137 @@ void dxl_datadir_close(struct dxl_datadir **d);
 const char *dxl_datadir_path(const struct dxl_datadir *d);
 enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
 
+/* ---- rings: the log's layout inside a region ------------------------------ */
+
+/*
+ * A log region (kind DXL_REGION_LOG) holds one ring per writer (DrTM+H:
+ * per coordinator thread), so an append needs no remote atomic on a shared
+ * tail. Data area layout:
+ *
+ *   0                     log header (4096 B): magic, version, shard, nrings,
+ *                         ring size, CRC32C
+ *   4096 + i*(4096+size)  ring i control block (4096 B): two head slots
+ *                         (written by the replica's CPU), owner writer/epoch
+ *   ... + 4096            ring i buffer (size bytes, a multiple of 4096)
+ *
+ * Positions are 64-bit logical byte offsets that only grow; a record at
+ * position p lives at buffer offset p % size. Records never straddle the
+ * end of the buffer: the writer fills the rest with a skip record first.
+ * Every record of a ring, skips included, carries the next sequence number,
+ * so a reader can tell the record it expects from a stale one of an earlier
+ * lap, and stops at the first record that is not valid.
+ *
+ * The head (pos, seq) is what the replica has applied or retained: the
+ * writer may reuse space below it. The replica persists it in one of two
+ * slots {generation, pos, seq, CRC32C}, alternating, so a crash during the
+ * update leaves the previous head readable. Writers learn it by READing the
+ * control block (the flush READ of an append does that for free).
+ */
+#define DXL_REGION_LOG 1u
+#define DXL_LOG_HDR_SIZE 4096
+#define DXL_RING_CTL_SIZE 4096
+#define DXL_RING_MAX 1024
+#define DXL_RING_HEAD_SLOT_SIZE 32 /* two slots at control-block offset 0 */
+
+struct dxl_logstore;
+
+/* dxl_logstore_bytes -- data size a region needs for nrings of ring_size */
+uint64_t dxl_logstore_bytes(uint32_t nrings, uint64_t ring_size);
+
+/*
+ * dxl_logstore_format -- lay out an empty log in region r (its data area
+ * must be at least dxl_logstore_bytes) and persist it.
+ * Errors: DXL_E_INVAL (nrings 1..DXL_RING_MAX, ring_size a multiple of
+ * 4096 >= 8192, region too small), DXL_E_EXIST (already formatted).
+ */
+int dxl_logstore_format(struct dxl_region *r, uint32_t shard, uint32_t nrings,
+			uint64_t ring_size);
+
+/*
+ * dxl_logstore_open -- check the log header of region r.
+ * Errors: DXL_E_CORRUPT (bad magic/checksum, sizes beyond the region),
+ * DXL_E_VERSION, DXL_E_NOMEM.
+ */
+int dxl_logstore_open(struct dxl_region *r, struct dxl_logstore **out);
+void dxl_logstore_close(struct dxl_logstore **ls);
+
+uint32_t dxl_logstore_nrings(const struct dxl_logstore *ls);
+uint64_t dxl_logstore_ring_size(const struct dxl_logstore *ls);
+uint32_t dxl_logstore_shard(const struct dxl_logstore *ls);
+struct dxl_region *dxl_logstore_region(const struct dxl_logstore *ls);
+/* offsets (in the region's data area) of ring i's control block and buffer */
+uint64_t dxl_logstore_ctl_off(const struct dxl_logstore *ls, uint32_t ring);
+uint64_t dxl_logstore_buf_off(const struct dxl_logstore *ls, uint32_t ring);
+
+/* the replica's persisted head of a ring */
+struct dxl_ring_head {
+	uint64_t gen; /* increases with every update */
+	uint64_t pos;
+	uint64_t seq; /* sequence number of the record at pos */
+};
+
+/*
+ * dxl_ring_head_decode -- the valid head slot with the highest generation
+ * among the two slots of a control block (as read locally or by a remote
+ * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes). DXL_E_CORRUPT if neither
+ * slot is valid.
+ */
+int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out);
+
+int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
+		      struct dxl_ring_head *out);
+
+/*
+ * dxl_logstore_set_head -- persist a new head for ring (pos, seq must not
+ * go backwards: DXL_E_INVAL). Replica side only (CPU-owned words, H8).
+ */
+int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
+			  uint64_t seq);
+
+/* ---- placing records (writer side, pure arithmetic) ------------------------ */
+
+/*
+ * Where an append of a record of rec_size bytes goes in a ring of
+ * ring_size bytes whose writer tail is (tail_pos, tail_seq) and whose head
+ * position is head_pos: optionally a skip record first (when the record
+ * would straddle the end), then the record. DXL_E_FULL if it does not fit
+ * before the head (the writer must wait for the replica to advance it),
+ * DXL_E_TOOBIG if it could never fit (rec_size > ring_size / 2).
+ */
+struct dxl_ring_place {
+	uint32_t skip_len;  /* 0 = no skip record */
+	uint64_t skip_off;  /* buffer offset of the skip record */
+	uint64_t skip_seq;
+	uint64_t rec_off;   /* buffer offset of the record */
+	uint64_t rec_pos;   /* logical position of the record */
+	uint64_t rec_seq;
+	uint64_t new_tail_pos;
+	uint64_t new_tail_seq;
+};
+
+int dxl_ring_place(uint64_t ring_size, uint64_t tail_pos, uint64_t tail_seq,
+		   uint64_t head_pos, uint32_t rec_size,
+		   struct dxl_ring_place *out);
+
+/* ---- scanning a ring ------------------------------------------------------- */
+
+/*
+ * dxl_ring_scan -- walk ring `ring` from its persisted head: decode each
+ * record, check that it carries the expected sequence number, step over
+ * skip records, and call fn for each data record, stopping at the first
+ * invalid one (a torn, stale or never-written record: the end of the ring's
+ * valid content) or when fn returns non-zero, or after a full lap.
+ * *end_pos / *end_seq (may be NULL) receive where the scan stopped: the
+ * position a writer would append at next.
+ * Returns the number of data records visited, or DXL_E_CORRUPT when the
+ * head itself is unreadable.
+ */
+typedef int (*dxl_ring_scan_fn)(const struct dxl_rec *rec, uint64_t pos,
+				void *arg);
+int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
+		  dxl_ring_scan_fn fn, void *arg, uint64_t *end_pos,
+		  uint64_t *end_seq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,327 @@
+/* ring.c -- per-writer log rings in persistent memory: layout, heads, placement, scan */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "dxl/log.h"
+#include "log/log_internal.h"
+
+/*
+ * Log header (data-area offset 0), little-endian:
+ *   0 magic "DXLLOG\0\0"   16 nrings (u32)       32 CRC32C of 0..31 (u32)
+ *   8 version (u32)        20 reserved (u32)
+ *  12 shard (u32)          24 ring size (u64)
+ *
+ * Head slot (control block offsets 0 and 32):
+ *   0 generation (u64)  8 pos (u64)  16 seq (u64)  24 CRC32C of 0..23 (u32)
+ * Who writes what (H8: CPU-owned words stay with the CPU): the log header
+ * and the head slots are written only by the replica's CPU; remote writers
+ * only READ them. Ring buffers are written only by their writer (remote
+ * WRITEs, or a local writer), and read by scans.
+ */
+#define LOG_MAGIC "DXLLOG"
+#define LOG_VERSION 1
+#define FIRST_SEQ 1
+
+struct dxl_logstore {
+	struct dxl_region *r;
+	uint8_t *data;
+	uint32_t shard;
+	uint32_t nrings;
+	uint64_t ring_size;
+};
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+uint64_t dxl_logstore_bytes(uint32_t nrings, uint64_t ring_size)
+{
+	return DXL_LOG_HDR_SIZE + (uint64_t)nrings * (DXL_RING_CTL_SIZE + ring_size);
+}
+
+uint64_t dxl_logstore_ctl_off(const struct dxl_logstore *ls, uint32_t ring)
+{
+	DXL_ASSERT(ring < ls->nrings);
+	return DXL_LOG_HDR_SIZE + (uint64_t)ring * (DXL_RING_CTL_SIZE + ls->ring_size);
+}
+
+uint64_t dxl_logstore_buf_off(const struct dxl_logstore *ls, uint32_t ring)
+{
+	return dxl_logstore_ctl_off(ls, ring) + DXL_RING_CTL_SIZE;
+}
+
+static void slot_encode(uint8_t *s, uint64_t gen, uint64_t pos, uint64_t seq)
+{
+	put64(s, gen);
+	put64(s + 8, pos);
+	put64(s + 16, seq);
+	put32(s + 24, dxl_crc32c(0, s, 24));
+	put32(s + 28, 0);
+}
+
+int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
+{
+	const uint8_t *s = slots;
+	int found = 0;
+	for (int i = 0; i < 2; i++, s += DXL_RING_HEAD_SLOT_SIZE) {
+		if (dxl_crc32c(0, s, 24) != get32(s + 24))
+			continue;
+		uint64_t gen = get64(s);
+		if (gen == 0 || (found && gen <= out->gen))
+			continue;
+		out->gen = gen;
+		out->pos = get64(s + 8);
+		out->seq = get64(s + 16);
+		found = 1;
+	}
+	return found ? 0
+		     : dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+}
+
+int dxl_logstore_format(struct dxl_region *r, uint32_t shard, uint32_t nrings,
+			uint64_t ring_size)
+{
+	if (!r || nrings < 1 || nrings > DXL_RING_MAX || ring_size < 8192 ||
+	    ring_size % 4096)
+		return dxl_err_set(DXL_E_INVAL,
+				   "log format: %u rings of %llu bytes (want 1..%d rings, size a multiple of 4096 >= 8192)",
+				   nrings, (unsigned long long)ring_size,
+				   DXL_RING_MAX);
+	uint64_t need = dxl_logstore_bytes(nrings, ring_size);
+	if (need > dxl_region_data_size(r))
+		return dxl_err_set(DXL_E_INVAL,
+				   "log format: %u rings of %llu bytes need %llu bytes, region %s has %llu",
+				   nrings, (unsigned long long)ring_size,
+				   (unsigned long long)need, dxl_region_path(r),
+				   (unsigned long long)dxl_region_data_size(r));
+	uint8_t *d = dxl_region_data(r);
+	if (memcmp(d, LOG_MAGIC, sizeof(LOG_MAGIC)) == 0)
+		return dxl_err_set(DXL_E_EXIST, "log format: %s already holds a log",
+				   dxl_region_path(r));
+	/* control blocks first, the header last: a crash in between leaves a
+	 * region that is simply not formatted yet */
+	for (uint32_t i = 0; i < nrings; i++) {
+		uint8_t *ctl = d + DXL_LOG_HDR_SIZE +
+			       (uint64_t)i * (DXL_RING_CTL_SIZE + ring_size);
+		memset(ctl, 0, DXL_RING_CTL_SIZE);
+		slot_encode(ctl, 1, 0, FIRST_SEQ);
+		dxl_region_persist(r, ctl, DXL_RING_CTL_SIZE);
+		/* a ring's first record must not be mistaken for a stale one:
+		 * zero the first line (new regions are zero anyway) */
+		memset(ctl + DXL_RING_CTL_SIZE, 0, 64);
+		dxl_region_persist(r, ctl + DXL_RING_CTL_SIZE, 64);
+	}
+	uint8_t h[64] = {0};
+	memcpy(h, LOG_MAGIC, sizeof(LOG_MAGIC));
+	put32(h + 8, LOG_VERSION);
+	put32(h + 12, shard);
+	put32(h + 16, nrings);
+	put64(h + 24, ring_size);
+	put32(h + 32, dxl_crc32c(0, h, 32));
+	memcpy(d, h, sizeof(h));
+	dxl_region_persist(r, d, sizeof(h));
+	return 0;
+}
+
+int dxl_logstore_open(struct dxl_region *r, struct dxl_logstore **out)
+{
+	*out = NULL;
+	const uint8_t *h = dxl_region_data(r);
+	const char *p = dxl_region_path(r);
+	if (memcmp(h, LOG_MAGIC, sizeof(LOG_MAGIC)) != 0)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: holds no log (bad magic)", p);
+	if (dxl_crc32c(0, h, 32) != get32(h + 32))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: log header checksum mismatch", p);
+	if (get32(h + 8) != LOG_VERSION)
+		return dxl_err_set(DXL_E_VERSION,
+				   "%s: log format version %u, this build reads %d",
+				   p, get32(h + 8), LOG_VERSION);
+	uint32_t nrings = get32(h + 16);
+	uint64_t size = get64(h + 24);
+	if (nrings < 1 || nrings > DXL_RING_MAX || size < 8192 || size % 4096 ||
+	    size > (1ull << 40) ||
+	    dxl_logstore_bytes(nrings, size) > dxl_region_data_size(r))
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: log header says %u rings of %llu bytes, region has %llu",
+				   p, nrings, (unsigned long long)size,
+				   (unsigned long long)dxl_region_data_size(r));
+	struct dxl_logstore *ls = calloc(1, sizeof(*ls));
+	if (!ls)
+		return dxl_err_set(DXL_E_NOMEM, "logstore: out of memory");
+	ls->r = r;
+	ls->data = dxl_region_data(r);
+	ls->shard = get32(h + 12);
+	ls->nrings = nrings;
+	ls->ring_size = size;
+	*out = ls;
+	return 0;
+}
+
+void dxl_logstore_close(struct dxl_logstore **ls)
+{
+	if (ls && *ls) {
+		free(*ls);
+		*ls = NULL;
+	}
+}
+
+uint32_t dxl_logstore_nrings(const struct dxl_logstore *ls)
+{
+	return ls->nrings;
+}
+
+uint64_t dxl_logstore_ring_size(const struct dxl_logstore *ls)
+{
+	return ls->ring_size;
+}
+
+uint32_t dxl_logstore_shard(const struct dxl_logstore *ls)
+{
+	return ls->shard;
+}
+
+struct dxl_region *dxl_logstore_region(const struct dxl_logstore *ls)
+{
+	return ls->r;
+}
+
+int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
+		      struct dxl_ring_head *out)
+{
+	if (ring >= ls->nrings)
+		return dxl_err_set(DXL_E_INVAL, "ring %u of %u", ring, ls->nrings);
+	int ret = dxl_ring_head_decode(ls->data + dxl_logstore_ctl_off(ls, ring),
+				       out);
+	if (ret)
+		dxl_err_prefix("%s: ring %u", dxl_region_path(ls->r), ring);
+	return ret;
+}
+
+int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
+			  uint64_t seq)
+{
+	struct dxl_ring_head cur;
+	int ret = dxl_logstore_head(ls, ring, &cur);
+	if (ret)
+		return ret;
+	if (pos < cur.pos || seq < cur.seq)
+		return dxl_err_set(DXL_E_INVAL,
+				   "ring %u: head may not go back (pos %llu -> %llu, seq %llu -> %llu)",
+				   ring, (unsigned long long)cur.pos,
+				   (unsigned long long)pos,
+				   (unsigned long long)cur.seq,
+				   (unsigned long long)seq);
+	/* overwrite the older slot; the newer one stays valid until this one
+	 * is persisted, so a crash mid-update keeps the previous head */
+	uint64_t gen = cur.gen + 1;
+	uint8_t *slot = ls->data + dxl_logstore_ctl_off(ls, ring) +
+			(gen % 2) * DXL_RING_HEAD_SLOT_SIZE;
+	slot_encode(slot, gen, pos, seq);
+	dxl_region_persist(ls->r, slot, DXL_RING_HEAD_SLOT_SIZE);
+	return 0;
+}
+
+int dxl_ring_place(uint64_t ring_size, uint64_t tail_pos, uint64_t tail_seq,
+		   uint64_t head_pos, uint32_t rec_size,
+		   struct dxl_ring_place *out)
+{
+	if (!rec_size || rec_size % 64 || ring_size % 4096 || !ring_size)
+		return dxl_err_set(DXL_E_INVAL,
+				   "ring place: record of %u bytes in a ring of %llu",
+				   rec_size, (unsigned long long)ring_size);
+	if (rec_size > ring_size / 2)
+		return dxl_err_set(DXL_E_TOOBIG,
+				   "record of %u bytes can never fit a ring of %llu bytes (limit: half the ring)",
+				   rec_size, (unsigned long long)ring_size);
+	if (head_pos > tail_pos)
+		return dxl_err_set(DXL_E_STALE,
+				   "ring head %llu is past the writer's tail %llu",
+				   (unsigned long long)head_pos,
+				   (unsigned long long)tail_pos);
+	uint64_t used = tail_pos - head_pos;
+	uint64_t off = tail_pos % ring_size;
+	uint64_t rem = ring_size - off;
+	memset(out, 0, sizeof(*out));
+	uint64_t need = rec_size;
+	if (rec_size > rem) {
+		out->skip_len = (uint32_t)rem;
+		out->skip_off = off;
+		out->skip_seq = tail_seq;
+		need += rem;
+	}
+	if (used + need > ring_size)
+		return dxl_err_set(DXL_E_FULL,
+				   "ring full: %llu of %llu bytes in use, need %llu more",
+				   (unsigned long long)used,
+				   (unsigned long long)ring_size,
+				   (unsigned long long)need);
+	out->rec_pos = tail_pos + (out->skip_len ? rem : 0);
+	out->rec_off = out->rec_pos % ring_size;
+	out->rec_seq = tail_seq + (out->skip_len ? 1 : 0);
+	out->new_tail_pos = out->rec_pos + rec_size;
+	out->new_tail_seq = out->rec_seq + 1;
+	return 0;
+}
+
+int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
+		  dxl_ring_scan_fn fn, void *arg, uint64_t *end_pos,
+		  uint64_t *end_seq)
+{
+	struct dxl_ring_head h;
+	int ret = dxl_logstore_head(ls, ring, &h);
+	if (ret)
+		return ret;
+	const uint8_t *buf = ls->data + dxl_logstore_buf_off(ls, ring);
+	uint64_t pos = h.pos, seq = h.seq;
+	int n = 0;
+	while (pos - h.pos < ls->ring_size) {
+		uint64_t off = pos % ls->ring_size;
+		struct dxl_rec rec;
+		if (dxl_rec_decode(buf + off, ls->ring_size - off, &rec) != 0)
+			break; /* torn, stale or never written: the end */
+		if (rec.seq != seq)
+			break; /* a record of an earlier lap */
+		if (pos - h.pos + rec.total_len > ls->ring_size)
+			break;
+		if (rec.type == DXL_REC_DATA) {
+			n++;
+			if (fn && fn(&rec, pos, arg)) {
+				/* the caller stops here: report this record's position */
+				break;
+			}
+		}
+		pos += rec.total_len;
+		seq++;
+	}
+	dxl_err_clear();
+	if (end_pos)
+		*end_pos = pos;
+	if (end_seq)
+		*end_seq = seq;
+	return n;
+}

@@ -1,0 +1,287 @@
+/* test_ring.c -- ring layout, head slots, placement at the wrap, backpressure, scan */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "dxl/log.h"
+
+#define RING 16384
+
+struct fx {
+	char dir[128];
+	char path[256];
+	struct dxl_region *r;
+	struct dxl_logstore *ls;
+	/* a local writer on ring 0 */
+	uint64_t tail_pos, tail_seq;
+};
+
+static const struct dxl_region_id ID = {.cluster = "t", .node_id = 1,
+					.kind = DXL_REGION_LOG};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	snprintf(f->dir, sizeof(f->dir), "/tmp/dxl-test-ring-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->path, sizeof(f->path), "%s/log", f->dir);
+	uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(2, RING), 4096ull);
+	assert_int_equal(dxl_region_create(f->path, bytes, DXL_DUR_PROCESS, &ID, &f->r), 0);
+	assert_int_equal(dxl_logstore_format(f->r, 7, 2, RING), 0);
+	assert_int_equal(dxl_logstore_open(f->r, &f->ls), 0);
+	f->tail_pos = 0;
+	f->tail_seq = 1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	dxl_logstore_close(&f->ls);
+	dxl_region_close(&f->r);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+	int rc = system(cmd);
+	free(f);
+	return rc;
+}
+
+/* append a record with payload "rec-<n>" padded to len, as a writer would */
+static int append(struct fx *f, uint32_t n, uint32_t len)
+{
+	uint8_t payload[4096];
+	memset(payload, (int)(n & 0xff), len);
+	snprintf((char *)payload, sizeof(payload), "rec-%u", n);
+	struct dxl_rec r = {.type = DXL_REC_DATA, .writer = 0, .epoch = 1,
+			    .txn_id = n, .commit_ts = n, .payload = payload,
+			    .payload_len = len};
+	uint32_t size = dxl_rec_size(0, len);
+	struct dxl_ring_head h;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	struct dxl_ring_place p;
+	int ret = dxl_ring_place(RING, f->tail_pos, f->tail_seq, h.pos, size, &p);
+	if (ret)
+		return ret;
+	uint8_t *buf = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_buf_off(f->ls, 0);
+	if (p.skip_len)
+		assert_int_equal(dxl_rec_encode_skip(0, 1, p.skip_seq, p.skip_len,
+						     buf + p.skip_off, p.skip_len),
+				 (int)p.skip_len);
+	r.seq = p.rec_seq;
+	assert_int_equal(dxl_rec_encode(&r, NULL, buf + p.rec_off, RING - p.rec_off),
+			 (int)size);
+	f->tail_pos = p.new_tail_pos;
+	f->tail_seq = p.new_tail_seq;
+	return 0;
+}
+
+struct seen {
+	uint32_t n;
+	uint64_t txn[1024];
+	uint64_t pos[1024];
+	uint32_t stop_after;
+};
+
+static int collect(const struct dxl_rec *rec, uint64_t pos, void *arg)
+{
+	struct seen *s = arg;
+	s->pos[s->n] = pos;
+	s->txn[s->n++] = rec->txn_id;
+	char want[32];
+	snprintf(want, sizeof(want), "rec-%llu", (unsigned long long)rec->txn_id);
+	assert_memory_equal(rec->payload, want, strlen(want));
+	return s->stop_after && s->n >= s->stop_after;
+}
+
+static void test_format_and_open(void **state)
+{
+	struct fx *f = *state;
+	assert_int_equal(dxl_logstore_nrings(f->ls), 2);
+	assert_int_equal(dxl_logstore_ring_size(f->ls), RING);
+	assert_int_equal(dxl_logstore_shard(f->ls), 7);
+	struct dxl_ring_head h;
+	assert_int_equal(dxl_logstore_head(f->ls, 1, &h), 0);
+	assert_int_equal(h.pos, 0);
+	assert_int_equal(h.seq, 1);
+	assert_int_equal(dxl_logstore_format(f->r, 7, 2, RING), DXL_E_EXIST);
+	assert_int_equal(dxl_logstore_format(f->r, 7, 0, RING), DXL_E_INVAL);
+	assert_int_equal(dxl_logstore_format(f->r, 7, 2, 5000), DXL_E_INVAL);
+	assert_int_equal(dxl_logstore_format(f->r, 7, 64, RING), DXL_E_INVAL);
+	assert_int_equal(dxl_ring_scan(f->ls, 0, NULL, NULL, NULL, NULL), 0);
+	/* a damaged header is refused */
+	uint8_t *d = dxl_region_data(f->r);
+	d[13] ^= 1;
+	struct dxl_logstore *ls2;
+	assert_int_equal(dxl_logstore_open(f->r, &ls2), DXL_E_CORRUPT);
+	d[13] ^= 1;
+	assert_int_equal(dxl_logstore_open(f->r, &ls2), 0);
+	dxl_logstore_close(&ls2);
+}
+
+static void test_place_arithmetic(void **state)
+{
+	struct dxl_ring_place p;
+	/* plain */
+	assert_int_equal(dxl_ring_place(RING, 0, 1, 0, 256, &p), 0);
+	assert_int_equal(p.skip_len, 0);
+	assert_int_equal(p.rec_off, 0);
+	assert_int_equal(p.new_tail_pos, 256);
+	assert_int_equal(p.new_tail_seq, 2);
+	/* straddles the end: a skip record fills the rest */
+	assert_int_equal(dxl_ring_place(RING, RING - 128, 10, RING - 1024, 256, &p), 0);
+	assert_int_equal(p.skip_len, 128);
+	assert_int_equal(p.skip_off, RING - 128);
+	assert_int_equal(p.skip_seq, 10);
+	assert_int_equal(p.rec_off, 0);
+	assert_int_equal(p.rec_pos, RING);
+	assert_int_equal(p.rec_seq, 11);
+	assert_int_equal(p.new_tail_pos, RING + 256);
+	assert_int_equal(p.new_tail_seq, 12);
+	/* exactly fits up to the end: no skip */
+	assert_int_equal(dxl_ring_place(RING, RING - 256, 3, 512, 256, &p), 0);
+	assert_int_equal(p.skip_len, 0);
+	assert_int_equal(p.new_tail_pos, RING);
+	/* full: the head has not advanced far enough */
+	assert_int_equal(dxl_ring_place(RING, RING, 5, 0, 64, &p), DXL_E_FULL);
+	assert_int_equal(dxl_ring_place(RING, RING + 100 * 64, 5, 128, 256, &p), DXL_E_FULL);
+	/* the skip counts against free space too */
+	assert_int_equal(dxl_ring_place(RING, 2 * RING - 128, 5, RING + 200, 256, &p), DXL_E_FULL);
+	assert_int_equal(dxl_ring_place(RING, 2 * RING - 128, 5, RING + 256, 256, &p), 0);
+	/* never fits / bad input */
+	assert_int_equal(dxl_ring_place(RING, 0, 1, 0, RING / 2 + 64, &p), DXL_E_TOOBIG);
+	assert_int_equal(dxl_ring_place(RING, 0, 1, 0, 100, &p), DXL_E_INVAL);
+	assert_int_equal(dxl_ring_place(RING, 10, 1, 64, 64, &p), DXL_E_STALE);
+}
+
+static void test_append_wrap_and_scan(void **state)
+{
+	struct fx *f = *state;
+	uint32_t next_applied = 1;
+	struct dxl_ring_head h;
+	/* several laps: the "replica" applies and advances the head when full */
+	for (uint32_t n = 1; n <= 400; n++) {
+		uint32_t len = 20 + (n * 37) % 900;
+		int ret;
+		while ((ret = append(f, n, len)) == DXL_E_FULL) {
+			/* apply everything visible, then reclaim it */
+			struct seen s = {0};
+			uint64_t end_pos, end_seq;
+			int got = dxl_ring_scan(f->ls, 0, collect, &s, &end_pos, &end_seq);
+			assert_true(got > 0);
+			for (uint32_t i = 0; i < s.n; i++)
+				assert_int_equal(s.txn[i], next_applied++);
+			assert_int_equal(end_pos, f->tail_pos);
+			assert_int_equal(end_seq, f->tail_seq);
+			assert_int_equal(dxl_logstore_set_head(f->ls, 0, end_pos, end_seq), 0);
+		}
+		assert_int_equal(ret, 0);
+	}
+	assert_true(f->tail_pos > 3 * RING); /* it wrapped several times */
+	struct seen s = {0};
+	int got = dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL);
+	assert_int_equal(got, (int)(401 - next_applied));
+	for (uint32_t i = 0; i < s.n; i++)
+		assert_int_equal(s.txn[i], next_applied + i);
+	/* head may not go back */
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, h.pos - 64, h.seq), DXL_E_INVAL);
+	/* the other ring is untouched */
+	assert_int_equal(dxl_ring_scan(f->ls, 1, NULL, NULL, NULL, NULL), 0);
+}
+
+static void test_scan_stops_at_torn_and_stale(void **state)
+{
+	struct fx *f = *state;
+	for (uint32_t n = 1; n <= 5; n++)
+		assert_int_equal(append(f, n, 100), 0);
+	uint64_t pos5 = f->tail_pos - dxl_rec_size(0, 100);
+	/* tear record 5: its middle never arrived */
+	uint8_t *buf = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_buf_off(f->ls, 0);
+	memset(buf + pos5 + 70, 0xee, 8);
+	struct seen s = {0};
+	uint64_t end_pos;
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, &end_pos, NULL), 4);
+	assert_int_equal(end_pos, pos5);
+	/* stop early on request */
+	struct seen s2 = {.stop_after = 2};
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s2, &end_pos, NULL), 2);
+	assert_int_equal(end_pos, s2.pos[1]);
+
+	/* a stale record of an earlier lap: a valid record with an old seq */
+	f->tail_pos = pos5;
+	f->tail_seq = 5;
+	assert_int_equal(append(f, 5, 100), 0);
+	uint8_t saved[512];
+	uint32_t sz = dxl_rec_size(0, 100);
+	memcpy(saved, buf, sz); /* record 1, seq 1, at offset 0 */
+	memcpy(buf + f->tail_pos, saved, sz); /* as if left from a lap ago */
+	s = (struct seen){0};
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, &end_pos, NULL), 5);
+	assert_int_equal(end_pos, f->tail_pos);
+}
+
+static void test_head_slots_survive_a_torn_update(void **state)
+{
+	struct fx *f = *state;
+	for (uint32_t n = 1; n <= 3; n++)
+		assert_int_equal(append(f, n, 10), 0);
+	const uint64_t sz = dxl_rec_size(0, 10); /* 128 */
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2), 0); /* gen 2 */
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3), 0); /* gen 3 */
+	struct dxl_ring_head h;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(h.gen, 3);
+	assert_int_equal(h.pos, 2 * sz);
+	/* the newest slot is torn (a crash while writing it): the previous
+	 * head is used, which is safe: it only re-applies records */
+	uint8_t *ctl = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_ctl_off(f->ls, 0);
+	ctl[(3 % 2) * DXL_RING_HEAD_SLOT_SIZE + 9] ^= 0xff;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(h.gen, 2);
+	assert_int_equal(h.pos, sz);
+	assert_int_equal(h.seq, 2);
+	struct seen s = {0};
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), 2);
+	assert_int_equal(s.txn[0], 2);
+	/* both slots bad: an error, not a guess */
+	ctl[(2 % 2) * DXL_RING_HEAD_SLOT_SIZE + 1] ^= 0xff;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), DXL_E_CORRUPT);
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), DXL_E_CORRUPT);
+}
+
+static void test_survives_reopen(void **state)
+{
+	struct fx *f = *state;
+	for (uint32_t n = 1; n <= 10; n++)
+		assert_int_equal(append(f, n, 300), 0);
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, dxl_rec_size(0, 300) * 3, 4), 0);
+	dxl_logstore_close(&f->ls);
+	dxl_region_close(&f->r);
+	assert_int_equal(dxl_region_open(f->path, DXL_DUR_PROCESS, &ID, &f->r), 0);
+	assert_int_equal(dxl_logstore_open(f->r, &f->ls), 0);
+	struct seen s = {0};
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), 7);
+	assert_int_equal(s.txn[0], 4);
+	assert_int_equal(s.txn[6], 10);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_format_and_open, setup, teardown),
+		cmocka_unit_test(test_place_arithmetic),
+		cmocka_unit_test_setup_teardown(test_append_wrap_and_scan, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scan_stops_at_torn_and_stale, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_head_slots_survive_a_torn_update, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_survives_reopen, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("log rings", tests, NULL, NULL);
+}
