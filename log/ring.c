@@ -288,40 +288,138 @@ int dxl_ring_place(uint64_t ring_size, uint64_t tail_pos, uint64_t tail_seq,
 	return 0;
 }
 
-int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
-		  dxl_ring_scan_fn fn, void *arg, uint64_t *end_pos,
-		  uint64_t *end_seq)
+int dxl_ring_iter_init_at(struct dxl_ring_iter *it,
+			  const struct dxl_logstore *ls, uint32_t ring,
+			  uint64_t pos, uint64_t seq)
+{
+	if (ring >= ls->nrings)
+		return dxl_err_set(DXL_E_INVAL, "ring %u of %u", ring, ls->nrings);
+	it->ls = ls;
+	it->ring = ring;
+	it->start_pos = pos;
+	it->pos = pos;
+	it->seq = seq;
+	it->done = 0;
+	return 0;
+}
+
+int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
+		       uint32_t ring)
 {
 	struct dxl_ring_head h;
 	int ret = dxl_logstore_head(ls, ring, &h);
 	if (ret)
 		return ret;
-	const uint8_t *buf = ls->data + dxl_logstore_buf_off(ls, ring);
-	uint64_t pos = h.pos, seq = h.seq;
-	int n = 0;
-	while (pos - h.pos < ls->ring_size) {
-		uint64_t off = pos % ls->ring_size;
-		struct dxl_rec rec;
-		if (dxl_rec_decode(buf + off, ls->ring_size - off, &rec) != 0)
-			break; /* torn, stale or never written: the end */
-		if (rec.seq != seq)
-			break; /* a record of an earlier lap */
-		if (pos - h.pos + rec.total_len > ls->ring_size)
+	return dxl_ring_iter_init_at(it, ls, ring, h.pos, h.seq);
+}
+
+int dxl_ring_iter_next(struct dxl_ring_iter *it, struct dxl_rec *rec,
+		       uint64_t *pos)
+{
+	const struct dxl_logstore *ls = it->ls;
+	const uint8_t *buf = ls->data + dxl_logstore_buf_off(ls, it->ring);
+	while (!it->done && it->pos - it->start_pos < ls->ring_size) {
+		uint64_t off = it->pos % ls->ring_size;
+		/* a failed decode is the end of the valid content, not an
+		 * error: do not leave its message behind */
+		if (dxl_rec_decode(buf + off, ls->ring_size - off, rec) != 0 ||
+		    rec->seq != it->seq || /* a record of an earlier lap */
+		    it->pos - it->start_pos + rec->total_len > ls->ring_size) {
+			dxl_err_clear();
 			break;
-		if (rec.type == DXL_REC_DATA) {
-			n++;
-			if (fn && fn(&rec, pos, arg)) {
-				/* the caller stops here: report this record's position */
-				break;
-			}
 		}
-		pos += rec.total_len;
-		seq++;
+		uint64_t at = it->pos;
+		it->pos += rec->total_len;
+		it->seq++;
+		if (rec->type == DXL_REC_DATA) {
+			if (pos)
+				*pos = at;
+			return 1;
+		}
 	}
-	dxl_err_clear();
+	it->done = 1;
+	return 0;
+}
+
+int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
+		  dxl_ring_scan_fn fn, void *arg, uint64_t *end_pos,
+		  uint64_t *end_seq)
+{
+	struct dxl_ring_iter it;
+	int ret = dxl_ring_iter_init(&it, ls, ring);
+	if (ret)
+		return ret;
+	struct dxl_rec rec;
+	uint64_t pos;
+	int n = 0;
+	while (dxl_ring_iter_next(&it, &rec, &pos)) {
+		n++;
+		if (fn && fn(&rec, pos, arg)) {
+			/* the caller stops here: report this record's position */
+			it.pos = pos;
+			it.seq = rec.seq;
+			break;
+		}
+	}
 	if (end_pos)
-		*end_pos = pos;
+		*end_pos = it.pos;
 	if (end_seq)
-		*end_seq = seq;
+		*end_seq = it.seq;
 	return n;
+}
+
+struct merge_head {
+	struct dxl_ring_iter it;
+	struct dxl_rec rec;
+	uint64_t pos;
+	int have;
+};
+
+static int merge_advance(struct merge_head *m)
+{
+	uint64_t prev = m->have ? m->rec.commit_ts : 0;
+	m->have = dxl_ring_iter_next(&m->it, &m->rec, &m->pos);
+	if (m->have && m->rec.commit_ts < prev)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "ring %u: commit timestamp %llu after %llu (seq %llu): timestamps of a ring must not decrease",
+				   m->it.ring, (unsigned long long)m->rec.commit_ts,
+				   (unsigned long long)prev,
+				   (unsigned long long)m->rec.seq);
+	return 0;
+}
+
+int dxl_log_scan_merged(const struct dxl_logstore *ls, uint64_t resolved_ts,
+			dxl_log_merge_fn fn, void *arg)
+{
+	uint32_t k = ls->nrings;
+	struct merge_head *m = calloc(k, sizeof(*m));
+	if (!m)
+		return dxl_err_set(DXL_E_NOMEM, "log scan: out of memory");
+	int ret = 0, n = 0;
+	for (uint32_t i = 0; i < k && !ret; i++) {
+		ret = dxl_ring_iter_init(&m[i].it, ls, i);
+		if (!ret)
+			ret = merge_advance(&m[i]);
+	}
+	/* k-way merge by (commit_ts, writer); k is small (rings per shard) so
+	 * a linear minimum is cheaper than keeping a heap */
+	while (!ret) {
+		struct merge_head *best = NULL;
+		for (uint32_t i = 0; i < k; i++) {
+			if (!m[i].have)
+				continue;
+			if (!best || m[i].rec.commit_ts < best->rec.commit_ts ||
+			    (m[i].rec.commit_ts == best->rec.commit_ts &&
+			     m[i].rec.writer < best->rec.writer))
+				best = &m[i];
+		}
+		if (!best || best->rec.commit_ts >= resolved_ts)
+			break;
+		n++;
+		if (fn && fn(best->it.ring, &best->rec, best->pos, arg))
+			break;
+		ret = merge_advance(best);
+	}
+	free(m);
+	return ret ? ret : n;
 }

@@ -382,6 +382,47 @@ int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
 		  dxl_ring_scan_fn fn, void *arg, uint64_t *end_pos,
 		  uint64_t *end_seq);
 
+/*
+ * A ring iterator walks the valid records of one ring from a start point
+ * (the persisted head, or a cursor position/sequence a tailer kept), with
+ * the checks of dxl_ring_scan. Only data records are returned.
+ */
+struct dxl_ring_iter {
+	const struct dxl_logstore *ls;
+	uint32_t ring;
+	uint64_t start_pos;
+	uint64_t pos; /* position of the next record to examine */
+	uint64_t seq; /* its expected sequence number */
+	int done;
+};
+
+/* from the persisted head; DXL_E_CORRUPT if it is unreadable */
+int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
+		       uint32_t ring);
+/* from (pos, seq); DXL_E_INVAL if ring is out of range */
+int dxl_ring_iter_init_at(struct dxl_ring_iter *it,
+			  const struct dxl_logstore *ls, uint32_t ring,
+			  uint64_t pos, uint64_t seq);
+/* 1 and the next data record (and its position), or 0 at the end */
+int dxl_ring_iter_next(struct dxl_ring_iter *it, struct dxl_rec *rec,
+		       uint64_t *pos);
+
+/*
+ * dxl_log_scan_merged -- every valid data record of every ring from its
+ * persisted head, merged in the log's order (commit timestamp, then writer
+ * id), stopping before the first record whose commit timestamp is >=
+ * resolved_ts (UINT64_MAX: no bound): no writer can still append below a
+ * resolved timestamp, so what is emitted is a stable prefix of the log.
+ * Records of one ring must carry non-decreasing timestamps (one writer's
+ * hybrid clock); a ring that violates it is reported with DXL_E_CORRUPT.
+ * fn returning non-zero stops the scan. Returns the number of records
+ * emitted, or a negative error.
+ */
+typedef int (*dxl_log_merge_fn)(uint32_t ring, const struct dxl_rec *rec,
+				uint64_t pos, void *arg);
+int dxl_log_scan_merged(const struct dxl_logstore *ls, uint64_t resolved_ts,
+			dxl_log_merge_fn fn, void *arg);
+
 #ifdef __cplusplus
 }
 #endif
