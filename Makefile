@@ -12,6 +12,7 @@
 # names to run, e.g. TESTS="test_err test_fabric_tcp").
 
 CC      ?= gcc
+SHELL   := /bin/bash
 PREFIX  ?= /usr/local
 DESTDIR ?=
 O       ?= build
@@ -49,7 +50,7 @@ BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
 BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
 BINS       := $(if $(TOOL_SRCS),$(O)/bin/dxl) $(BENCH_BINS)
 
-.PHONY: all test asan tsan bench install clean check-deps
+.PHONY: all test asan tsan bench install clean fuzz
 all: $(LIB) $(BINS) $(TEST_BINS)
 
 $(O)/%.o: %.c
@@ -100,6 +101,26 @@ tsan:
 
 bench: all
 	scripts/run-bench.sh $(O)/bin
+
+# libFuzzer targets for the parsers (tests/fuzz/README); FUZZ_SECONDS each
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS := record superblock head
+FUZZ_SRCS := common/err.c common/log.c common/util.c log/record.c log/region.c \
+	     log/ring.c tests/lib/parser_checks.c
+fuzz:
+	@mkdir -p build/fuzz
+	$(CC) $(CFLAGS) -o build/fuzz/gen_seeds tests/fuzz/gen_seeds.c $(FUZZ_SRCS) $(LDLIBS)
+	build/fuzz/gen_seeds build/fuzz/seeds
+	set -e; for t in $(FUZZ_TARGETS); do \
+		clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+			-std=gnu11 -D_GNU_SOURCE -Iinclude -I. -o build/fuzz/fuzz_$$t \
+			tests/fuzz/fuzz_$$t.c $(FUZZ_SRCS) -lisal -lpmem2; \
+		mkdir -p build/fuzz/corpus/$$t; \
+		build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 \
+			-artifact_prefix=build/fuzz/crash-$$t- build/fuzz/corpus/$$t \
+			build/fuzz/seeds/$$t tests/fuzz/corpus/$$t 2>&1 | tail -3; \
+		test $${PIPESTATUS[0]} -eq 0 || { echo "fuzz_$$t found a crash: see build/fuzz/crash-$$t-*"; exit 1; }; \
+	done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \

@@ -5,7 +5,8 @@
 #
 # Usage: scripts/test.sh [--sanitizers] [TEST_NAME ...]
 #   --sanitizers   also run the suite under ASan+UBSan and TSan builds
-# Environment: JOBS (parallel make jobs, default nproc), DXL_TEST_TIMEOUT.
+# Environment: JOBS (parallel make jobs, default nproc), DXL_TEST_TIMEOUT,
+# FUZZ_SECONDS (per fuzz target, default 15).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,15 @@ echo "test.sh: ZooKeeper at $DXL_TEST_ZK"
 
 rc=0
 scripts/run-tests.sh build/tests "$@" || rc=1
+if [ $# -eq 0 ]; then
+	# bounded fuzzing of the on-disk parsers (tests/fuzz/README)
+	echo "=== fuzz (${FUZZ_SECONDS:-15}s per target)"
+	if make fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-15}" >build/fuzz.log 2>&1; then
+		echo "=== fuzz: no crash"
+	else
+		tail -20 build/fuzz.log; echo "=== fuzz: FAILED"; rc=1
+	fi
+fi
 if [ "$sanitizers" = 1 ]; then
 	make -j"${JOBS:-$(nproc)}" asan TESTS="$*" || rc=1
 	make -j"${JOBS:-$(nproc)}" tsan TESTS="$*" || rc=1
