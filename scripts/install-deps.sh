@@ -8,7 +8,8 @@
 set -euo pipefail
 
 PKGS=(
-	build-essential pkg-config python3 procps clang       # clang: libFuzzer
+	build-essential pkg-config python3 procps
+	clang libclang-rt-14-dev                               # libFuzzer (make fuzz)
 	libibverbs-dev librdmacm-dev rdma-core ibverbs-utils  # RDMA verbs provider
 	libpmem2-dev libpmemobj-dev libpmem-dev                # persistent memory
 	libzookeeper-mt-dev zookeeper                          # membership (C client, server)
