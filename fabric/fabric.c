@@ -484,6 +484,11 @@ uint32_t dxl_qp_remote_node(const struct dxl_qp *qp)
 	return qp->remote_node;
 }
 
+struct dxl_ctx *dxl_qp_ctx(const struct dxl_qp *qp)
+{
+	return qp->ctx;
+}
+
 int dxl_qp_is_passive(const struct dxl_qp *qp)
 {
 	return qp->passive;

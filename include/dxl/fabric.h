@@ -244,6 +244,8 @@ enum dxl_qp_state {
 
 enum dxl_qp_state dxl_qp_state(const struct dxl_qp *qp);
 uint32_t dxl_qp_remote_node(const struct dxl_qp *qp);
+/* dxl_qp_ctx -- the ctx the QP belongs to (whose poll reaps its completions) */
+struct dxl_ctx *dxl_qp_ctx(const struct dxl_qp *qp);
 int dxl_qp_is_passive(const struct dxl_qp *qp);
 /* one pointer of the owner's choice, e.g. its per-peer state */
 void dxl_qp_set_user(struct dxl_qp *qp, void *user);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "dxl/err.h"
+#include "dxl/fabric.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -422,6 +423,99 @@ typedef int (*dxl_log_merge_fn)(uint32_t ring, const struct dxl_rec *rec,
 				uint64_t pos, void *arg);
 int dxl_log_scan_merged(const struct dxl_logstore *ls, uint64_t resolved_ts,
 			dxl_log_merge_fn fn, void *arg);
+
+/* ---- RDPMA: remote persistent memory over the fabric (000 §2.3.5) --------- */
+
+/*
+ * Users do not touch remote NVM through raw pointers: they allocate fat
+ * pointers {node, rkey, addr, padded length} and RDPMA applies the hints
+ * (000 L681-697): an object below 256 bytes is aligned and padded to 64-byte
+ * PCIe words (H6/H7: no partial-line read-modify-write), one of 256 bytes
+ * or more to 256-byte XPLines (H5). Locks and other atomics live in DRAM
+ * (H8), never in an RDPMA object.
+ */
+struct dxl_fatptr {
+	uint64_t addr; /* remote virtual address, aligned as above */
+	uint32_t len;  /* padded length */
+	uint32_t rkey;
+	uint32_t node;
+};
+
+/* dxl_rdpma_padded -- the padded size of an object of size bytes (0 if 0) */
+uint32_t dxl_rdpma_padded(uint32_t size);
+
+/*
+ * A heap hands out fat pointers inside [base+off, base+off+len) of a
+ * registered region; its bookkeeping is in DRAM (the owner rebuilds it after
+ * a crash from what it stored). One thread at a time.
+ */
+struct dxl_rdpma_heap;
+
+/* Errors: DXL_E_INVAL (range outside the region, not 256-aligned), DXL_E_NOMEM */
+int dxl_rdpma_heap_new(struct dxl_mr *mr, uint64_t off, uint64_t len,
+		       struct dxl_rdpma_heap **out);
+void dxl_rdpma_heap_delete(struct dxl_rdpma_heap **h);
+/* Errors: DXL_E_INVAL (size 0), DXL_E_TOOBIG (over 16 MiB), DXL_E_FULL */
+int dxl_rdpma_alloc(struct dxl_rdpma_heap *h, uint32_t size,
+		    struct dxl_fatptr *out);
+/* Errors: DXL_E_INVAL (not a live allocation of this heap: double free,
+ * foreign or altered pointer); nothing changes then */
+int dxl_rdpma_free(struct dxl_rdpma_heap *h, const struct dxl_fatptr *fp);
+/* bytes handed out (padded), for tests and stats */
+uint64_t dxl_rdpma_heap_used(const struct dxl_rdpma_heap *h);
+
+/* How a one-sided PWrite makes its WRITE durable */
+enum dxl_pwrite_mode {
+	/* H9: WRITE (unsignalled) + READ (signalled) on the same QP, one
+	 * doorbell; the READ's completion means the WRITE is persistent
+	 * (000 L663-675). One round trip. */
+	DXL_PWRITE_H9 = 0,
+	/* the librpmem strawman: WRITE, wait for it, then READ, wait. Two round
+	 * trips; kept so benchmarks can show the difference. */
+	DXL_PWRITE_STRAWMAN = 1,
+	/* no flush READ at all: the WRITE is placed, NOT durable. Only for the
+	 * negative tests that prove the crash tests can fail. */
+	DXL_PWRITE_NOFLUSH = 2,
+};
+
+const char *dxl_pwrite_mode_name(enum dxl_pwrite_mode m);
+
+/*
+ * dxl_rdpma_pwrite_chain -- fill wr[0..1] with the H9 pair for writing len
+ * bytes from src (in the MR of lkey) at fp->addr + off: wr[0] an unsignalled
+ * WRITE, wr[1] a signalled 8-byte READ of flush_raddr (any 8 readable bytes
+ * of the same node under flush_rkey, e.g. a ring's head slots) into
+ * flush_dst (8-byte aligned, in the MR of flush_lkey), linked. The READ
+ * carries wr_id. Returns 2. Errors: DXL_E_INVAL (off+len beyond the fat
+ * pointer, len 0).
+ */
+int dxl_rdpma_pwrite_chain(struct dxl_wr wr[2], const struct dxl_fatptr *fp,
+			   uint64_t off, const void *src, uint32_t len,
+			   uint32_t lkey, uint64_t flush_raddr,
+			   uint32_t flush_rkey, void *flush_dst,
+			   uint32_t flush_lkey, uint64_t wr_id);
+
+/*
+ * Synchronous one-sided Read/Write/PWrite on fat pointers: post, then poll
+ * the QP's ctx until the request completes (dxl_ctx_wait while idle). For
+ * callers that have nothing else in flight on that ctx (tools, tests, set-up
+ * paths): a completion of another request reaped meanwhile is an error
+ * (DXL_E_STATE). Code with many requests in flight builds chains with
+ * dxl_rdpma_pwrite_chain and routes completions itself (coroutines).
+ * `scratch` is an 8-byte-aligned 8-byte buffer in the MR of scratch_lkey
+ * used as the flush READ's destination.
+ * Errors: DXL_E_INVAL (range outside the fat pointer), DXL_E_ACCESS (remote
+ * access error), DXL_E_UNREACHABLE (peer dead or timed out), DXL_E_STATE
+ * (QP in error), and dxl_qp_post's errors.
+ */
+int dxl_rdpma_read(struct dxl_qp *qp, const struct dxl_fatptr *fp,
+		   uint64_t off, void *dst, uint32_t len, uint32_t lkey);
+int dxl_rdpma_write(struct dxl_qp *qp, const struct dxl_fatptr *fp,
+		    uint64_t off, const void *src, uint32_t len, uint32_t lkey);
+int dxl_rdpma_pwrite(struct dxl_qp *qp, const struct dxl_fatptr *fp,
+		     uint64_t off, const void *src, uint32_t len, uint32_t lkey,
+		     enum dxl_pwrite_mode mode, void *scratch,
+		     uint32_t scratch_lkey);
 
 #ifdef __cplusplus
 }
