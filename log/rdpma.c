@@ -379,6 +379,20 @@ int dxl_rdpma_write(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 	return post_wait(qp, &wr, SYNC_WRID);
 }
 
+int dxl_rdpma_cas(struct dxl_qp *qp, uint64_t raddr, uint32_t rkey,
+		  uint64_t compare, uint64_t swap, uint64_t *old, void *scratch,
+		  uint32_t scratch_lkey)
+{
+	struct dxl_wr wr = {.wr_id = SYNC_WRID, .op = DXL_WR_CAS,
+			    .flags = DXL_WR_SIGNALED, .local = scratch, .len = 8,
+			    .lkey = scratch_lkey, .remote_addr = raddr, .rkey = rkey,
+			    .compare_add = compare, .swap = swap};
+	int ret = post_wait(qp, &wr, SYNC_WRID);
+	if (!ret && old)
+		memcpy(old, scratch, 8);
+	return ret;
+}
+
 int dxl_rdpma_pwrite(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 		     uint64_t off, const void *src, uint32_t len, uint32_t lkey,
 		     enum dxl_pwrite_mode mode, void *scratch,

@@ -12,8 +12,9 @@
  *   8 version (u32)        20 reserved (u32)
  *  12 shard (u32)          24 ring size (u64)
  *
- * Head slot (control block offsets 0 and 32):
- *   0 generation (u64)  8 pos (u64)  16 seq (u64)  24 CRC32C of 0..23 (u32)
+ * Head slot (control block offsets 0 and 64):
+ *   0 generation (u64)  8 pos (u64)  16 seq (u64)  24 last_ts (u64)
+ *  32 CRC32C of 0..31 (u32), then zero up to 64
  * Who writes what (H8: CPU-owned words stay with the CPU): the log header
  * and the head slots are written only by the replica's CPU; remote writers
  * only READ them. Ring buffers are written only by their writer (remote
@@ -75,13 +76,15 @@ uint64_t dxl_logstore_buf_off(const struct dxl_logstore *ls, uint32_t ring)
 	return dxl_logstore_ctl_off(ls, ring) + DXL_RING_CTL_SIZE;
 }
 
-static void slot_encode(uint8_t *s, uint64_t gen, uint64_t pos, uint64_t seq)
+static void slot_encode(uint8_t *s, uint64_t gen, uint64_t pos, uint64_t seq,
+			uint64_t last_ts)
 {
+	memset(s, 0, DXL_RING_HEAD_SLOT_SIZE);
 	put64(s, gen);
 	put64(s + 8, pos);
 	put64(s + 16, seq);
-	put32(s + 24, dxl_crc32c(0, s, 24));
-	put32(s + 28, 0);
+	put64(s + 24, last_ts);
+	put32(s + 32, dxl_crc32c(0, s, 32));
 }
 
 int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
@@ -89,7 +92,7 @@ int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
 	const uint8_t *s = slots;
 	int found = 0;
 	for (int i = 0; i < 2; i++, s += DXL_RING_HEAD_SLOT_SIZE) {
-		if (dxl_crc32c(0, s, 24) != get32(s + 24))
+		if (dxl_crc32c(0, s, 32) != get32(s + 32))
 			continue;
 		uint64_t gen = get64(s);
 		if (gen == 0 || (found && gen <= out->gen))
@@ -97,6 +100,7 @@ int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
 		out->gen = gen;
 		out->pos = get64(s + 8);
 		out->seq = get64(s + 16);
+		out->last_ts = get64(s + 24);
 		found = 1;
 	}
 	return found ? 0
@@ -129,7 +133,7 @@ int dxl_logstore_format(struct dxl_region *r, uint32_t shard, uint32_t nrings,
 		uint8_t *ctl = d + DXL_LOG_HDR_SIZE +
 			       (uint64_t)i * (DXL_RING_CTL_SIZE + ring_size);
 		memset(ctl, 0, DXL_RING_CTL_SIZE);
-		slot_encode(ctl, 1, 0, FIRST_SEQ);
+		slot_encode(ctl, 1, 0, FIRST_SEQ, 0);
 		dxl_region_persist(r, ctl, DXL_RING_CTL_SIZE);
 		/* a ring's first record must not be mistaken for a stale one:
 		 * zero the first line (new regions are zero anyway) */
@@ -223,25 +227,27 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 }
 
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
-			  uint64_t seq)
+			  uint64_t seq, uint64_t last_ts)
 {
 	struct dxl_ring_head cur;
 	int ret = dxl_logstore_head(ls, ring, &cur);
 	if (ret)
 		return ret;
-	if (pos < cur.pos || seq < cur.seq)
+	if (pos < cur.pos || seq < cur.seq || last_ts < cur.last_ts)
 		return dxl_err_set(DXL_E_INVAL,
-				   "ring %u: head may not go back (pos %llu -> %llu, seq %llu -> %llu)",
+				   "ring %u: head may not go back (pos %llu -> %llu, seq %llu -> %llu, ts %llu -> %llu)",
 				   ring, (unsigned long long)cur.pos,
 				   (unsigned long long)pos,
 				   (unsigned long long)cur.seq,
-				   (unsigned long long)seq);
+				   (unsigned long long)seq,
+				   (unsigned long long)cur.last_ts,
+				   (unsigned long long)last_ts);
 	/* overwrite the older slot; the newer one stays valid until this one
 	 * is persisted, so a crash mid-update keeps the previous head */
 	uint64_t gen = cur.gen + 1;
 	uint8_t *slot = ls->data + dxl_logstore_ctl_off(ls, ring) +
 			(gen % 2) * DXL_RING_HEAD_SLOT_SIZE;
-	slot_encode(slot, gen, pos, seq);
+	slot_encode(slot, gen, pos, seq, last_ts);
 	dxl_region_persist(ls->r, slot, DXL_RING_HEAD_SLOT_SIZE);
 	return 0;
 }
@@ -294,13 +300,22 @@ int dxl_ring_iter_init_at(struct dxl_ring_iter *it,
 {
 	if (ring >= ls->nrings)
 		return dxl_err_set(DXL_E_INVAL, "ring %u of %u", ring, ls->nrings);
-	it->ls = ls;
+	dxl_ring_iter_init_buf(it, ls->data + dxl_logstore_buf_off(ls, ring),
+			       ls->ring_size, pos, seq);
 	it->ring = ring;
+	return 0;
+}
+
+void dxl_ring_iter_init_buf(struct dxl_ring_iter *it, const void *buf,
+			    uint64_t ring_size, uint64_t pos, uint64_t seq)
+{
+	it->buf = buf;
+	it->ring_size = ring_size;
+	it->ring = 0;
 	it->start_pos = pos;
 	it->pos = pos;
 	it->seq = seq;
 	it->done = 0;
-	return 0;
 }
 
 int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
@@ -316,15 +331,14 @@ int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
 int dxl_ring_iter_next(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		       uint64_t *pos)
 {
-	const struct dxl_logstore *ls = it->ls;
-	const uint8_t *buf = ls->data + dxl_logstore_buf_off(ls, it->ring);
-	while (!it->done && it->pos - it->start_pos < ls->ring_size) {
-		uint64_t off = it->pos % ls->ring_size;
+	const uint64_t size = it->ring_size;
+	while (!it->done && it->pos - it->start_pos < size) {
+		uint64_t off = it->pos % size;
 		/* a failed decode is the end of the valid content, not an
 		 * error: do not leave its message behind */
-		if (dxl_rec_decode(buf + off, ls->ring_size - off, rec) != 0 ||
+		if (dxl_rec_decode(it->buf + off, size - off, rec) != 0 ||
 		    rec->seq != it->seq || /* a record of an earlier lap */
-		    it->pos - it->start_pos + rec->total_len > ls->ring_size) {
+		    it->pos - it->start_pos + rec->total_len > size) {
 			dxl_err_clear();
 			break;
 		}
@@ -366,6 +380,26 @@ int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
 	if (end_seq)
 		*end_seq = it.seq;
 	return n;
+}
+
+int dxl_ring_advance_head(struct dxl_logstore *ls, uint32_t ring)
+{
+	struct dxl_ring_iter it;
+	int ret = dxl_ring_iter_init(&it, ls, ring);
+	if (ret)
+		return ret;
+	struct dxl_ring_head h;
+	dxl_logstore_head(ls, ring, &h);
+	uint64_t ts = h.last_ts;
+	struct dxl_rec rec;
+	int n = 0;
+	while (dxl_ring_iter_next(&it, &rec, NULL)) {
+		if (rec.commit_ts > ts)
+			ts = rec.commit_ts;
+		n++;
+	}
+	ret = dxl_logstore_set_head(ls, ring, it.pos, it.seq, ts);
+	return ret ? ret : n;
 }
 
 struct merge_head {

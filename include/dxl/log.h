@@ -265,6 +265,10 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  *                         (written by the replica's CPU), owner writer/epoch
  *   ... + 4096            ring i buffer (size bytes, a multiple of 4096)
  *
+ * Control block offset 128 holds the ring's owner word: 0 while unclaimed,
+ * else 1 + the writer id. It is NIC-owned (H8): changed only by a fabric
+ * CAS, which is how a writer claims its ring at start-up.
+ *
  * Positions are 64-bit logical byte offsets that only grow; a record at
  * position p lives at buffer offset p % size. Records never straddle the
  * end of the buffer: the writer fills the rest with a skip record first.
@@ -274,15 +278,18 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  *
  * The head (pos, seq) is what the replica has applied or retained: the
  * writer may reuse space below it. The replica persists it in one of two
- * slots {generation, pos, seq, CRC32C}, alternating, so a crash during the
- * update leaves the previous head readable. Writers learn it by READing the
+ * slots {generation, pos, seq, last_ts, CRC32C}, alternating, so a crash
+ * during the update leaves the previous head readable. last_ts is the
+ * commit timestamp of the last record below the head, so a restarted writer
+ * never appends below what was already applied. Writers learn it by READing the
  * control block (the flush READ of an append does that for free).
  */
 #define DXL_REGION_LOG 1u
 #define DXL_LOG_HDR_SIZE 4096
 #define DXL_RING_CTL_SIZE 4096
 #define DXL_RING_MAX 1024
-#define DXL_RING_HEAD_SLOT_SIZE 32 /* two slots at control-block offset 0 */
+#define DXL_RING_HEAD_SLOT_SIZE 64 /* two slots at control-block offset 0 */
+#define DXL_RING_OWNER_OFF 128     /* owner word in the control block */
 
 struct dxl_logstore;
 
@@ -319,6 +326,7 @@ struct dxl_ring_head {
 	uint64_t gen; /* increases with every update */
 	uint64_t pos;
 	uint64_t seq; /* sequence number of the record at pos */
+	uint64_t last_ts; /* commit timestamp of the last record before pos */
 };
 
 /*
@@ -333,11 +341,12 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 		      struct dxl_ring_head *out);
 
 /*
- * dxl_logstore_set_head -- persist a new head for ring (pos, seq must not
- * go backwards: DXL_E_INVAL). Replica side only (CPU-owned words, H8).
+ * dxl_logstore_set_head -- persist a new head for ring: pos, seq and the
+ * commit timestamp of the last record before pos (none may go backwards:
+ * DXL_E_INVAL). Replica side only (CPU-owned words, H8).
  */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
-			  uint64_t seq);
+			  uint64_t seq, uint64_t last_ts);
 
 /* ---- placing records (writer side, pure arithmetic) ------------------------ */
 
@@ -384,12 +393,20 @@ int dxl_ring_scan(const struct dxl_logstore *ls, uint32_t ring,
 		  uint64_t *end_seq);
 
 /*
+ * dxl_ring_advance_head -- apply-all for tests and tools: set ring's head to
+ * the end of its valid records (what a replica does after applying them).
+ * Returns the number of records passed, or a negative error.
+ */
+int dxl_ring_advance_head(struct dxl_logstore *ls, uint32_t ring);
+
+/*
  * A ring iterator walks the valid records of one ring from a start point
  * (the persisted head, or a cursor position/sequence a tailer kept), with
  * the checks of dxl_ring_scan. Only data records are returned.
  */
 struct dxl_ring_iter {
-	const struct dxl_logstore *ls;
+	const uint8_t *buf; /* the ring buffer (a region's, or a copy of one) */
+	uint64_t ring_size;
 	uint32_t ring;
 	uint64_t start_pos;
 	uint64_t pos; /* position of the next record to examine */
@@ -404,6 +421,9 @@ int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
 int dxl_ring_iter_init_at(struct dxl_ring_iter *it,
 			  const struct dxl_logstore *ls, uint32_t ring,
 			  uint64_t pos, uint64_t seq);
+/* over a ring buffer in memory, e.g. a copy READ from a remote replica */
+void dxl_ring_iter_init_buf(struct dxl_ring_iter *it, const void *buf,
+			    uint64_t ring_size, uint64_t pos, uint64_t seq);
 /* 1 and the next data record (and its position), or 0 at the end */
 int dxl_ring_iter_next(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		       uint64_t *pos);
@@ -516,6 +536,131 @@ int dxl_rdpma_pwrite(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 		     uint64_t off, const void *src, uint32_t len, uint32_t lkey,
 		     enum dxl_pwrite_mode mode, void *scratch,
 		     uint32_t scratch_lkey);
+/* a synchronous 8-byte CAS at raddr; *old receives the previous value */
+int dxl_rdpma_cas(struct dxl_qp *qp, uint64_t raddr, uint32_t rkey,
+		  uint64_t compare, uint64_t swap, uint64_t *old, void *scratch,
+		  uint32_t scratch_lkey);
+
+/* ---- replicated append --------------------------------------------------- */
+
+/*
+ * What a writer needs to append to one replica's ring: where the replica
+ * listens, its log data area as registered (REMOTE_READ | REMOTE_WRITE |
+ * REMOTE_ATOMIC | PERSISTENT; addr = the first byte of the region's data
+ * area), and the ring assigned to this writer. Plain data: the replica fills it
+ * (dxl_log_target_init) and publishes it; writers copy it.
+ */
+struct dxl_log_target {
+	char addr[DXL_FABRIC_ADDR_MAX];
+	uint32_t remote_ctx;
+	struct dxl_mr_desc data;
+	uint32_t ring;
+	uint64_t ring_size;
+	uint64_t ctl_off; /* ring's control block, offset in the data area */
+	uint64_t buf_off; /* ring's buffer, offset in the data area */
+};
+
+/*
+ * dxl_log_target_init -- describe ring `ring` of ls, whose data area is
+ * registered as data_mr, served at addr/remote_ctx.
+ * Errors: DXL_E_INVAL (ring out of range, data_mr not the data area).
+ */
+int dxl_log_target_init(struct dxl_log_target *t, const struct dxl_logstore *ls,
+			const struct dxl_mr *data_mr, const char *addr,
+			uint32_t remote_ctx, uint32_t ring);
+
+#define DXL_APPEND_MAX_TARGETS 8
+
+struct dxl_appender_cfg {
+	uint32_t writer_id;      /* written into every record */
+	uint32_t epoch;          /* written into every record */
+	uint32_t max_inflight;   /* appends in flight; default 16, 1..256 */
+	uint32_t max_record;     /* largest encoded record; default 65536 */
+	enum dxl_pwrite_mode mode; /* default DXL_PWRITE_H9 */
+	uint32_t full_wait_ms;   /* wait for ring space at most; default 2000 */
+};
+
+void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg);
+
+/* One finished append, delivered in append order. */
+struct dxl_append_result {
+	uint64_t token;  /* as returned by dxl_appender_append */
+	/* 0: persistent on every target (acknowledged). Otherwise the append
+	 * is NOT acknowledged: DXL_E_UNREACHABLE (a target died or timed out),
+	 * DXL_E_ACCESS (a target refused the access: stale rkey, fenced),
+	 * DXL_E_STATE (a target's QP had failed earlier). */
+	int status;
+	uint32_t acked;  /* bit i: target i has it persistent */
+	uint32_t failed; /* bit i: target i may not have it */
+	uint64_t seq;    /* the record's sequence number in the ring */
+	uint64_t pos;    /* its ring position */
+};
+
+struct dxl_appender;
+
+/*
+ * dxl_appender_new -- connect ctx to every target, claim each ring for
+ * cfg.writer_id (a CAS on its owner word), read its head and contents to
+ * find where this writer's records end (its tail), and get ready to append. The appender owns ctx's completions from now on: do not
+ * post on or poll ctx elsewhere while it lives.
+ * Errors: DXL_E_INVAL (n 0 or over DXL_APPEND_MAX_TARGETS, bad cfg),
+ * DXL_E_STALE (a ring is owned by or holds records of another writer, or
+ * the targets' rings end at different places: they must be repaired first),
+ * DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT (unreadable head),
+ * DXL_E_NOMEM.
+ */
+int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
+		     const struct dxl_log_target *targets, unsigned n,
+		     struct dxl_appender **out);
+
+/* dxl_appender_delete -- close the QPs; appends still in flight are
+ * abandoned (neither acknowledged nor guaranteed absent). *a = NULL. */
+void dxl_appender_delete(struct dxl_appender **a);
+
+/*
+ * dxl_appender_append -- start appending one data record to every target's
+ * ring: one round trip per target (H9), all targets in parallel; many
+ * appends may be in flight. The appender fills the record's type, writer,
+ * epoch and seq; the caller gives txn_id, commit_ts (not below the previous
+ * append's), nparts/parts and the payload. The payload is copied: the
+ * caller's buffers may be reused at return. *token identifies the append in
+ * its dxl_append_result.
+ * Returns 0 once posted. Errors (nothing appended): DXL_E_AGAIN
+ * (max_inflight appends await dxl_appender_poll), DXL_E_TOOBIG (over
+ * max_record or half a ring), DXL_E_FULL (no ring space within
+ * full_wait_ms: the replicas do not advance their heads), DXL_E_INVAL
+ * (bad record, commit_ts going back), DXL_E_UNAVAIL (every target failed).
+ */
+int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
+			const uint32_t *parts, uint64_t *token);
+
+/*
+ * dxl_appender_poll -- make progress without blocking and return up to n
+ * finished appends, oldest first. Returns the count (0..n).
+ */
+int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
+		      int n);
+
+/* dxl_appender_wait -- block (spin, then sleep) until a result may be
+ * ready, at most timeout_ms. 0 or DXL_E_TIMEDOUT. */
+int dxl_appender_wait(struct dxl_appender *a, int timeout_ms);
+
+/*
+ * dxl_appender_append_sync -- append and wait for the result. Only when no
+ * other append is in flight (DXL_E_BUSY otherwise). Returns 0 when the
+ * record is persistent on every target, else the result's status (and
+ * *res says which targets have it) or an error of dxl_appender_append.
+ */
+int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
+			     const uint32_t *parts,
+			     struct dxl_append_result *res);
+
+uint32_t dxl_appender_inflight(const struct dxl_appender *a);
+/* bit i set: target i's QP failed; appends no longer reach it */
+uint32_t dxl_appender_failed_targets(const struct dxl_appender *a);
+/* the next append's ring position and sequence number */
+void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
+		       uint64_t *seq);
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 	}
 	struct dxl_logstore *ls;
 	dxl_logstore_open(reg, &ls);
-	dxl_logstore_set_head(ls, 0, 128, 3);
+	dxl_logstore_set_head(ls, 0, 128, 3, 99);
 	put(argv[1], "head", 0,
 	    (uint8_t *)dxl_region_data(reg) + dxl_logstore_ctl_off(ls, 0),
 	    2 * DXL_RING_HEAD_SLOT_SIZE);

@@ -180,7 +180,7 @@ static void test_append_wrap_and_scan(void **state)
 				assert_int_equal(s.txn[i], next_applied++);
 			assert_int_equal(end_pos, f->tail_pos);
 			assert_int_equal(end_seq, f->tail_seq);
-			assert_int_equal(dxl_logstore_set_head(f->ls, 0, end_pos, end_seq), 0);
+			assert_int_equal(dxl_logstore_set_head(f->ls, 0, end_pos, end_seq, s.n ? s.txn[s.n - 1] : 0), 0);
 		}
 		assert_int_equal(ret, 0);
 	}
@@ -192,7 +192,8 @@ static void test_append_wrap_and_scan(void **state)
 		assert_int_equal(s.txn[i], next_applied + i);
 	/* head may not go back */
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, h.pos - 64, h.seq), DXL_E_INVAL);
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, h.pos - 64, h.seq, h.last_ts), DXL_E_INVAL);
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, h.pos, h.seq, h.last_ts - 1), DXL_E_INVAL);
 	/* the other ring is untouched */
 	assert_int_equal(dxl_ring_scan(f->ls, 1, NULL, NULL, NULL, NULL), 0);
 }
@@ -234,8 +235,8 @@ static void test_head_slots_survive_a_torn_update(void **state)
 	for (uint32_t n = 1; n <= 3; n++)
 		assert_int_equal(append(f, n, 10), 0);
 	const uint64_t sz = dxl_rec_size(0, 10); /* 128 */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2), 0); /* gen 2 */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3), 0); /* gen 3 */
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2, 1), 0); /* gen 2 */
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3, 2), 0); /* gen 3 */
 	struct dxl_ring_head h;
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
 	assert_int_equal(h.gen, 3);
@@ -248,6 +249,7 @@ static void test_head_slots_survive_a_torn_update(void **state)
 	assert_int_equal(h.gen, 2);
 	assert_int_equal(h.pos, sz);
 	assert_int_equal(h.seq, 2);
+	assert_int_equal(h.last_ts, 1);
 	struct seen s = {0};
 	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), 2);
 	assert_int_equal(s.txn[0], 2);
@@ -262,7 +264,7 @@ static void test_survives_reopen(void **state)
 	struct fx *f = *state;
 	for (uint32_t n = 1; n <= 10; n++)
 		assert_int_equal(append(f, n, 300), 0);
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, dxl_rec_size(0, 300) * 3, 4), 0);
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, dxl_rec_size(0, 300) * 3, 4, 3), 0);
 	dxl_logstore_close(&f->ls);
 	dxl_region_close(&f->r);
 	assert_int_equal(dxl_region_open(f->path, DXL_DUR_PROCESS, &ID, &f->r), 0);
@@ -336,7 +338,7 @@ static void test_merge_by_timestamp_and_writer(void **state)
 	m = (struct merged){0};
 	assert_int_equal(dxl_log_scan_merged(f->ls, 5, merge_collect, &m), 0);
 	/* from a head that was advanced, the merge starts there */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * dxl_rec_size(0, 32), 3), 0);
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * dxl_rec_size(0, 32), 3, 20), 0);
 	m = (struct merged){0};
 	assert_int_equal(dxl_log_scan_merged(f->ls, UINT64_MAX, merge_collect, &m), 5);
 	assert_int_equal(m.ts[0], 5);

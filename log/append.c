@@ -1,0 +1,679 @@
+/* append.c -- replicated appends: one round trip per replica (H9), pipelined */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "dxl/log.h"
+
+/*
+ * Who may call: everything here runs on the thread that owns the ctx given
+ * to dxl_appender_new; nothing is shared with other threads.
+ *
+ * An append k uses staging slot k % max_inflight: the encoded record (and a
+ * skip record when it wraps the ring) sits there, in memory registered with
+ * the fabric, until every target has completed it. For each live target the
+ * chain [skip WRITE] + record WRITE (both unsignalled) + READ of the ring's
+ * two head slots (signalled) goes out with one doorbell. The READ completing
+ * means the WRITEs before it on that QP are persistent (H9, 000 L665-675),
+ * and what it read is the replica's current head: free space is learnt for
+ * free. Completions of one QP arrive in posting order, so appends finish in
+ * order per target, and hence in order overall.
+ *
+ * wr_id = slot << 8 | target.
+ */
+
+#define HEADS_READ (2 * DXL_RING_HEAD_SLOT_SIZE)
+
+struct target {
+	struct dxl_log_target t;
+	struct dxl_qp *qp;
+	int dead;
+	uint64_t head_gen;
+	uint64_t head_pos;
+};
+
+struct slot {
+	int used;
+	int done;            /* every target answered */
+	uint64_t token;
+	uint32_t pending;    /* targets still to answer */
+	uint32_t acked;
+	uint32_t failed;
+	int err;             /* first failure's code */
+	uint8_t straw_read_posted[DXL_APPEND_MAX_TARGETS];
+	uint64_t seq, pos;
+	uint64_t rec_off, skip_off;
+	uint32_t rec_len, skip_len;
+	uint8_t *rec;        /* staging: the record */
+	uint8_t *skip;       /* staging: a skip record */
+	uint8_t *heads;      /* DXL_APPEND_MAX_TARGETS * HEADS_READ: flush READs */
+};
+
+struct dxl_appender {
+	struct dxl_ctx *ctx;
+	struct dxl_appender_cfg cfg;
+	unsigned n;
+	struct target tg[DXL_APPEND_MAX_TARGETS];
+	uint8_t *mem;
+	size_t mem_len;
+	struct dxl_mr *mr;
+	struct slot *slots;
+	uint64_t next_token; /* next append */
+	uint64_t done_token; /* next result to deliver */
+	uint64_t tail_pos, tail_seq;
+	uint64_t last_ts;
+	uint64_t ring_size;
+};
+
+void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->max_inflight = 16;
+	cfg->max_record = 65536;
+	cfg->mode = DXL_PWRITE_H9;
+	cfg->full_wait_ms = 2000;
+}
+
+int dxl_log_target_init(struct dxl_log_target *t, const struct dxl_logstore *ls,
+			const struct dxl_mr *data_mr, const char *addr,
+			uint32_t remote_ctx, uint32_t ring)
+{
+	if (!t || !ls || !data_mr || !addr || ring >= dxl_logstore_nrings(ls))
+		return dxl_err_set(DXL_E_INVAL, "log target: bad argument (ring %u)",
+				   ring);
+	struct dxl_region *r = dxl_logstore_region(ls);
+	uint64_t need = dxl_logstore_bytes(dxl_logstore_nrings(ls),
+					   dxl_logstore_ring_size(ls));
+	if (dxl_mr_addr(data_mr) != dxl_region_data(r) || dxl_mr_len(data_mr) < need)
+		return dxl_err_set(DXL_E_INVAL,
+				   "log target: the MR must cover the data area of %s",
+				   dxl_region_path(r));
+	memset(t, 0, sizeof(*t));
+	if (snprintf(t->addr, sizeof(t->addr), "%s", addr) >= (int)sizeof(t->addr))
+		return dxl_err_set(DXL_E_INVAL, "log target: address too long");
+	t->remote_ctx = remote_ctx;
+	dxl_mr_desc(data_mr, &t->data);
+	t->ring = ring;
+	t->ring_size = dxl_logstore_ring_size(ls);
+	t->ctl_off = dxl_logstore_ctl_off(ls, ring);
+	t->buf_off = dxl_logstore_buf_off(ls, ring);
+	return 0;
+}
+
+static struct dxl_fatptr data_fp(const struct target *t)
+{
+	struct dxl_fatptr fp = {.addr = t->t.data.addr,
+				.len = (uint32_t)DXL_MIN(t->t.data.len, UINT32_MAX),
+				.rkey = t->t.data.rkey, .node = t->t.data.node};
+	return fp;
+}
+
+static void note_head(struct target *t, const uint8_t *slots)
+{
+	struct dxl_ring_head h;
+	if (dxl_ring_head_decode(slots, &h) == 0 && h.gen > t->head_gen) {
+		t->head_gen = h.gen;
+		t->head_pos = h.pos;
+	}
+	dxl_err_clear();
+}
+
+/* read target t's head and ring (nothing else in flight on ctx yet) and
+ * find where this writer's records end */
+static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
+		    uint32_t lkey, uint64_t *end_pos, uint64_t *end_seq)
+{
+	struct dxl_fatptr fp = data_fp(t);
+	uint8_t *hb = a->slots[0].heads;
+	/* claim the ring: its owner word goes 0 -> 1 + writer id, once */
+	uint64_t me = (uint64_t)a->cfg.writer_id + 1, owner = 0;
+	int ret = dxl_rdpma_cas(t->qp, fp.addr + t->t.ctl_off + DXL_RING_OWNER_OFF,
+				fp.rkey, 0, me, &owner, hb, dxl_mr_lkey(a->mr));
+	if (ret)
+		return ret;
+	if (owner != 0 && owner != me)
+		return dxl_err_set(DXL_E_STALE,
+				   "ring %u at %s is owned by writer %llu, not %u",
+				   t->t.ring, t->t.addr,
+				   (unsigned long long)owner - 1, a->cfg.writer_id);
+	ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+			     dxl_mr_lkey(a->mr));
+	if (ret)
+		return ret;
+	struct dxl_ring_head h;
+	if ((ret = dxl_ring_head_decode(hb, &h)))
+		return ret;
+	t->head_gen = h.gen;
+	t->head_pos = h.pos;
+	if (h.last_ts > a->last_ts)
+		a->last_ts = h.last_ts;
+	for (uint64_t off = 0; off < t->t.ring_size; off += 1u << 20) {
+		uint32_t len = (uint32_t)DXL_MIN(1ull << 20, t->t.ring_size - off);
+		if ((ret = dxl_rdpma_read(t->qp, &fp, t->t.buf_off + off, buf + off,
+					  len, lkey)))
+			return ret;
+	}
+	struct dxl_ring_iter it;
+	dxl_ring_iter_init_buf(&it, buf, t->t.ring_size, h.pos, h.seq);
+	struct dxl_rec rec;
+	while (dxl_ring_iter_next(&it, &rec, NULL)) {
+		if (rec.writer != a->cfg.writer_id)
+			return dxl_err_set(DXL_E_STALE,
+					   "ring %u at %s holds records of writer %u, not %u",
+					   t->t.ring, t->t.addr, rec.writer,
+					   a->cfg.writer_id);
+		if (rec.commit_ts > a->last_ts)
+			a->last_ts = rec.commit_ts;
+	}
+	*end_pos = it.pos;
+	*end_seq = it.seq;
+	return 0;
+}
+
+static int check_cfg(const struct dxl_appender_cfg *c, unsigned n)
+{
+	if (n == 0 || n > DXL_APPEND_MAX_TARGETS)
+		return dxl_err_set(DXL_E_INVAL, "appender: %u targets (1..%d)", n,
+				   DXL_APPEND_MAX_TARGETS);
+	if (c->max_inflight < 1 || c->max_inflight > 256)
+		return dxl_err_set(DXL_E_INVAL, "appender: max_inflight %u (1..256)",
+				   c->max_inflight);
+	if (c->max_record < DXL_REC_MIN_SIZE || c->max_record % 64 ||
+	    c->max_record > DXL_REC_MAX_PAYLOAD)
+		return dxl_err_set(DXL_E_INVAL,
+				   "appender: max_record %u (a multiple of 64 in 64..%u)",
+				   c->max_record, DXL_REC_MAX_PAYLOAD);
+	if ((unsigned)c->mode > DXL_PWRITE_NOFLUSH)
+		return dxl_err_set(DXL_E_INVAL, "appender: bad mode %d", (int)c->mode);
+	return 0;
+}
+
+int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
+		     const struct dxl_log_target *targets, unsigned n,
+		     struct dxl_appender **out)
+{
+	struct dxl_appender_cfg def;
+	if (!ctx || !targets || !out)
+		return dxl_err_set(DXL_E_INVAL, "appender: NULL argument");
+	*out = NULL;
+	if (!cfg) {
+		dxl_appender_cfg_init(&def);
+		cfg = &def;
+	}
+	int ret = check_cfg(cfg, n);
+	if (ret)
+		return ret;
+	for (unsigned i = 1; i < n; i++)
+		if (targets[i].ring_size != targets[0].ring_size)
+			return dxl_err_set(DXL_E_INVAL,
+					   "appender: targets have rings of different sizes");
+
+	struct dxl_appender *a = calloc(1, sizeof(*a));
+	if (!a)
+		return dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
+	a->ctx = ctx;
+	a->cfg = *cfg;
+	a->n = n;
+	a->ring_size = targets[0].ring_size;
+	a->slots = calloc(cfg->max_inflight, sizeof(*a->slots));
+	size_t per = 2ull * cfg->max_record + DXL_APPEND_MAX_TARGETS * HEADS_READ;
+	a->mem_len = DXL_ALIGN_UP(per * cfg->max_inflight, 4096ull);
+	if (!a->slots || posix_memalign((void **)&a->mem, 4096, a->mem_len)) {
+		ret = dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
+		goto err_free;
+	}
+	memset(a->mem, 0, a->mem_len);
+	for (uint32_t i = 0; i < cfg->max_inflight; i++) {
+		struct slot *s = &a->slots[i];
+		s->rec = a->mem + per * i;
+		s->skip = s->rec + cfg->max_record;
+		s->heads = s->skip + cfg->max_record;
+	}
+	struct dxl_fabric *f = dxl_ctx_fabric(ctx);
+	if ((ret = dxl_mr_reg(f, a->mem, a->mem_len, DXL_MR_LOCAL_WRITE, &a->mr)))
+		goto err_free;
+	for (unsigned i = 0; i < n; i++) {
+		a->tg[i].t = targets[i];
+		if ((ret = dxl_qp_connect(ctx, targets[i].addr, targets[i].remote_ctx,
+					  &a->tg[i].qp)))
+			goto err_qps;
+	}
+
+	/* find the tail: every target's ring must end at the same place */
+	uint8_t *ringbuf = NULL;
+	struct dxl_mr *rmr = NULL;
+	if (posix_memalign((void **)&ringbuf, 4096, a->ring_size)) {
+		ret = dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
+		goto err_qps;
+	}
+	if ((ret = dxl_mr_reg(f, ringbuf, a->ring_size, DXL_MR_LOCAL_WRITE, &rmr))) {
+		free(ringbuf);
+		goto err_qps;
+	}
+	for (unsigned i = 0; i < n && !ret; i++) {
+		uint64_t pos = 0, seq = 0;
+		ret = discover(a, &a->tg[i], ringbuf, dxl_mr_lkey(rmr), &pos, &seq);
+		if (ret) {
+			dxl_err_prefix("appender: ring %u at %s", targets[i].ring,
+				       targets[i].addr);
+		} else if (i == 0) {
+			a->tail_pos = pos;
+			a->tail_seq = seq;
+		} else if (pos != a->tail_pos || seq != a->tail_seq) {
+			ret = dxl_err_set(DXL_E_STALE,
+					  "appender: ring %u ends at %llu (seq %llu) on %s but at %llu (seq %llu) on %s",
+					  targets[i].ring, (unsigned long long)a->tail_pos,
+					  (unsigned long long)a->tail_seq, targets[0].addr,
+					  (unsigned long long)pos, (unsigned long long)seq,
+					  targets[i].addr);
+		}
+	}
+	dxl_mr_dereg(&rmr);
+	free(ringbuf);
+	if (ret)
+		goto err_qps;
+	*out = a;
+	return 0;
+
+err_qps:
+	for (unsigned i = 0; i < n; i++)
+		dxl_qp_delete(&a->tg[i].qp);
+	dxl_mr_dereg(&a->mr);
+err_free:
+	free(a->mem);
+	free(a->slots);
+	free(a);
+	return ret;
+}
+
+void dxl_appender_delete(struct dxl_appender **ap)
+{
+	if (!ap || !*ap)
+		return;
+	struct dxl_appender *a = *ap;
+	for (unsigned i = 0; i < a->n; i++)
+		dxl_qp_delete(&a->tg[i].qp);
+	dxl_mr_dereg(&a->mr);
+	free(a->mem);
+	free(a->slots);
+	free(a);
+	*ap = NULL;
+}
+
+uint32_t dxl_appender_inflight(const struct dxl_appender *a)
+{
+	return (uint32_t)(a->next_token - a->done_token);
+}
+
+uint32_t dxl_appender_failed_targets(const struct dxl_appender *a)
+{
+	uint32_t m = 0;
+	for (unsigned i = 0; i < a->n; i++)
+		if (a->tg[i].dead)
+			m |= 1u << i;
+	return m;
+}
+
+void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
+		       uint64_t *seq)
+{
+	if (pos)
+		*pos = a->tail_pos;
+	if (seq)
+		*seq = a->tail_seq;
+}
+
+static int status_err(enum dxl_wc_status st)
+{
+	switch (st) {
+	case DXL_WC_REM_ACCESS_ERR:
+		return DXL_E_ACCESS;
+	case DXL_WC_FLUSHED:
+		return DXL_E_STATE;
+	default:
+		return DXL_E_UNREACHABLE;
+	}
+}
+
+static void target_failed(struct dxl_appender *a, struct slot *s, unsigned t,
+			  int err)
+{
+	uint32_t bit = 1u << t;
+	if (!(s->pending & bit))
+		return; /* a second completion of the same chain (flushed) */
+	if (!a->tg[t].dead)
+		DXL_WARN("appender (writer %u): ring %u at %s failed: %s",
+			 a->cfg.writer_id, a->tg[t].t.ring, a->tg[t].t.addr,
+			 dxl_strerror(err));
+	a->tg[t].dead = 1;
+	s->pending &= ~bit;
+	s->failed |= bit;
+	if (!s->err)
+		s->err = err;
+}
+
+static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
+		      uint32_t slot_idx)
+{
+	struct target *tg = &a->tg[t];
+	struct dxl_fatptr fp = data_fp(tg);
+	uint32_t lkey = dxl_mr_lkey(a->mr);
+	uint64_t wr_id = (uint64_t)slot_idx << 8 | t;
+	struct dxl_wr w[3];
+	int k = 0;
+	memset(w, 0, sizeof(w));
+	if (s->skip_len) {
+		w[k] = (struct dxl_wr){.wr_id = wr_id, .op = DXL_WR_WRITE,
+				       .local = s->skip, .len = s->skip_len,
+				       .lkey = lkey,
+				       .remote_addr = fp.addr + tg->t.buf_off + s->skip_off,
+				       .rkey = fp.rkey};
+		k++;
+	}
+	struct dxl_wr pair[2];
+	int ret = dxl_rdpma_pwrite_chain(pair, &fp, tg->t.buf_off + s->rec_off,
+					 s->rec, s->rec_len, lkey,
+					 fp.addr + tg->t.ctl_off, fp.rkey,
+					 s->heads + t * HEADS_READ, lkey, wr_id);
+	if (ret < 0)
+		return ret;
+	pair[1].len = HEADS_READ; /* read both head slots: flush + free space */
+	w[k++] = pair[0];
+	switch (a->cfg.mode) {
+	case DXL_PWRITE_H9:
+		w[k++] = pair[1];
+		break;
+	case DXL_PWRITE_STRAWMAN:
+	case DXL_PWRITE_NOFLUSH:
+		/* wait for the WRITE itself; the strawman READs afterwards */
+		w[k - 1].flags |= DXL_WR_SIGNALED;
+		break;
+	}
+	for (int i = 0; i + 1 < k; i++)
+		w[i].next = &w[i + 1];
+	w[k - 1].next = NULL;
+	return dxl_qp_post(tg->qp, w, NULL);
+}
+
+/* the strawman's second round trip: the flush READ after the WRITE came back */
+static int post_straw_read(struct dxl_appender *a, struct slot *s, unsigned t,
+			   uint32_t slot_idx)
+{
+	struct target *tg = &a->tg[t];
+	struct dxl_wr r = {.wr_id = (uint64_t)slot_idx << 8 | t,
+			   .op = DXL_WR_READ, .flags = DXL_WR_SIGNALED,
+			   .local = s->heads + t * HEADS_READ, .len = HEADS_READ,
+			   .lkey = dxl_mr_lkey(a->mr),
+			   .remote_addr = tg->t.data.addr + tg->t.ctl_off,
+			   .rkey = tg->t.data.rkey};
+	return dxl_qp_post(tg->qp, &r, NULL);
+}
+
+static void on_wc(struct dxl_appender *a, const struct dxl_wc *wc)
+{
+	uint32_t si = (uint32_t)(wc->wr_id >> 8);
+	unsigned t = (unsigned)(wc->wr_id & 0xff);
+	if (si >= a->cfg.max_inflight || t >= a->n)
+		return; /* not ours (cannot happen: we own the ctx) */
+	struct slot *s = &a->slots[si];
+	uint32_t bit = 1u << t;
+	if (!s->used || !(s->pending & bit))
+		return;
+	if (wc->status != DXL_WC_SUCCESS) {
+		target_failed(a, s, t, status_err(wc->status));
+	} else if (a->cfg.mode == DXL_PWRITE_STRAWMAN && !s->straw_read_posted[t]) {
+		s->straw_read_posted[t] = 1;
+		int ret = post_straw_read(a, s, t, si);
+		if (ret)
+			target_failed(a, s, t, ret == DXL_E_STATE ? DXL_E_STATE
+								   : DXL_E_UNREACHABLE);
+		return;
+	} else {
+		if (a->cfg.mode != DXL_PWRITE_NOFLUSH)
+			note_head(&a->tg[t], s->heads + t * HEADS_READ);
+		s->pending &= ~bit;
+		s->acked |= bit;
+	}
+	if (!s->pending)
+		s->done = 1;
+}
+
+static int progress(struct dxl_appender *a)
+{
+	struct dxl_wc wc[32];
+	int total = 0;
+	for (;;) {
+		int n = dxl_ctx_poll(a->ctx, wc, 32);
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++)
+			on_wc(a, &wc[i]);
+		total += n;
+		if (n < 32)
+			return total;
+	}
+}
+
+int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
+		      int n)
+{
+	if (!a || (!res && n))
+		return dxl_err_set(DXL_E_INVAL, "appender poll: NULL argument");
+	int ret = progress(a);
+	if (ret < 0)
+		return ret;
+	int k = 0;
+	while (k < n && a->done_token < a->next_token) {
+		struct slot *s = &a->slots[a->done_token % a->cfg.max_inflight];
+		if (!s->done)
+			break;
+		res[k].token = s->token;
+		res[k].acked = s->acked;
+		res[k].failed = s->failed;
+		res[k].status = s->failed ? (s->err ? s->err : DXL_E_UNREACHABLE) : 0;
+		res[k].seq = s->seq;
+		res[k].pos = s->pos;
+		s->used = 0;
+		a->done_token++;
+		k++;
+	}
+	return k;
+}
+
+int dxl_appender_wait(struct dxl_appender *a, int timeout_ms)
+{
+	if (a->done_token < a->next_token &&
+	    a->slots[a->done_token % a->cfg.max_inflight].done)
+		return 0;
+	return dxl_ctx_wait(a->ctx, timeout_ms);
+}
+
+/* 1 if some posted request has not completed yet (results merely waiting
+ * to be polled do not count: their requests are done) */
+static int outstanding(const struct dxl_appender *a)
+{
+	for (uint64_t k = a->done_token; k < a->next_token; k++)
+		if (!a->slots[k % a->cfg.max_inflight].done)
+			return 1;
+	return 0;
+}
+
+/* the smallest head position over the live targets (what bounds space) */
+static uint64_t min_head(const struct dxl_appender *a)
+{
+	uint64_t m = UINT64_MAX;
+	for (unsigned i = 0; i < a->n; i++)
+		if (!a->tg[i].dead && a->tg[i].head_pos < m)
+			m = a->tg[i].head_pos;
+	return m == UINT64_MAX ? a->tail_pos : m;
+}
+
+/* nothing outstanding on the ctx: ask the live targets for their heads */
+static int refresh_heads(struct dxl_appender *a)
+{
+	uint8_t *hb = a->slots[a->next_token % a->cfg.max_inflight].heads;
+	for (unsigned i = 0; i < a->n; i++) {
+		struct target *t = &a->tg[i];
+		if (t->dead)
+			continue;
+		struct dxl_fatptr fp = data_fp(t);
+		int ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+					 dxl_mr_lkey(a->mr));
+		if (ret) {
+			t->dead = 1;
+			DXL_WARN("appender (writer %u): ring %u at %s failed: %s",
+				 a->cfg.writer_id, t->t.ring, t->t.addr, dxl_errmsg());
+			continue;
+		}
+		note_head(t, hb);
+	}
+	return 0;
+}
+
+int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
+			const uint32_t *parts, uint64_t *token)
+{
+	if (!a || !rec)
+		return dxl_err_set(DXL_E_INVAL, "append: NULL argument");
+	if (rec->commit_ts < a->last_ts)
+		return dxl_err_set(DXL_E_INVAL,
+				   "append: commit timestamp %llu is below the previous %llu",
+				   (unsigned long long)rec->commit_ts,
+				   (unsigned long long)a->last_ts);
+	uint32_t size = dxl_rec_size(rec->nparts, rec->payload_len);
+	if (!size || size > a->cfg.max_record || size > a->ring_size / 2)
+		return dxl_err_set(DXL_E_TOOBIG,
+				   "append: record of %u participants and %u payload bytes exceeds max_record %u or half the ring (%llu)",
+				   rec->nparts, rec->payload_len, a->cfg.max_record,
+				   (unsigned long long)a->ring_size / 2);
+	if (dxl_appender_failed_targets(a) == (1u << a->n) - 1)
+		return dxl_err_set(DXL_E_UNAVAIL, "append: every target has failed");
+	if (dxl_appender_inflight(a) >= a->cfg.max_inflight)
+		return dxl_err_set(DXL_E_AGAIN,
+				   "append: %u appends in flight; poll for results first",
+				   a->cfg.max_inflight);
+
+	/* place it; while the rings are full, make progress and re-read heads */
+	struct dxl_ring_place p;
+	uint64_t deadline = 0;
+	for (;;) {
+		int ret = dxl_ring_place(a->ring_size, a->tail_pos, a->tail_seq,
+					 min_head(a), size, &p);
+		if (!ret)
+			break;
+		if (ret != DXL_E_FULL)
+			return ret;
+		uint64_t now = dxl_now_ms();
+		if (!deadline)
+			deadline = now + a->cfg.full_wait_ms;
+		else if (now >= deadline)
+			return dxl_err_set(DXL_E_FULL,
+					   "append: ring full for %u ms on writer %u: replica heads not advancing (tail %llu, oldest head %llu)",
+					   a->cfg.full_wait_ms, a->cfg.writer_id,
+					   (unsigned long long)a->tail_pos,
+					   (unsigned long long)min_head(a));
+		if (!outstanding(a)) {
+			refresh_heads(a);
+			if (dxl_appender_failed_targets(a) == (1u << a->n) - 1)
+				return dxl_err_set(DXL_E_UNAVAIL,
+						   "append: every target has failed");
+			if (dxl_ring_place(a->ring_size, a->tail_pos, a->tail_seq,
+					   min_head(a), size, &p) == 0)
+				break;
+			dxl_ctx_wait(a->ctx, 1); /* nothing to poll: back off */
+		} else {
+			progress(a);
+			dxl_ctx_wait(a->ctx, 1);
+		}
+	}
+	dxl_err_clear();
+
+	uint32_t si = (uint32_t)(a->next_token % a->cfg.max_inflight);
+	struct slot *s = &a->slots[si];
+	DXL_ASSERT(!s->used);
+	struct dxl_rec r = *rec;
+	r.type = DXL_REC_DATA;
+	r.writer = a->cfg.writer_id;
+	r.epoch = a->cfg.epoch;
+	r.seq = p.rec_seq;
+	int n = dxl_rec_encode(&r, parts, s->rec, a->cfg.max_record);
+	if (n < 0)
+		return n;
+	s->rec_len = (uint32_t)n;
+	s->rec_off = p.rec_off;
+	s->skip_len = p.skip_len;
+	s->skip_off = p.skip_off;
+	if (p.skip_len) {
+		int m = dxl_rec_encode_skip(a->cfg.writer_id, a->cfg.epoch, p.skip_seq,
+					    p.skip_len, s->skip, a->cfg.max_record);
+		if (m < 0)
+			return m;
+	}
+	s->used = 1;
+	s->done = 0;
+	s->token = a->next_token;
+	s->pending = 0;
+	s->acked = 0;
+	s->failed = 0;
+	s->err = 0;
+	s->seq = p.rec_seq;
+	s->pos = p.rec_pos;
+	memset(s->straw_read_posted, 0, sizeof(s->straw_read_posted));
+	for (unsigned t = 0; t < a->n; t++) {
+		s->pending |= 1u << t;
+		if (a->tg[t].dead) {
+			target_failed(a, s, t, DXL_E_STATE);
+			continue;
+		}
+		int ret = post_chain(a, s, t, si);
+		if (ret == DXL_E_AGAIN) {
+			/* the send queue is full of earlier appends: reap, retry */
+			progress(a);
+			ret = post_chain(a, s, t, si);
+		}
+		if (ret)
+			target_failed(a, s, t, ret == DXL_E_STATE ? DXL_E_STATE
+								   : DXL_E_UNREACHABLE);
+	}
+	if (!s->pending)
+		s->done = 1;
+	a->tail_pos = p.new_tail_pos;
+	a->tail_seq = p.new_tail_seq;
+	a->last_ts = rec->commit_ts;
+	if (token)
+		*token = a->next_token;
+	a->next_token++;
+	return 0;
+}
+
+int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
+			     const uint32_t *parts,
+			     struct dxl_append_result *res)
+{
+	struct dxl_append_result tmp;
+	if (!res)
+		res = &tmp;
+	if (a && dxl_appender_inflight(a))
+		return dxl_err_set(DXL_E_BUSY,
+				   "append_sync: %u appends already in flight",
+				   dxl_appender_inflight(a));
+	uint64_t token;
+	int ret = dxl_appender_append(a, rec, parts, &token);
+	if (ret)
+		return ret;
+	for (;;) {
+		int n = dxl_appender_poll(a, res, 1);
+		if (n < 0)
+			return n;
+		if (n == 1) {
+			DXL_ASSERT(res->token == token);
+			if (res->status)
+				return dxl_err_set(res->status,
+						   "append: not acknowledged (targets with it: %#x, without: %#x)",
+						   res->acked, res->failed);
+			return 0;
+		}
+		dxl_appender_wait(a, 100);
+	}
+}

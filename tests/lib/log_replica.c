@@ -1,0 +1,161 @@
+/* log_replica.c -- a log replica in a child process (see log_replica.h) */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "tests/lib/log_replica.h"
+
+static const char CLUSTER[] = "test";
+
+static void region_path(const char *dir, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/log.region", dir);
+}
+
+static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
+		  int wfd)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+	char path[512];
+	region_path(dir, path, sizeof(path));
+	struct dxl_region_id id = {.node_id = cfg->node_id, .kind = DXL_REGION_LOG};
+	snprintf(id.cluster, sizeof(id.cluster), "%s", CLUSTER);
+	struct dxl_region *reg;
+	int ret = dxl_region_open(path, DXL_DUR_PROCESS, &id, &reg);
+	if (ret == DXL_E_NOENT) {
+		uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(cfg->nrings,
+								 cfg->ring_size),
+					      4096ull);
+		ret = dxl_region_create(path, bytes, DXL_DUR_PROCESS, &id, &reg);
+		if (!ret)
+			ret = dxl_logstore_format(reg, 0, cfg->nrings, cfg->ring_size);
+	}
+	struct dxl_logstore *ls = NULL;
+	if (!ret)
+		ret = dxl_logstore_open(reg, &ls);
+	struct dxl_fabric_cfg fc;
+	dxl_fabric_cfg_init(&fc);
+	fc.node_id = cfg->node_id;
+	fc.pf_signal = SIGUSR2;
+	fc.pf_policy = cfg->pf_policy;
+	fc.pf_seed = cfg->pf_seed;
+	struct dxl_fabric *f = NULL;
+	struct dxl_mr *mr = NULL;
+	struct dxl_ctx *c = NULL;
+	if (!ret)
+		ret = dxl_fabric_new(&fc, &f);
+	if (!ret)
+		ret = dxl_mr_reg(f, dxl_region_data(reg), dxl_region_data_size(reg),
+				 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
+					 DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT,
+				 &mr);
+	if (!ret)
+		ret = dxl_ctx_new(f, 0, &c);
+	struct dxl_log_target t[DXL_TEST_REPLICA_MAX_RINGS];
+	memset(t, 0, sizeof(t));
+	for (uint32_t i = 0; !ret && i < cfg->nrings; i++)
+		ret = dxl_log_target_init(&t[i], ls, mr, dxl_fabric_addr(f), 0, i);
+	int32_t status = ret;
+	if (write(wfd, &status, sizeof(status)) != sizeof(status) ||
+	    (ret == 0 && write(wfd, t, sizeof(t)) != sizeof(t)))
+		_exit(3);
+	if (ret) {
+		fprintf(stderr, "test replica %u: %s\n", cfg->node_id, dxl_errmsg());
+		_exit(2);
+	}
+	close(wfd);
+	for (;;) {
+		if (!cfg->apply_ms) {
+			pause();
+			continue;
+		}
+		usleep(cfg->apply_ms * 1000);
+		for (uint32_t i = 0; i < cfg->nrings; i++) {
+			/* the head slots are CPU-written (never by remote
+			 * WRITEs), so the power-failure model does not track them */
+			dxl_ring_advance_head(ls, i);
+		}
+	}
+}
+
+int dxl_test_replica_start(struct dxl_test_replica *r, const char *dir,
+			   const struct dxl_test_replica_cfg *cfg)
+{
+	if (cfg->nrings < 1 || cfg->nrings > DXL_TEST_REPLICA_MAX_RINGS)
+		return dxl_err_set(DXL_E_INVAL, "test replica: nrings %u", cfg->nrings);
+	memset(r, 0, sizeof(*r));
+	snprintf(r->dir, sizeof(r->dir), "%s", dir);
+	r->node_id = cfg->node_id;
+	r->nrings = cfg->nrings;
+	mkdir(dir, 0700);
+	int p[2];
+	if (pipe(p))
+		return dxl_err_errno(errno, "test replica: pipe");
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return dxl_err_errno(errno, "test replica: fork");
+	if (pid == 0) {
+		close(p[0]);
+		child(dir, cfg, p[1]);
+		_exit(0);
+	}
+	close(p[1]);
+	r->pid = pid;
+	int32_t status = DXL_E_IO;
+	ssize_t n = read(p[0], &status, sizeof(status));
+	if (n == sizeof(status) && status == 0)
+		n = read(p[0], r->target, sizeof(r->target));
+	close(p[0]);
+	if (n <= 0 || status) {
+		dxl_test_replica_stop(r);
+		return dxl_err_set(status ? status : DXL_E_IO,
+				   "test replica %u did not start (see its stderr)",
+				   cfg->node_id);
+	}
+	return 0;
+}
+
+void dxl_test_replica_signal(struct dxl_test_replica *r, int sig)
+{
+	if (r->pid <= 0)
+		return;
+	kill(r->pid, sig);
+	if (sig == SIGKILL || sig == SIGUSR2) {
+		int st;
+		while (waitpid(r->pid, &st, 0) < 0 && errno == EINTR)
+			;
+		r->pid = 0;
+	}
+}
+
+void dxl_test_replica_stop(struct dxl_test_replica *r)
+{
+	if (r->pid > 0) {
+		kill(r->pid, SIGCONT);
+		dxl_test_replica_signal(r, SIGKILL);
+	}
+}
+
+int dxl_test_replica_open_log(const struct dxl_test_replica *r,
+			      struct dxl_region **reg, struct dxl_logstore **ls)
+{
+	char path[512];
+	region_path(r->dir, path, sizeof(path));
+	struct dxl_region_id id = {.node_id = r->node_id, .kind = DXL_REGION_LOG};
+	snprintf(id.cluster, sizeof(id.cluster), "%s", CLUSTER);
+	int ret = dxl_region_open(path, DXL_DUR_PROCESS, &id, reg);
+	if (ret)
+		return ret;
+	ret = dxl_logstore_open(*reg, ls);
+	if (ret)
+		dxl_region_close(reg);
+	return ret;
+}
