@@ -2,6 +2,7 @@
 #
 #   make            build the library, tools, tests and benchmarks (build/)
 #   make test       build and run the whole test suite
+#   make test-long  the crash tests with thousands of seeded schedules
 #   make asan       build with ASan+UBSan (build/asan) and run the tests
 #   make tsan       build with TSan (build/tsan) and run the tests
 #   make bench      build and run the benchmarks (results under results/)
@@ -28,7 +29,7 @@ CFLAGS  += -std=gnu11 -pthread -fno-omit-frame-pointer $(WARN) \
 	   -D_GNU_SOURCE -DTHREADED -Iinclude -I. $(CFLAGS_EXTRA)
 ASFLAGS := -g
 LDFLAGS += -pthread
-LDLIBS  := -libverbs -lrdmacm -lpmem2 -linih -ljansson -lisal -lm
+LDLIBS  := -libverbs -lrdmacm -lpmem2 -lzookeeper_mt -linih -ljansson -lisal -lm
 
 LIB_SRCS := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 LIB_ASM  := $(foreach m,$(MODULES),$(wildcard $(m)/*.S))
@@ -50,7 +51,7 @@ BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
 BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
 BINS       := $(if $(TOOL_SRCS),$(O)/bin/dxl) $(BENCH_BINS)
 
-.PHONY: all test asan tsan bench install clean fuzz
+.PHONY: all test test-long asan tsan bench install clean fuzz
 all: $(LIB) $(BINS) $(TEST_BINS)
 
 $(O)/%.o: %.c
@@ -87,6 +88,10 @@ $(foreach b,$(BENCH_DIRS),$(eval $(call bench_rule,$(b))))
 
 test: all
 	scripts/run-tests.sh $(O)/tests $(TESTS)
+
+# longer randomized schedules than CI runs (crash tests)
+test-long: all
+	DXL_CRASH_SEEDS=3000 scripts/run-tests.sh $(O)/tests test_log_crash
 
 asan:
 	$(MAKE) O=build/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
