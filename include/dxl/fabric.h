@@ -87,7 +87,8 @@ struct dxl_fabric_cfg {
 	uint32_t max_msg;      /* largest SEND payload; default 65536 */
 	uint32_t idle_spin_us; /* spin this long before blocking; default 50 */
 	/* verbs only: device name ("" = first), port (default 1), GID index
-	 * (-1 = pick the first RoCE v2 IPv4 GID, else the given one). */
+	 * (-1 = let rdma_cm choose the GID that matches the IP address, which
+	 * on RoCE is the IPv4-mapped RoCE v2 GID; else the given index). */
 	char device[64];
 	uint8_t port;
 	int gid_index;
@@ -292,7 +293,8 @@ struct dxl_wr {
  * complete (a later signalled completion on the same QP implies it).
  *
  * Errors (nothing posted): DXL_E_INVAL (bad opcode, length, alignment of a
- * local atomic result, inline payload over max_inline, SEND over max_msg),
+ * local atomic result, inline payload over max_inline, SEND over max_msg, a
+ * chain longer than sq_depth: it could never fit),
  * DXL_E_NOTSUP (one-sided op on a passive QP), DXL_E_AGAIN (send queue full:
  * poll and retry), DXL_E_STATE (QP in error).
  */
