@@ -9,7 +9,7 @@
 #   make install    install binaries, library and headers (PREFIX, DESTDIR)
 #   make clean
 #
-# Variables: CC, O (build folder), CFLAGS_EXTRA, TESTS (a subset of test
+# Variables: CC, O (build folder), CFLAGS_EXTRA, LDFLAGS_EXTRA, TESTS (a subset of test
 # names to run, e.g. TESTS="test_err test_fabric_tcp").
 
 CC      ?= gcc
@@ -28,7 +28,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -pthread -fno-omit-frame-pointer $(WARN) \
 	   -D_GNU_SOURCE -DTHREADED -Iinclude -I. $(CFLAGS_EXTRA)
 ASFLAGS := -g
-LDFLAGS += -pthread
+LDFLAGS += -pthread $(LDFLAGS_EXTRA)
 LDLIBS  := -libverbs -lrdmacm -lpmem2 -lzookeeper_mt -linih -ljansson -lisal -lm
 
 LIB_SRCS := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
@@ -93,14 +93,16 @@ test: all
 test-long: all
 	DXL_CRASH_SEEDS=3000 scripts/run-tests.sh $(O)/tests test_log_crash
 
+# sanitizer builds add their flags through CFLAGS_EXTRA/LDFLAGS_EXTRA: a
+# CFLAGS= on the sub-make's command line would drop the include paths
 asan:
-	$(MAKE) O=build/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-		LDFLAGS="-fsanitize=address,undefined" all
+	$(MAKE) O=build/asan CFLAGS_EXTRA="-O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+		LDFLAGS_EXTRA="-fsanitize=address,undefined" all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		DXL_TEST_SANITIZER=asan scripts/run-tests.sh build/asan/tests $(TESTS)
 
 tsan:
-	$(MAKE) O=build/tsan CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS="-fsanitize=thread" all
+	$(MAKE) O=build/tsan CFLAGS_EXTRA="-O1 -fsanitize=thread" LDFLAGS_EXTRA="-fsanitize=thread" all
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 		DXL_TEST_SANITIZER=tsan scripts/run-tests.sh build/tsan/tests $(TESTS)
 
