@@ -349,6 +349,12 @@ int dxl_mr_desc_decode(const void *buf, size_t len, struct dxl_mr_desc *out)
 	return 0;
 }
 
+void dxl_mr_set_persist_fn(struct dxl_mr *mr, dxl_mr_persist_fn fn, void *arg)
+{
+	mr->persist_fn = fn;
+	mr->persist_arg = arg;
+}
+
 void dxl_mr_mark_durable(struct dxl_mr *mr, const void *addr, size_t len)
 {
 	if (!mr || !(mr->access & DXL_MR_PERSISTENT) || !len)

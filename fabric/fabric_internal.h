@@ -40,6 +40,8 @@ struct dxl_mr {
 	uint32_t lkey;
 	uint32_t rkey;
 	void *prov;
+	dxl_mr_persist_fn persist_fn; /* set before the region is served */
+	void *persist_arg;
 	struct dxl_mr *next; /* in f->mrs, under f->lock */
 };
 

@@ -89,6 +89,7 @@ struct tcp_qp;
 /* power-failure journal: line address -> pre-image and dirtying conns */
 struct tcp_pf_line {
 	uintptr_t line;    /* 64-byte aligned */
+	struct dxl_mr *mr; /* its region (lines leave the journal at dereg) */
 	uint8_t lo, hi;    /* saved bytes [lo, hi) of the line (inside the region) */
 	uint16_t nq, capq; /* conns with unflushed writes to the line */
 	uint64_t *qs;
@@ -345,6 +346,9 @@ void tcp_pf_fini(struct tcp_fab *tf);
  */
 int tcp_pf_before_write_locked(struct tcp_fab *tf, struct tcp_conn *conn,
 			       struct dxl_mr *mr, uint64_t addr, uint64_t len);
+/* tcp_pf_persist_locked -- before a flush: run the regions' persist
+ * functions over the lines conn wrote (coalesced into ranges) */
+void tcp_pf_persist_locked(struct tcp_fab *tf, struct tcp_conn *conn);
 /* tcp_pf_flush_locked -- a READ on conn executed: its writes are durable */
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn);
 void tcp_pf_drop_range(struct tcp_fab *tf, uintptr_t addr, size_t len);

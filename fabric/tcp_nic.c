@@ -259,6 +259,7 @@ static void nic_read(struct tcp_fab *tf, struct tcp_conn *conn,
 		/* H9 (000 L665-675): this READ flushes the QP's earlier WRITEs;
 		 * done before the answer leaves, so its completion implies it */
 		pthread_mutex_lock(&tf->pf_lock);
+		tcp_pf_persist_locked(tf, conn);
 		tcp_pf_flush_locked(tf, conn);
 		pthread_mutex_unlock(&tf->pf_lock);
 	}

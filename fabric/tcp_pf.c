@@ -140,6 +140,7 @@ int tcp_pf_before_write_locked(struct tcp_fab *tf, struct tcp_conn *conn,
 			if (!e)
 				return DXL_E_NOMEM;
 			e->line = line;
+			e->mr = mr;
 			/* only the part of the line inside the region is ours */
 			uintptr_t lo = line < base ? base : line;
 			uintptr_t hi = line + LINE > end ? end : line + LINE;
@@ -170,6 +171,31 @@ int tcp_pf_before_write_locked(struct tcp_fab *tf, struct tcp_conn *conn,
 		e->qs[e->nq++] = conn->id;
 	}
 	return 0;
+}
+
+void tcp_pf_persist_locked(struct tcp_fab *tf, struct tcp_conn *conn)
+{
+	struct tcp_pf_dirty *d = &conn->dirty;
+	struct dxl_mr *cur = NULL;
+	uintptr_t lo = 0, hi = 0; /* the range being coalesced */
+	for (size_t i = 0; i <= d->n; i++) {
+		struct tcp_pf_line *e = i < d->n ? jr_find(&tf->jr, d->v[i]) : NULL;
+		if (i < d->n && (!e || !e->mr->persist_fn))
+			continue; /* durable meanwhile, or nothing to run */
+		if (e && e->mr == cur && e->line + e->lo <= hi &&
+		    e->line + e->hi >= lo) {
+			lo = DXL_MIN(lo, e->line + e->lo);
+			hi = DXL_MAX(hi, e->line + e->hi);
+			continue;
+		}
+		if (cur) /* the range ends: make it durable (e.g. msync) */
+			cur->persist_fn(cur->persist_arg, (const void *)lo, hi - lo);
+		cur = e ? e->mr : NULL;
+		if (e) {
+			lo = e->line + e->lo;
+			hi = e->line + e->hi;
+		}
+	}
 }
 
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn)

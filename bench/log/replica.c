@@ -42,6 +42,8 @@ static void serve(const char *dir, uint32_t node, uint32_t nrings,
 				 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
 					 DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT,
 				 &mr);
+	if (!ret) /* msync mode: flush READs msync what they make durable */
+		ret = dxl_region_bind_mr(reg, mr);
 	if (!ret)
 		ret = dxl_ctx_new(f, 0, &c);
 	struct dxl_log_target t[BL_MAX_WRITERS];

@@ -190,6 +190,20 @@ int dxl_mr_desc_decode(const void *buf, size_t len, struct dxl_mr_desc *out);
  */
 void dxl_mr_mark_durable(struct dxl_mr *mr, const void *addr, size_t len);
 
+/*
+ * dxl_mr_set_persist_fn -- what makes remote WRITEs into this persistent
+ * region durable when the provider flushes them. The tcp provider calls
+ * fn(arg, addr, len) for the ranges a QP wrote, when a later READ on that QP
+ * executes (H9) and before the READ completes: a region whose durability
+ * needs a CPU action (msync of a file mapping) does it there, so "the flush
+ * READ completed" means what it says. Default: none (the model only).
+ * The verbs provider ignores it: on real persistent memory with DDIO off
+ * the NIC's READ is the flush (000 L494-500). Set it right after
+ * dxl_mr_reg, before peers learn the region's descriptor.
+ */
+typedef void (*dxl_mr_persist_fn)(void *arg, const void *addr, size_t len);
+void dxl_mr_set_persist_fn(struct dxl_mr *mr, dxl_mr_persist_fn fn, void *arg);
+
 /* ---- power-failure model (tcp provider) --------------------------------- */
 
 /*

@@ -227,6 +227,15 @@ void dxl_region_persist(struct dxl_region *r, const void *addr, size_t len);
 void dxl_region_memcpy_persist(struct dxl_region *r, void *dst,
 			       const void *src, size_t len);
 
+/*
+ * dxl_region_bind_mr -- mr is the fabric registration of r's data area (as
+ * a replica serves it): make remote WRITEs into it durable the way r's mode
+ * says when the fabric flushes them (dxl_mr_set_persist_fn), e.g. msync in
+ * msync mode. Call right after dxl_mr_reg. DXL_E_INVAL if mr is not r's
+ * data area.
+ */
+int dxl_region_bind_mr(struct dxl_region *r, struct dxl_mr *mr);
+
 /* ---- data directory -------------------------------------------------------- */
 
 /*

@@ -57,6 +57,8 @@ static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
 					 DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT,
 				 &mr);
 	if (!ret)
+		ret = dxl_region_bind_mr(reg, mr);
+	if (!ret)
 		ret = dxl_ctx_new(f, 0, &c);
 	struct dxl_log_target t[DXL_TEST_REPLICA_MAX_RINGS];
 	memset(t, 0, sizeof(t));

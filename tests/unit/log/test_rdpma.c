@@ -175,6 +175,52 @@ static void test_onesided_ops_loopback(void **state)
 	dxl_rdpma_heap_delete(&h);
 }
 
+/* the region's persist function runs for what a flush READ makes durable,
+ * before the READ completes, and not for an un-flushed WRITE */
+static uint32_t rkey_of(const struct dxl_mr *mr)
+{
+	struct dxl_mr_desc d;
+	dxl_mr_desc(mr, &d);
+	return d.rkey;
+}
+
+struct persisted {
+	uintptr_t lo, hi;
+	int calls;
+};
+
+static void note_persist(void *arg, const void *addr, size_t len)
+{
+	struct persisted *p = arg;
+	uintptr_t a = (uintptr_t)addr;
+	if (!p->calls || a < p->lo)
+		p->lo = a;
+	if (!p->calls || a + len > p->hi)
+		p->hi = a + len;
+	p->calls++;
+}
+
+static void test_flush_read_runs_persist_fn(void **state)
+{
+	struct lo *l = *state;
+	struct persisted p = {0};
+	dxl_mr_set_persist_fn(l->mr, note_persist, &p);
+	struct dxl_fatptr fp = {.addr = (uintptr_t)l->mem + 8192, .len = 4096,
+				.rkey = rkey_of(l->mr)};
+	uint32_t lkey = dxl_mr_lkey(l->lmr);
+	memset(l->local, 7, 4096);
+	assert_int_equal(dxl_rdpma_pwrite(l->qp, &fp, 0, l->local, 1000, lkey,
+					  DXL_PWRITE_NOFLUSH, l->local + 16384, lkey), 0);
+	assert_int_equal(p.calls, 0); /* placed, not flushed: not persisted */
+	assert_int_equal(dxl_rdpma_pwrite(l->qp, &fp, 1000, l->local, 1000, lkey,
+					  DXL_PWRITE_H9, l->local + 16384, lkey), 0);
+	/* the flush covers both writes of this QP: [0, 2000), one range */
+	assert_int_equal(p.calls, 1);
+	assert_int_equal(p.lo, fp.addr);
+	assert_true(p.hi >= fp.addr + 2000 && p.hi <= fp.addr + 2048);
+	dxl_mr_set_persist_fn(l->mr, NULL, NULL);
+}
+
 /* ---- durability under the power-failure model ---------------------------- */
 
 struct target_info {
@@ -289,6 +335,7 @@ int main(void)
 		cmocka_unit_test(test_padding_rules),
 		cmocka_unit_test_setup_teardown(test_heap, lo_setup, lo_teardown),
 		cmocka_unit_test_setup_teardown(test_onesided_ops_loopback, lo_setup, lo_teardown),
+		cmocka_unit_test_setup_teardown(test_flush_read_runs_persist_fn, lo_setup, lo_teardown),
 		cmocka_unit_test(test_pwrite_survives_power_failure_noflush_does_not),
 	};
 	return cmocka_run_group_tests_name("rdpma", tests, NULL, NULL);
