@@ -3,6 +3,7 @@
 #   make            build the library, tools, tests and benchmarks (build/)
 #   make test       build and run the whole test suite
 #   make test-long  the crash tests with thousands of seeded schedules
+#   make test-rdma  the verbs provider under Soft-RoCE in a QEMU guest
 #   make asan       build with ASan+UBSan (build/asan) and run the tests
 #   make tsan       build with TSan (build/tsan) and run the tests
 #   make bench      build and run the benchmarks (results under results/)
@@ -51,7 +52,7 @@ BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
 BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
 BINS       := $(if $(TOOL_SRCS),$(O)/bin/dxl) $(BENCH_BINS)
 
-.PHONY: all test test-long asan tsan bench install clean fuzz
+.PHONY: all test test-long test-rdma asan tsan bench install clean fuzz
 all: $(LIB) $(BINS) $(TEST_BINS)
 
 $(O)/%.o: %.c
@@ -88,6 +89,12 @@ $(foreach b,$(BENCH_DIRS),$(eval $(call bench_rule,$(b))))
 
 test: all
 	scripts/run-tests.sh $(O)/tests $(TESTS)
+
+# Real verbs: dxl's binaries in a Soft-RoCE QEMU guest (docs/rdma.md).
+# Exit status 77 (with a "SKIPPED: rdma-guest: ..." line) = cannot run here.
+test-rdma: all
+	scripts/rdma-guest.sh -q --timeout 540 --env DXL_BUILD=$(O) \
+		--list tests/rdma/smoke.list --list tests/rdma/dxl.list
 
 # longer randomized schedules than CI runs (crash tests)
 test-long: all

@@ -294,17 +294,32 @@ int dxl_vrb_qp_post(struct dxl_qp *bq, struct dxl_wr *chain, struct dxl_wr **bad
 			w->wr.rdma.rkey = wr->rkey;
 			break;
 		case DXL_WR_CAS:
+		case DXL_WR_FAA:
+			if (wr->remote_addr & 7) {
+				/* a misaligned remote atomic must fail as a remote
+				 * access error completion at its place in the queue
+				 * (fabric.h). Some providers (rxe) refuse it inside
+				 * ibv_post_send instead, so post a stand-in that every
+				 * device fails the same way: an 8-byte READ of remote
+				 * address 0, which lies in no region. The slot keeps
+				 * the caller's opcode for the completion. */
+				w->opcode = IBV_WR_RDMA_READ;
+				w->wr.rdma.remote_addr = 0;
+				w->wr.rdma.rkey = wr->rkey;
+				break;
+			}
+			if (wr->op == DXL_WR_FAA) {
+				w->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+				w->wr.atomic.remote_addr = wr->remote_addr;
+				w->wr.atomic.rkey = wr->rkey;
+				w->wr.atomic.compare_add = wr->compare_add;
+				break;
+			}
 			w->opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
 			w->wr.atomic.remote_addr = wr->remote_addr;
 			w->wr.atomic.rkey = wr->rkey;
 			w->wr.atomic.compare_add = wr->compare_add;
 			w->wr.atomic.swap = wr->swap;
-			break;
-		case DXL_WR_FAA:
-			w->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-			w->wr.atomic.remote_addr = wr->remote_addr;
-			w->wr.atomic.rkey = wr->rkey;
-			w->wr.atomic.compare_add = wr->compare_add;
 			break;
 		case DXL_WR_SEND:
 			w->opcode = IBV_WR_SEND;

@@ -19,7 +19,7 @@ PKGS=(
 	libjansson-dev                                         # JSON (bench results, CLI)
 	libisal-dev                                            # CRC32C of log records
 )
-RDMA_TEST_PKGS=(qemu-system-x86 busybox-static kmod perftest rdmacm-utils cpio)
+RDMA_TEST_PKGS=(qemu-system-x86 busybox-static kmod perftest rdmacm-utils cpio iproute2 ibverbs-providers)
 
 [ "${1:-}" = "--rdma-test" ] && PKGS+=("${RDMA_TEST_PKGS[@]}")
 

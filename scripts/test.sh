@@ -6,7 +6,8 @@
 # Usage: scripts/test.sh [--sanitizers] [TEST_NAME ...]
 #   --sanitizers   also run the suite under ASan+UBSan and TSan builds
 # Environment: JOBS (parallel make jobs, default nproc), DXL_TEST_TIMEOUT,
-# FUZZ_SECONDS (per fuzz target, default 15).
+# FUZZ_SECONDS (per fuzz target, default 15), DXL_TEST_RDMA=0 (skip the
+# Soft-RoCE guest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,20 @@ echo "test.sh: ZooKeeper at $DXL_TEST_ZK"
 
 rc=0
 scripts/run-tests.sh build/tests "$@" || rc=1
+if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
+	# the verbs provider on real (soft) RDMA: a QEMU guest with rdma_rxe
+	# runs the conformance suite and more (docs/rdma.md); 77 = cannot run
+	# here, reported as SKIPPED, never as a pass
+	echo "=== Soft-RoCE guest (verbs provider)"
+	rdma_rc=0
+	scripts/rdma-guest.sh -q --timeout 540 --list tests/rdma/smoke.list \
+		--list tests/rdma/dxl.list || rdma_rc=$?
+	case $rdma_rc in
+	0) echo "=== Soft-RoCE guest: passed" ;;
+	77) echo "=== Soft-RoCE guest: SKIPPED (see the line above)" ;;
+	*) echo "=== Soft-RoCE guest: FAILED"; rc=1 ;;
+	esac
+fi
 if [ $# -eq 0 ]; then
 	# bounded fuzzing of the on-disk parsers (tests/fuzz/README)
 	echo "=== fuzz (${FUZZ_SECONDS:-15}s per target)"

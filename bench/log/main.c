@@ -269,10 +269,14 @@ static int zk_start(const char *script, const char *dir, int force_sync,
 	int rc = pclose(p);
 	line[strcspn(line, "\n")] = '\0';
 	if (rc != 0 || !strchr(line, ':')) {
-		snprintf(why, whycap, "zk.sh start failed: %s", line);
+		snprintf(why, whycap, "zk.sh start failed: %.200s", line);
 		return -1;
 	}
-	snprintf(connect, cap, "%s", line);
+	if (strlen(line) >= cap) {
+		snprintf(why, whycap, "zk.sh: connect string too long");
+		return -1;
+	}
+	memcpy(connect, line, strlen(line) + 1);
 	return 0;
 }
 

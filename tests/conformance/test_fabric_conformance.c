@@ -158,7 +158,17 @@ static void fx_open(struct fx *x, cfg_tweak tweak)
 	x->cfg.node_id = NODE_TEST;
 	if (tweak)
 		tweak(&x->cfg);
-	CHECK(dxl_fabric_new(&x->cfg, &x->f));
+	int ret = dxl_fabric_new(&x->cfg, &x->f);
+	if (ret == DXL_E_NODEV && !getenv("DXL_TEST_REQUIRE_DEVICE")) {
+		/* STYLE: missing hardware skips with a reason, never passes */
+		print_message("  SKIPPED: provider %s has no device here: %s "
+			      "(set DXL_TEST_REQUIRE_DEVICE=1 to make this a "
+			      "failure)\n",
+			      dxl_fabric_provider_name(x->cfg.provider),
+			      dxl_errmsg());
+		skip();
+	}
+	CHECK(ret);
 	assert_int_equal(dxl_fabric_provider(x->f), x->cfg.provider);
 	assert_int_equal(dxl_fabric_node_id(x->f), NODE_TEST);
 	CHECK(dxl_ctx_new(x->f, 0, &x->c));
@@ -1874,10 +1884,11 @@ static void test_dead_peer_signalled(void **state)
 	const uint64_t window = 32, len = 16384;
 	uint64_t posted = 0, done = 0, after_kill = 0, errors = 0;
 	bool killed = false, stop = false, seen_err = false;
-	uint64_t t_kill = 0, t_last = 0;
+	uint64_t t_kill = 0, t_last = 0, at_kill = 0;
 	uint64_t deadline = dxl_now_ms() + 3u * (uint64_t)dxlt_wait_ms();
 	while (!(stop && done == posted)) {
-		if (!stop && posted - done < window) {
+		bool posted_any = false;
+		while (!stop && posted - done < window) { /* keep it full */
 			uint64_t slot = posted % 64;
 			struct dxl_wr r = {.wr_id = posted, .op = DXL_WR_READ,
 					   .flags = DXL_WR_SIGNALED,
@@ -1888,16 +1899,26 @@ static void test_dead_peer_signalled(void **state)
 			int ret = dxl_qp_post(x->qp, &r, NULL);
 			if (ret == 0) {
 				posted++;
+				posted_any = true;
 				if (killed && ++after_kill >= 64)
 					stop = true;
 			} else if (ret == DXL_E_STATE && killed) {
 				stop = true;
-			} else if (ret != DXL_E_AGAIN) {
+			} else if (ret == DXL_E_AGAIN) {
+				break;
+			} else {
 				fail_msg("post: %s: %s", dxl_errname(ret), dxl_errmsg());
 			}
-		} else {
-			dxl_ctx_wait(x->c, 50);
 		}
+		/* the kill lands with a full window of requests in flight */
+		if (!killed && done >= 64) {
+			CHECK(dxlt_peer_signal(x->peer, SIGKILL));
+			killed = true;
+			t_kill = dxl_now_ms();
+			at_kill = posted - done;
+		}
+		if (!posted_any)
+			dxl_ctx_wait(x->c, 50);
 		struct dxl_wc wc[16];
 		int n = dxl_ctx_poll(x->c, wc, 16);
 		CHECK(n);
@@ -1929,11 +1950,6 @@ static void test_dead_peer_signalled(void **state)
 			done++;
 			t_last = dxl_now_ms();
 		}
-		if (!killed && done >= 64) {
-			CHECK(dxlt_peer_signal(x->peer, SIGKILL));
-			killed = true;
-			t_kill = dxl_now_ms();
-		}
 		if (killed && dxl_now_ms() > t_kill + 4u * tmo + 2000)
 			fail_msg("%llu of %llu requests still outstanding %u ms "
 				 "after the kill (timeout_ms %u)",
@@ -1950,8 +1966,9 @@ static void test_dead_peer_signalled(void **state)
 			   .len = 8, .lkey = x->lkey, .remote_addr = raddr(x, 0),
 			   .rkey = x->rd.rkey};
 	CHECK_ERR(dxl_qp_post(x->qp, &r, NULL), DXL_E_STATE);
-	print_message("  %llu requests, %llu failed; all completed %llu ms after "
-		      "the kill (timeout_ms %u)\n", (unsigned long long)posted,
+	print_message("  %llu requests, %llu outstanding at the kill, %llu failed; "
+		      "all completed %llu ms after the kill (timeout_ms %u)\n",
+		      (unsigned long long)posted, (unsigned long long)at_kill,
 		      (unsigned long long)errors,
 		      (unsigned long long)(t_last - t_kill), tmo);
 	reap_killed(x->peer);
@@ -1974,7 +1991,8 @@ static void test_dead_peer_unsignalled(void **state)
 	uint64_t t_kill = 0, errors = 0;
 	uint64_t deadline = dxl_now_ms() + 3u * (uint64_t)dxlt_wait_ms();
 	while (!(stop && q_len == 0)) {
-		if (!stop && q_len < max_groups) {
+		bool posted_any = false;
+		while (!stop && q_len < max_groups) { /* keep it full */
 			struct dxl_wr w[8];
 			for (int j = 0; j < group; j++) {
 				uint64_t id = next_id + (uint64_t)j;
@@ -1995,16 +2013,19 @@ static void test_dead_peer_unsignalled(void **state)
 				sig_q[(q_head + q_len) % 64] = next_id + group - 1;
 				q_len++;
 				next_id += group;
+				posted_any = true;
 				if (killed && ++after_kill >= 8)
 					stop = true;
 			} else if (ret == DXL_E_STATE && killed) {
 				stop = true;
-			} else if (ret != DXL_E_AGAIN) {
+			} else if (ret == DXL_E_AGAIN) {
+				break;
+			} else {
 				fail_msg("post: %s: %s", dxl_errname(ret), dxl_errmsg());
 			}
-		} else {
-			dxl_ctx_wait(x->c, 50);
 		}
+		if (!posted_any)
+			dxl_ctx_wait(x->c, 50);
 		struct dxl_wc wc[16];
 		int n = dxl_ctx_poll(x->c, wc, 16);
 		CHECK(n);

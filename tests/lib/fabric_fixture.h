@@ -23,6 +23,9 @@
  *                       QEMU TCG or valgrind). Never a timing assertion.
  *   DXL_TEST_ALARM_S    watchdog per test, see dxlt_watchdog_arm
  *                       (default 120)
+ *   DXL_TEST_REQUIRE_DEVICE  set: a provider without a device (DXL_E_NODEV)
+ *                       fails the tests instead of skipping them (for the
+ *                       Soft-RoCE guest, where a missing rxe0 is a bug)
  */
 
 /* dxlt_fabric_cfg_from_env -- dxl_fabric_cfg_init + the DXL_TEST_* values

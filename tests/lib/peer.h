@@ -192,9 +192,11 @@ void dxlt_peer_child_hook(const struct dxlt_job *jobs);
 
 /*
  * dxlt_peer_job_start -- run job `name` in the peer without waiting: the
- * peer answers when the job has STARTED; commands sent meanwhile queue up
- * behind it. dxlt_peer_job_wait collects its result: *job_rc = its return
- * value, *out (malloc'ed, caller frees; may be NULL) and *out_len.
+ * peer answers when the job has STARTED (DXL_E_NOENT: no such job). Until
+ * dxlt_peer_job_wait has collected its result, other commands to this peer
+ * return DXL_E_BUSY (signals still work). dxlt_peer_job_wait: *job_rc = the
+ * job's return value, *out (malloc'ed, caller frees; may be NULL) and
+ * *out_len; DXL_E_TIMEDOUT after the peer's reply timeout.
  */
 int dxlt_peer_job_start(struct dxlt_peer *p, const char *name, const void *arg,
 			size_t arg_len);

@@ -127,6 +127,42 @@ static void test_chain_is_one_post_send(void **state)
 	}
 }
 
+/* a misaligned remote atomic goes out as a READ of remote address 0, which
+ * every device fails with a remote access error at that place in the queue
+ * (rxe would refuse the atomic itself inside ibv_post_send) */
+static void test_misaligned_atomic_becomes_failing_read(void **state)
+{
+	uint64_t *res = &buf[4];
+	struct dxl_wr w[3] = {
+		{.wr_id = 1, .op = DXL_WR_CAS, .local = res, .len = 8, .lkey = 0xa1,
+		 .remote_addr = 0x30004, .rkey = 0xb1, .compare_add = 1, .swap = 2},
+		{.wr_id = 2, .op = DXL_WR_FAA, .flags = DXL_WR_SIGNALED, .local = res,
+		 .len = 8, .lkey = 0xa2, .remote_addr = 0x40001, .rkey = 0xb2,
+		 .compare_add = 3},
+		{.wr_id = 3, .op = DXL_WR_CAS, .flags = DXL_WR_SIGNALED, .local = res,
+		 .len = 8, .lkey = 0xa3, .remote_addr = 0x50008, .rkey = 0xb3},
+	};
+	w[0].next = &w[1];
+	w[1].next = &w[2];
+	assert_int_equal(dxl_qp_post(env.qp, w, NULL), 0);
+	assert_int_equal(fk.post_calls, 1);
+	assert_int_equal(fk.nposted, 3);
+	for (int i = 0; i < 2; i++) {
+		const struct ibv_send_wr *p = &fk.posted[i].wr;
+		assert_int_equal(p->opcode, IBV_WR_RDMA_READ);
+		assert_int_equal(p->wr.rdma.remote_addr, 0);
+		assert_int_equal(p->wr.rdma.rkey, w[i].rkey);
+		assert_int_equal(fk.posted[i].sge.addr, (uintptr_t)res);
+		assert_int_equal(fk.posted[i].sge.length, 8);
+		assert_int_equal(fk.posted[i].sge.lkey, w[i].lkey);
+	}
+	assert_int_equal(fk.posted[0].wr.send_flags, 0);
+	assert_int_equal(fk.posted[1].wr.send_flags, IBV_SEND_SIGNALED);
+	/* an aligned one is untouched */
+	assert_int_equal(fk.posted[2].wr.opcode, IBV_WR_ATOMIC_CMP_AND_SWP);
+	assert_int_equal(fk.posted[2].wr.wr.atomic.remote_addr, 0x50008);
+}
+
 static void test_auto_signal_every_half_depth(void **state)
 {
 	/* sq_depth 8: among unsignalled requests, the 4th and 8th are
@@ -309,6 +345,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_chain_is_one_post_send, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_misaligned_atomic_becomes_failing_read,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_signal_every_half_depth,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
