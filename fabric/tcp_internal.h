@@ -226,6 +226,7 @@ struct tcp_ctx {
 	struct tcp_fab *tf;
 	int ep;   /* active sockets + evfd */
 	int evfd; /* the NIC thread wakes a sleeping owner */
+	bool spin_yield; /* spin with sched_yield (<= 2 CPUs, see tcp_wait) */
 
 	/* owner only */
 	struct tcp_qp *qps; /* active and passive (after hand-over) */

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -726,7 +727,14 @@ int tcp_wait(struct dxl_ctx *bc, int timeout_ms)
 					   "wait: no completion on ctx %u in %d ms",
 					   c->base.idx, timeout_ms);
 		if (now < spin_end) {
-			dxl_cpu_relax();
+			/* on 2 CPUs or fewer the NIC thread that must answer (a
+			 * SEND's delivery, a peer's request) often waits for this
+			 * CPU: yield it instead of burning it (SEND/RPC p50 under
+			 * load 115-131 us with a plain spin; docs/fabric-bench.md) */
+			if (c->spin_yield)
+				sched_yield();
+			else
+				dxl_cpu_relax();
 			continue;
 		}
 		/* block until a socket, the NIC, the caller's timeout or the
@@ -961,6 +969,9 @@ int tcp_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out)
 	}
 	c->ep = epoll_create1(EPOLL_CLOEXEC);
 	c->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	cpu_set_t cpus;
+	c->spin_yield = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+			CPU_COUNT(&cpus) <= 2 && !getenv("DXL_TCP_SPIN_RELAX");
 	if (c->ep < 0 || c->evfd < 0) {
 		ret = dxl_err_errno(errno, "ctx_new: epoll/eventfd");
 		goto err;
