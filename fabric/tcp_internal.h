@@ -274,6 +274,11 @@ struct tcp_fab {
 	/* power-failure journal (tcp_pf.c) */
 	pthread_mutex_t pf_lock;
 	struct tcp_pf_journal jr;
+	/* group commit: ranges flush READs made durable whose persist
+	 * functions run once, just before the staged answers leave (NIC
+	 * thread only) */
+	struct tcp_persist_pend *pend;
+	size_t npend, cappend;
 	atomic_bool pf_dead; /* power failed: execute nothing more */
 
 	/* NIC thread only */
@@ -347,9 +352,19 @@ void tcp_pf_fini(struct tcp_fab *tf);
  */
 int tcp_pf_before_write_locked(struct tcp_fab *tf, struct tcp_conn *conn,
 			       struct dxl_mr *mr, uint64_t addr, uint64_t len);
-/* tcp_pf_persist_locked -- before a flush: run the regions' persist
- * functions over the lines conn wrote (coalesced into ranges) */
+struct tcp_persist_pend {
+	dxl_mr_persist_fn fn;
+	void *arg;
+	uintptr_t lo, hi;
+};
+
+/* tcp_pf_persist_locked -- a flush READ on conn: note the ranges conn
+ * wrote in regions with a persist function (coalesced), to run with
+ * tcp_pf_run_persist before the READ's answer leaves (NIC thread) */
 void tcp_pf_persist_locked(struct tcp_fab *tf, struct tcp_conn *conn);
+/* tcp_pf_run_persist -- run and forget the noted persist ranges, merging
+ * overlapping ones: one msync for many appends (group commit) */
+void tcp_pf_run_persist(struct tcp_fab *tf);
 /* tcp_pf_flush_locked -- a READ on conn executed: its writes are durable */
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn);
 void tcp_pf_drop_range(struct tcp_fab *tf, uintptr_t addr, size_t len);

@@ -184,6 +184,9 @@ static void nic_fail(struct tcp_fab *tf, struct tcp_conn *conn, uint8_t rop,
 static int nic_flush(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	int ret = 0;
+	/* group commit: the flush READs staged below promise durability; make
+	 * good on all of them at once before any of their answers leaves */
+	tcp_pf_run_persist(tf);
 	pthread_mutex_lock(&conn->mu);
 	if (conn->fd < 0) {
 		tcp_buf_consume(&tf->stage, tf->stage.len);

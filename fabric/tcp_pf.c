@@ -99,6 +99,9 @@ void tcp_pf_fini(struct tcp_fab *tf)
 	}
 	free(jr->b);
 	memset(jr, 0, sizeof(*jr));
+	free(tf->pend);
+	tf->pend = NULL;
+	tf->npend = tf->cappend = 0;
 }
 
 static bool line_has(const struct tcp_pf_line *e, uint64_t id)
@@ -173,29 +176,69 @@ int tcp_pf_before_write_locked(struct tcp_fab *tf, struct tcp_conn *conn,
 	return 0;
 }
 
+static void pend_add(struct tcp_fab *tf, const struct dxl_mr *mr, uintptr_t lo,
+		     uintptr_t hi)
+{
+	if (tf->npend) {
+		struct tcp_persist_pend *l = &tf->pend[tf->npend - 1];
+		if (l->fn == mr->persist_fn && l->arg == mr->persist_arg &&
+		    lo <= l->hi && hi >= l->lo) {
+			l->lo = DXL_MIN(l->lo, lo);
+			l->hi = DXL_MAX(l->hi, hi);
+			return;
+		}
+	}
+	if (tf->npend == tf->cappend) {
+		size_t cap = tf->cappend ? tf->cappend * 2 : 16;
+		struct tcp_persist_pend *p = realloc(tf->pend, cap * sizeof(*p));
+		if (!p) {
+			/* no room to defer: persist now (still before the answer) */
+			mr->persist_fn(mr->persist_arg, (const void *)lo, hi - lo);
+			return;
+		}
+		tf->pend = p;
+		tf->cappend = cap;
+	}
+	tf->pend[tf->npend++] = (struct tcp_persist_pend){
+		.fn = mr->persist_fn, .arg = mr->persist_arg, .lo = lo, .hi = hi};
+}
+
 void tcp_pf_persist_locked(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	struct tcp_pf_dirty *d = &conn->dirty;
-	struct dxl_mr *cur = NULL;
-	uintptr_t lo = 0, hi = 0; /* the range being coalesced */
-	for (size_t i = 0; i <= d->n; i++) {
-		struct tcp_pf_line *e = i < d->n ? jr_find(&tf->jr, d->v[i]) : NULL;
-		if (i < d->n && (!e || !e->mr->persist_fn))
+	for (size_t i = 0; i < d->n; i++) {
+		struct tcp_pf_line *e = jr_find(&tf->jr, d->v[i]);
+		if (!e || !e->mr->persist_fn)
 			continue; /* durable meanwhile, or nothing to run */
-		if (e && e->mr == cur && e->line + e->lo <= hi &&
-		    e->line + e->hi >= lo) {
-			lo = DXL_MIN(lo, e->line + e->lo);
-			hi = DXL_MAX(hi, e->line + e->hi);
+		pend_add(tf, e->mr, e->line + e->lo, e->line + e->hi);
+	}
+}
+
+static int pend_cmp(const void *a, const void *b)
+{
+	const struct tcp_persist_pend *x = a, *y = b;
+	if (x->arg != y->arg)
+		return (uintptr_t)x->arg < (uintptr_t)y->arg ? -1 : 1;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+void tcp_pf_run_persist(struct tcp_fab *tf)
+{
+	if (!tf->npend)
+		return;
+	qsort(tf->pend, tf->npend, sizeof(*tf->pend), pend_cmp);
+	struct tcp_persist_pend cur = tf->pend[0];
+	for (size_t i = 1; i <= tf->npend; i++) {
+		const struct tcp_persist_pend *p = i < tf->npend ? &tf->pend[i] : NULL;
+		if (p && p->fn == cur.fn && p->arg == cur.arg && p->lo <= cur.hi) {
+			cur.hi = DXL_MAX(cur.hi, p->hi);
 			continue;
 		}
-		if (cur) /* the range ends: make it durable (e.g. msync) */
-			cur->persist_fn(cur->persist_arg, (const void *)lo, hi - lo);
-		cur = e ? e->mr : NULL;
-		if (e) {
-			lo = e->line + e->lo;
-			hi = e->line + e->hi;
-		}
+		cur.fn(cur.arg, (const void *)cur.lo, cur.hi - cur.lo);
+		if (p)
+			cur = *p;
 	}
+	tf->npend = 0;
 }
 
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn)

@@ -536,6 +536,9 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 {
 	if (!a || !rec)
 		return dxl_err_set(DXL_E_INVAL, "append: NULL argument");
+	if (rec->payload_len == 0 && rec->nparts == 0)
+		return dxl_err_set(DXL_E_INVAL,
+				   "append: empty record (no payload, no participants)");
 	if (rec->commit_ts < a->last_ts)
 		return dxl_err_set(DXL_E_INVAL,
 				   "append: commit timestamp %llu is below the previous %llu",

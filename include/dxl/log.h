@@ -545,6 +545,36 @@ int dxl_rdpma_pwrite(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 		     uint64_t off, const void *src, uint32_t len, uint32_t lkey,
 		     enum dxl_pwrite_mode mode, void *scratch,
 		     uint32_t scratch_lkey);
+/*
+ * Two-sided PWrite (000 L697): an RPC whose handler, on the node that owns
+ * the memory, copies the data with non-temporal stores and persists it
+ * (dxl_region_memcpy_persist: H4/H7 ntstore + fence, or msync by mode).
+ * dxl_rdpma_serve registers that handler on the node's RPC endpoint for
+ * the region r, registered as mr; requests for addresses outside mr or with
+ * another rkey are refused (DXL_E_ACCESS) and change nothing.
+ */
+#define DXL_RPC_ID_RDPMA_PWRITE 1000 /* handler ids 1000..1023: dxl's own */
+
+struct dxl_rpc;
+struct dxl_rdpma_server;
+
+/* Errors: DXL_E_INVAL (mr is not r's data area), DXL_E_EXIST, DXL_E_NOMEM */
+int dxl_rdpma_serve(struct dxl_rpc *rpc, struct dxl_region *r,
+		    const struct dxl_mr *mr, struct dxl_rdpma_server **out);
+/* frees the server state; delete it after the rpc (handlers stop first) */
+void dxl_rdpma_server_delete(struct dxl_rdpma_server **srv);
+
+/*
+ * dxl_rdpma_pwrite_2s -- from a coroutine of rpc's scheduler: write len
+ * bytes to fp at off through the owner's CPU; persistent at return.
+ * Errors: DXL_E_INVAL (range outside fp), DXL_E_TOOBIG (over the RPC's
+ * largest payload minus 16), DXL_E_ACCESS (refused by the owner), and the
+ * errors of dxl_rpc_call (DXL_E_UNREACHABLE, DXL_E_TIMEDOUT, ...).
+ */
+int dxl_rdpma_pwrite_2s(struct dxl_rpc *rpc, struct dxl_qp *qp,
+			const struct dxl_fatptr *fp, uint64_t off,
+			const void *src, uint32_t len);
+
 /* a synchronous 8-byte CAS at raddr; *old receives the previous value */
 int dxl_rdpma_cas(struct dxl_qp *qp, uint64_t raddr, uint32_t rkey,
 		  uint64_t compare, uint64_t swap, uint64_t *old, void *scratch,
@@ -638,7 +668,8 @@ void dxl_appender_delete(struct dxl_appender **a);
  * (max_inflight appends await dxl_appender_poll), DXL_E_TOOBIG (over
  * max_record or half a ring), DXL_E_FULL (no ring space within
  * full_wait_ms: the replicas do not advance their heads), DXL_E_INVAL
- * (bad record, commit_ts going back), DXL_E_UNAVAIL (every target failed).
+ * (bad record: empty (no payload and no participants), commit_ts going
+ * back), DXL_E_UNAVAIL (every target failed).
  */
 int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 			const uint32_t *parts, uint64_t *token);

@@ -229,6 +229,13 @@ static void test_full_ring_errors_and_limits(void **state)
 	struct dxl_rec r = {.txn_id = 1, .commit_ts = 1, .payload = big,
 			    .payload_len = 8200};
 	assert_int_equal(dxl_appender_append(a, &r, NULL, NULL), DXL_E_TOOBIG);
+	/* an empty record is refused, nothing placed */
+	r.payload_len = 0;
+	assert_int_equal(dxl_appender_append(a, &r, NULL, NULL), DXL_E_INVAL);
+	assert_non_null(strstr(dxl_errmsg(), "empty record"));
+	uint64_t p0;
+	dxl_appender_tail(a, &p0, NULL);
+	assert_int_equal(p0, 0);
 	/* fill the ring: 16384 bytes = 16 records of 1024 */
 	r.payload_len = 1024 - 64;
 	int ok = 0, ret;
