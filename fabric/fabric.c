@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "fabric/fabric_internal.h"
+#include "common/endian.h"
 
 #define MR_DESC_MAGIC 0x4d52444cu /* "LDRM" little-endian: dxl mr desc */
 
@@ -285,34 +286,6 @@ size_t dxl_mr_len(const struct dxl_mr *mr)
 	return mr->len;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 int dxl_mr_desc_encode(const struct dxl_mr_desc *d, void *buf, size_t cap)
 {
 	if (!d || !buf || cap < DXL_MR_DESC_WIRE_SIZE)
@@ -320,11 +293,11 @@ int dxl_mr_desc_encode(const struct dxl_mr_desc *d, void *buf, size_t cap)
 				   "mr_desc_encode: buffer of %zu bytes, need %d",
 				   cap, DXL_MR_DESC_WIRE_SIZE);
 	uint8_t *p = buf;
-	put_le32(p, MR_DESC_MAGIC);
-	put_le64(p + 4, d->addr);
-	put_le64(p + 12, d->len);
-	put_le32(p + 20, d->rkey);
-	put_le32(p + 24, d->node);
+	dxl_put_le32(p, MR_DESC_MAGIC);
+	dxl_put_le64(p + 4, d->addr);
+	dxl_put_le64(p + 12, d->len);
+	dxl_put_le32(p + 20, d->rkey);
+	dxl_put_le32(p + 24, d->node);
 	return DXL_MR_DESC_WIRE_SIZE;
 }
 
@@ -335,14 +308,14 @@ int dxl_mr_desc_decode(const void *buf, size_t len, struct dxl_mr_desc *out)
 				   "mr_desc_decode: %zu bytes, need %d", len,
 				   DXL_MR_DESC_WIRE_SIZE);
 	const uint8_t *p = buf;
-	uint32_t magic = get_le32(p);
+	uint32_t magic = dxl_get_le32(p);
 	if (magic != MR_DESC_MAGIC)
 		return dxl_err_set(DXL_E_PROTO,
 				   "mr_desc_decode: bad magic 0x%08x", magic);
-	out->addr = get_le64(p + 4);
-	out->len = get_le64(p + 12);
-	out->rkey = get_le32(p + 20);
-	out->node = get_le32(p + 24);
+	out->addr = dxl_get_le64(p + 4);
+	out->len = dxl_get_le64(p + 12);
+	out->rkey = dxl_get_le32(p + 20);
+	out->node = dxl_get_le32(p + 24);
 	if (out->addr + out->len < out->addr)
 		return dxl_err_set(DXL_E_PROTO,
 				   "mr_desc_decode: region wraps the address space");

@@ -10,6 +10,7 @@
 #include "dxl/rpc.h"
 #include "fabric/co_internal.h"
 #include "fabric/fabric_internal.h"
+#include "common/endian.h"
 
 /*
  * Threads: an rpc belongs to its scheduler's thread. Everything here runs on
@@ -39,45 +40,6 @@ static inline uint32_t pad8(uint32_t n)
 
 /* ---- little-endian accessors --------------------------------------------- */
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 struct entry {
 	uint16_t handler;
 	uint16_t flags;
@@ -90,12 +52,12 @@ struct entry {
 
 static void entry_decode(const uint8_t *p, struct entry *e)
 {
-	e->handler = get16(p);
-	e->flags = get16(p + 2);
-	e->status = (int32_t)get32(p + 4);
-	e->req_id = get64(p + 8);
-	e->plen = get32(p + 16);
-	e->reply_cap = get32(p + 20);
+	e->handler = dxl_get_le16(p);
+	e->flags = dxl_get_le16(p + 2);
+	e->status = (int32_t)dxl_get_le32(p + 4);
+	e->req_id = dxl_get_le64(p + 8);
+	e->plen = dxl_get_le32(p + 16);
+	e->reply_cap = dxl_get_le32(p + 20);
 	e->payload = p + DXL_RPC_ENTRY_SIZE;
 }
 
@@ -470,11 +432,11 @@ static void batch_close(struct rpc_peer *p)
 	if (!b)
 		return;
 	p->open = NULL;
-	put32(b->p, DXL_RPC_MAGIC);
-	put16(b->p + 4, DXL_RPC_VERSION);
-	put16(b->p + 6, (uint16_t)b->count);
-	put32(b->p + 8, b->len);
-	put32(b->p + 12, 0);
+	dxl_put_le32(b->p, DXL_RPC_MAGIC);
+	dxl_put_le16(b->p + 4, DXL_RPC_VERSION);
+	dxl_put_le16(b->p + 6, (uint16_t)b->count);
+	dxl_put_le32(b->p + 8, b->len);
+	dxl_put_le32(b->p + 12, 0);
 	b->next = NULL;
 	if (p->txq_tail)
 		p->txq_tail->next = b;
@@ -506,12 +468,12 @@ static int append_entry(struct dxl_rpc *rpc, struct rpc_peer *p,
 	}
 	struct sbuf *b = p->open;
 	uint8_t *e = b->p + b->len;
-	put16(e, handler);
-	put16(e + 2, flags);
-	put32(e + 4, (uint32_t)status);
-	put64(e + 8, req_id);
-	put32(e + 16, plen);
-	put32(e + 20, reply_cap);
+	dxl_put_le16(e, handler);
+	dxl_put_le16(e + 2, flags);
+	dxl_put_le32(e + 4, (uint32_t)status);
+	dxl_put_le64(e + 8, req_id);
+	dxl_put_le32(e + 16, plen);
+	dxl_put_le32(e + 20, reply_cap);
 	if (plen)
 		memcpy(e + DXL_RPC_ENTRY_SIZE, payload, plen);
 	memset(e + DXL_RPC_ENTRY_SIZE + plen, 0, pad8(plen) - plen);
@@ -849,10 +811,10 @@ static void handle_msg(struct dxl_rpc *rpc, struct dxl_qp *qp, const uint8_t *m,
 			 len, node);
 		return;
 	}
-	uint32_t magic = get32(m);
-	uint16_t version = get16(m + 4);
-	uint16_t count = get16(m + 6);
-	uint32_t total = get32(m + 8);
+	uint32_t magic = dxl_get_le32(m);
+	uint16_t version = dxl_get_le16(m + 4);
+	uint16_t count = dxl_get_le16(m + 6);
+	uint32_t total = dxl_get_le32(m + 8);
 	if (magic != DXL_RPC_MAGIC || version != DXL_RPC_VERSION) {
 		rpc->st.malformed_recv++;
 		DXL_WARN("rpc: message from node %u has magic %#x version %u "
@@ -875,10 +837,10 @@ static void handle_msg(struct dxl_rpc *rpc, struct dxl_qp *qp, const uint8_t *m,
 		err = DXL_E_PROTO;
 		snprintf(why, sizeof(why), "total_len %u but %u bytes arrived",
 			 total, len);
-	} else if (get32(m + 12) != 0) {
+	} else if (dxl_get_le32(m + 12) != 0) {
 		err = DXL_E_PROTO;
 		snprintf(why, sizeof(why), "reserved header word is %#x",
-			 get32(m + 12));
+			 dxl_get_le32(m + 12));
 	} else if (count == 0) {
 		err = DXL_E_PROTO;
 		snprintf(why, sizeof(why), "no entries");

@@ -312,7 +312,7 @@ static void nic_atomic(struct tcp_fab *tf, struct tcp_conn *conn,
 	}
 	uint8_t *p = stage_resp(tf, fr->op, fr->seq, TCP_ST_OK, 8);
 	if (p)
-		tcp_put64(p, old);
+		dxl_put_le64(p, old);
 }
 
 static void nic_write_end(struct tcp_fab *tf, struct tcp_conn *conn)

@@ -307,7 +307,7 @@ static void sq_finish(struct tcp_ctx *c, struct tcp_qp *qp)
 {
 	struct tcp_sq_ent *e = sq_head(qp);
 	if (e->op == DXL_WR_CAS || e->op == DXL_WR_FAA) {
-		uint64_t v = tcp_get64(qp->rx_atomic);
+		uint64_t v = dxl_get_le64(qp->rx_atomic);
 		memcpy(e->local, &v, sizeof(v));
 	}
 	if (e->user_sig)

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include "common/endian.h"
 
 /*
  * One TCP connection per QP. Every integer is little-endian; there is no
@@ -110,57 +111,18 @@ struct tcp_hs {
 	uint32_t src_ctx;
 };
 
-static inline void tcp_put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static inline void tcp_put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void tcp_put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint16_t tcp_get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static inline uint32_t tcp_get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static inline uint64_t tcp_get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 static inline void tcp_frame_encode(const struct tcp_frame *f, uint8_t *p)
 {
 	p[0] = f->op;
 	p[1] = f->flags;
 	p[2] = f->rop;
 	p[3] = 0;
-	tcp_put32(p + 4, f->len);
-	tcp_put32(p + 8, f->seq);
-	tcp_put32(p + 12, f->rkey);
-	tcp_put64(p + 16, f->raddr);
-	tcp_put64(p + 24, f->cmp_add);
-	tcp_put64(p + 32, f->swap);
+	dxl_put_le32(p + 4, f->len);
+	dxl_put_le32(p + 8, f->seq);
+	dxl_put_le32(p + 12, f->rkey);
+	dxl_put_le64(p + 16, f->raddr);
+	dxl_put_le64(p + 24, f->cmp_add);
+	dxl_put_le64(p + 32, f->swap);
 }
 
 static inline void tcp_frame_decode(const uint8_t *p, struct tcp_frame *f)
@@ -169,32 +131,32 @@ static inline void tcp_frame_decode(const uint8_t *p, struct tcp_frame *f)
 	f->flags = p[1];
 	f->rop = p[2];
 	f->zero = p[3];
-	f->len = tcp_get32(p + 4);
-	f->seq = tcp_get32(p + 8);
-	f->rkey = tcp_get32(p + 12);
-	f->raddr = tcp_get64(p + 16);
-	f->cmp_add = tcp_get64(p + 24);
-	f->swap = tcp_get64(p + 32);
+	f->len = dxl_get_le32(p + 4);
+	f->seq = dxl_get_le32(p + 8);
+	f->rkey = dxl_get_le32(p + 12);
+	f->raddr = dxl_get_le64(p + 16);
+	f->cmp_add = dxl_get_le64(p + 24);
+	f->swap = dxl_get_le64(p + 32);
 }
 
 static inline void tcp_hs_encode(const struct tcp_hs *h, uint8_t *p)
 {
-	tcp_put32(p, h->magic);
-	tcp_put16(p + 4, h->version);
-	tcp_put16(p + 6, h->status);
-	tcp_put32(p + 8, h->node);
-	tcp_put32(p + 12, h->ctx);
-	tcp_put32(p + 16, h->src_ctx);
+	dxl_put_le32(p, h->magic);
+	dxl_put_le16(p + 4, h->version);
+	dxl_put_le16(p + 6, h->status);
+	dxl_put_le32(p + 8, h->node);
+	dxl_put_le32(p + 12, h->ctx);
+	dxl_put_le32(p + 16, h->src_ctx);
 }
 
 static inline void tcp_hs_decode(const uint8_t *p, struct tcp_hs *h)
 {
-	h->magic = tcp_get32(p);
-	h->version = tcp_get16(p + 4);
-	h->status = tcp_get16(p + 6);
-	h->node = tcp_get32(p + 8);
-	h->ctx = tcp_get32(p + 12);
-	h->src_ctx = tcp_get32(p + 16);
+	h->magic = dxl_get_le32(p);
+	h->version = dxl_get_le16(p + 4);
+	h->status = dxl_get_le16(p + 6);
+	h->node = dxl_get_le32(p + 8);
+	h->ctx = dxl_get_le32(p + 12);
+	h->src_ctx = dxl_get_le32(p + 16);
 }
 
 #endif /* DXL_TCP_WIRE_H */

@@ -9,43 +9,19 @@
 #include <unistd.h>
 
 #include "fabric/verbs_internal.h"
+#include "common/endian.h"
 
 /* ---- private data -------------------------------------------------------- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
 
 void dxl_vrb_hello_encode(const struct dxl_vrb_hello *h,
 			  uint8_t out[DXL_VRB_HELLO_SIZE])
 {
-	put32(out, h->magic);
-	put16(out + 4, h->version);
-	put16(out + 6, h->reason);
-	put32(out + 8, h->node);
-	put32(out + 12, h->ctx_dst);
-	put32(out + 16, h->ctx_src);
+	dxl_put_le32(out, h->magic);
+	dxl_put_le16(out + 4, h->version);
+	dxl_put_le16(out + 6, h->reason);
+	dxl_put_le32(out + 8, h->node);
+	dxl_put_le32(out + 12, h->ctx_dst);
+	dxl_put_le32(out + 16, h->ctx_src);
 }
 
 int dxl_vrb_hello_decode(const void *buf, size_t len, struct dxl_vrb_hello *h)
@@ -55,16 +31,16 @@ int dxl_vrb_hello_decode(const void *buf, size_t len, struct dxl_vrb_hello *h)
 		return dxl_err_set(DXL_E_PROTO,
 				   "verbs: private data of %zu bytes, need %d",
 				   p ? len : 0, DXL_VRB_HELLO_SIZE);
-	h->magic = get32(p);
+	h->magic = dxl_get_le32(p);
 	if (h->magic != DXL_VRB_MAGIC)
 		return dxl_err_set(DXL_E_PROTO,
 				   "verbs: private data has magic 0x%08x, not dxl's",
 				   h->magic);
-	h->version = get16(p + 4);
-	h->reason = get16(p + 6);
-	h->node = get32(p + 8);
-	h->ctx_dst = get32(p + 12);
-	h->ctx_src = get32(p + 16);
+	h->version = dxl_get_le16(p + 4);
+	h->reason = dxl_get_le16(p + 6);
+	h->node = dxl_get_le32(p + 8);
+	h->ctx_dst = dxl_get_le32(p + 12);
+	h->ctx_src = dxl_get_le32(p + 16);
 	return 0;
 }
 

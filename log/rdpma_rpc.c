@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "dxl/log.h"
 #include "dxl/rpc.h"
+#include "common/endian.h"
 
 /*
  * Request: u64 addr, u32 rkey, u32 len (little-endian), then len bytes.
@@ -19,29 +20,6 @@ struct dxl_rdpma_server {
 	uint32_t rkey;
 };
 
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
 static int pwrite_handler(struct dxl_rpc *rpc, const void *req, size_t len,
 			  void *reply, size_t cap, size_t *reply_len, void *arg)
 {
@@ -49,8 +27,8 @@ static int pwrite_handler(struct dxl_rpc *rpc, const void *req, size_t len,
 	const uint8_t *q = req;
 	if (len < REQ_HDR)
 		return DXL_E_PROTO;
-	uint64_t addr = get64(q);
-	uint32_t rkey = get32(q + 8), n = get32(q + 12);
+	uint64_t addr = dxl_get_le64(q);
+	uint32_t rkey = dxl_get_le32(q + 8), n = dxl_get_le32(q + 12);
 	if (n != len - REQ_HDR)
 		return DXL_E_PROTO;
 	/* the same checks a NIC makes for a one-sided WRITE */
@@ -112,9 +90,9 @@ int dxl_rdpma_pwrite_2s(struct dxl_rpc *rpc, struct dxl_qp *qp,
 	uint8_t *req = malloc((size_t)len + REQ_HDR);
 	if (!req)
 		return dxl_err_set(DXL_E_NOMEM, "rdpma pwrite_2s: out of memory");
-	put64(req, fp->addr + off);
-	put32(req + 8, fp->rkey);
-	put32(req + 12, len);
+	dxl_put_le64(req, fp->addr + off);
+	dxl_put_le32(req + 8, fp->rkey);
+	dxl_put_le32(req + 12, len);
 	memcpy(req + REQ_HDR, src, len);
 	int ret = dxl_rpc_call(rpc, qp, DXL_RPC_ID_RDPMA_PWRITE, req,
 			       (size_t)len + REQ_HDR, NULL, 0, NULL);

@@ -4,6 +4,7 @@
 
 #include "common/common.h"
 #include "dxl/log.h"
+#include "common/endian.h"
 
 /* header field offsets (see the layout in include/dxl/log.h) */
 enum {
@@ -23,45 +24,6 @@ enum {
 	TOFF_CRC = 4,
 	TOFF_SEQ = 8,
 };
-
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 uint32_t dxl_crc32c(uint32_t crc, const void *buf, size_t len)
 {
@@ -95,7 +57,7 @@ uint32_t dxl_rec_size(unsigned nparts, uint32_t payload_len)
 uint32_t dxl_rec_part(const struct dxl_rec *r, unsigned i)
 {
 	DXL_ASSERT(i < r->nparts);
-	return get32(r->parts + 4 * i);
+	return dxl_get_le32(r->parts + 4 * i);
 }
 
 /* CRC of the header with its CRC field zeroed, then participants+payload */
@@ -103,7 +65,7 @@ static uint32_t rec_crc(const uint8_t *b, uint32_t body_len)
 {
 	uint8_t hdr[DXL_REC_HDR_SIZE];
 	memcpy(hdr, b, sizeof(hdr));
-	put32(hdr + OFF_CRC, 0);
+	dxl_put_le32(hdr + OFF_CRC, 0);
 	uint32_t crc = dxl_crc32c(0, hdr, sizeof(hdr));
 	return dxl_crc32c(crc, b + DXL_REC_HDR_SIZE, body_len);
 }
@@ -113,28 +75,28 @@ static void finish(uint8_t *b, uint32_t total, uint32_t body_len, uint64_t seq)
 	/* zero the padding so a record's bytes are a function of its fields */
 	memset(b + DXL_REC_HDR_SIZE + body_len, 0,
 	       total - DXL_REC_HDR_SIZE - body_len - DXL_REC_TRL_SIZE);
-	put32(b + OFF_CRC, 0);
+	dxl_put_le32(b + OFF_CRC, 0);
 	uint32_t crc = rec_crc(b, body_len);
-	put32(b + OFF_CRC, crc);
+	dxl_put_le32(b + OFF_CRC, crc);
 	uint8_t *t = b + total - DXL_REC_TRL_SIZE;
-	put32(t + TOFF_TOTAL, total);
-	put32(t + TOFF_CRC, crc);
-	put64(t + TOFF_SEQ, seq);
+	dxl_put_le32(t + TOFF_TOTAL, total);
+	dxl_put_le32(t + TOFF_CRC, crc);
+	dxl_put_le64(t + TOFF_SEQ, seq);
 }
 
 static void put_header(uint8_t *b, const struct dxl_rec *r, uint16_t nparts,
 		       uint32_t payload_len)
 {
-	put32(b + OFF_MAGIC, DXL_REC_MAGIC);
+	dxl_put_le32(b + OFF_MAGIC, DXL_REC_MAGIC);
 	b[OFF_VERSION] = DXL_REC_VERSION;
 	b[OFF_TYPE] = (uint8_t)r->type;
-	put16(b + OFF_NPARTS, nparts);
-	put32(b + OFF_LEN, payload_len);
-	put32(b + OFF_WRITER, r->writer);
-	put32(b + OFF_EPOCH, r->epoch);
-	put64(b + OFF_SEQ, r->seq);
-	put64(b + OFF_TXN, r->txn_id);
-	put64(b + OFF_TS, r->commit_ts);
+	dxl_put_le16(b + OFF_NPARTS, nparts);
+	dxl_put_le32(b + OFF_LEN, payload_len);
+	dxl_put_le32(b + OFF_WRITER, r->writer);
+	dxl_put_le32(b + OFF_EPOCH, r->epoch);
+	dxl_put_le64(b + OFF_SEQ, r->seq);
+	dxl_put_le64(b + OFF_TXN, r->txn_id);
+	dxl_put_le64(b + OFF_TS, r->commit_ts);
 }
 
 int dxl_rec_encode(const struct dxl_rec *r, const uint32_t *parts, void *buf,
@@ -161,7 +123,7 @@ int dxl_rec_encode(const struct dxl_rec *r, const uint32_t *parts, void *buf,
 	uint32_t body = 4u * r->nparts + r->payload_len;
 	put_header(b, r, r->nparts, r->payload_len);
 	for (unsigned i = 0; i < r->nparts; i++)
-		put32(b + DXL_REC_HDR_SIZE + 4 * i, parts[i]);
+		dxl_put_le32(b + DXL_REC_HDR_SIZE + 4 * i, parts[i]);
 	if (r->payload_len)
 		memcpy(b + DXL_REC_HDR_SIZE + 4u * r->nparts, r->payload,
 		       r->payload_len);
@@ -202,7 +164,7 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "record: only %zu bytes left, a record has at least %d",
 				   avail, DXL_REC_MIN_SIZE);
-	uint32_t magic = get32(b + OFF_MAGIC);
+	uint32_t magic = dxl_get_le32(b + OFF_MAGIC);
 	if (magic != DXL_REC_MAGIC)
 		return dxl_err_set(DXL_E_CORRUPT, "record: bad magic 0x%08x",
 				   magic);
@@ -211,8 +173,8 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 				   "record: format version %u, this build reads %u",
 				   b[OFF_VERSION], DXL_REC_VERSION);
 	uint8_t type = b[OFF_TYPE];
-	uint16_t nparts = get16(b + OFF_NPARTS);
-	uint32_t len = get32(b + OFF_LEN);
+	uint16_t nparts = dxl_get_le16(b + OFF_NPARTS);
+	uint32_t len = dxl_get_le32(b + OFF_LEN);
 	uint32_t total;
 	if (type == DXL_REC_DATA) {
 		total = dxl_rec_size(nparts, len);
@@ -235,22 +197,22 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 				   "record: length %u runs past the %zu readable bytes",
 				   total, avail);
 	const uint8_t *t = b + total - DXL_REC_TRL_SIZE;
-	uint32_t ttotal = get32(t + TOFF_TOTAL);
-	uint32_t hcrc = get32(b + OFF_CRC);
-	uint64_t seq = get64(b + OFF_SEQ);
+	uint32_t ttotal = dxl_get_le32(t + TOFF_TOTAL);
+	uint32_t hcrc = dxl_get_le32(b + OFF_CRC);
+	uint64_t seq = dxl_get_le64(b + OFF_SEQ);
 	if (ttotal != total)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "record: trailer length %u, header says %u",
 				   ttotal, total);
-	if (get64(t + TOFF_SEQ) != seq)
+	if (dxl_get_le64(t + TOFF_SEQ) != seq)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "record: trailer sequence %llu, header says %llu",
-				   (unsigned long long)get64(t + TOFF_SEQ),
+				   (unsigned long long)dxl_get_le64(t + TOFF_SEQ),
 				   (unsigned long long)seq);
-	if (get32(t + TOFF_CRC) != hcrc)
+	if (dxl_get_le32(t + TOFF_CRC) != hcrc)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "record: trailer checksum 0x%08x, header says 0x%08x",
-				   get32(t + TOFF_CRC), hcrc);
+				   dxl_get_le32(t + TOFF_CRC), hcrc);
 	uint32_t body = 4u * nparts + len;
 	uint32_t crc = rec_crc(b, body);
 	if (crc != hcrc)
@@ -258,11 +220,11 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 				   "record: checksum 0x%08x, computed 0x%08x (seq %llu)",
 				   hcrc, crc, (unsigned long long)seq);
 	out->type = (enum dxl_rec_type)type;
-	out->writer = get32(b + OFF_WRITER);
-	out->epoch = get32(b + OFF_EPOCH);
+	out->writer = dxl_get_le32(b + OFF_WRITER);
+	out->epoch = dxl_get_le32(b + OFF_EPOCH);
 	out->seq = seq;
-	out->txn_id = get64(b + OFF_TXN);
-	out->commit_ts = get64(b + OFF_TS);
+	out->txn_id = dxl_get_le64(b + OFF_TXN);
+	out->commit_ts = dxl_get_le64(b + OFF_TS);
 	out->nparts = nparts;
 	out->parts = b + DXL_REC_HDR_SIZE;
 	out->payload = type == DXL_REC_DATA ? b + DXL_REC_HDR_SIZE + 4u * nparts

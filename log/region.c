@@ -14,6 +14,7 @@
 #include "common/common.h"
 #include "dxl/log.h"
 #include "log/log_internal.h"
+#include "common/endian.h"
 
 /*
  * Superblock, the first DXL_REGION_HDR_SIZE bytes of the file (little-endian):
@@ -64,34 +65,6 @@ int dxl_durability_parse(const char *s, enum dxl_durability *out)
 			   s ? s : "(null)");
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 static int check_id(const struct dxl_region_id *id)
 {
 	if (!id || !id->cluster[0] ||
@@ -107,16 +80,16 @@ static void sb_encode(uint8_t *sb, enum dxl_durability mode,
 {
 	memset(sb, 0, DXL_REGION_HDR_SIZE);
 	memcpy(sb, SB_MAGIC, sizeof(SB_MAGIC));
-	put32(sb + 8, SB_VERSION);
-	put32(sb + 12, DXL_REGION_HDR_SIZE);
-	put32(sb + 16, (uint32_t)mode);
-	put32(sb + 20, id->node_id);
-	put32(sb + 24, id->kind);
-	put64(sb + 32, id->creation_epoch);
-	put64(sb + 40, data_size);
-	put64(sb + 48, DXL_REGION_HDR_SIZE + data_size);
+	dxl_put_le32(sb + 8, SB_VERSION);
+	dxl_put_le32(sb + 12, DXL_REGION_HDR_SIZE);
+	dxl_put_le32(sb + 16, (uint32_t)mode);
+	dxl_put_le32(sb + 20, id->node_id);
+	dxl_put_le32(sb + 24, id->kind);
+	dxl_put_le64(sb + 32, id->creation_epoch);
+	dxl_put_le64(sb + 40, data_size);
+	dxl_put_le64(sb + 48, DXL_REGION_HDR_SIZE + data_size);
 	memcpy(sb + 56, id->cluster, strnlen(id->cluster, DXL_CLUSTER_NAME_MAX - 1));
-	put32(sb + SB_CRC_OFF, dxl_crc32c(0, sb, SB_CRC_OFF));
+	dxl_put_le32(sb + SB_CRC_OFF, dxl_crc32c(0, sb, SB_CRC_OFF));
 }
 
 int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
@@ -131,18 +104,18 @@ int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
 		return dxl_err_set(DXL_E_CORRUPT, "%s: not a dxl region (bad magic)",
 				   path);
 	uint32_t crc = dxl_crc32c(0, sb, SB_CRC_OFF);
-	if (crc != get32(sb + SB_CRC_OFF))
+	if (crc != dxl_get_le32(sb + SB_CRC_OFF))
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "%s: superblock checksum 0x%08x, computed 0x%08x",
-				   path, get32(sb + SB_CRC_OFF), crc);
-	if (get32(sb + 8) != SB_VERSION)
+				   path, dxl_get_le32(sb + SB_CRC_OFF), crc);
+	if (dxl_get_le32(sb + 8) != SB_VERSION)
 		return dxl_err_set(DXL_E_VERSION,
 				   "%s: region format version %u, this build reads %u",
-				   path, get32(sb + 8), SB_VERSION);
-	if (get32(sb + 12) != DXL_REGION_HDR_SIZE)
+				   path, dxl_get_le32(sb + 8), SB_VERSION);
+	if (dxl_get_le32(sb + 12) != DXL_REGION_HDR_SIZE)
 		return dxl_err_set(DXL_E_CORRUPT, "%s: header size %u, expected %d",
-				   path, get32(sb + 12), DXL_REGION_HDR_SIZE);
-	uint32_t m = get32(sb + 16);
+				   path, dxl_get_le32(sb + 12), DXL_REGION_HDR_SIZE);
+	uint32_t m = dxl_get_le32(sb + 16);
 	if (m > DXL_DUR_PROCESS)
 		return dxl_err_set(DXL_E_CORRUPT, "%s: unknown durability %u", path, m);
 	if (sb[56 + DXL_CLUSTER_NAME_MAX - 1] != 0)
@@ -151,11 +124,11 @@ int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
 	*mode = (enum dxl_durability)m;
 	memset(id, 0, sizeof(*id));
 	memcpy(id->cluster, sb + 56, DXL_CLUSTER_NAME_MAX);
-	id->node_id = get32(sb + 20);
-	id->kind = get32(sb + 24);
-	id->creation_epoch = get64(sb + 32);
-	*data_size = get64(sb + 40);
-	*file_size = get64(sb + 48);
+	id->node_id = dxl_get_le32(sb + 20);
+	id->kind = dxl_get_le32(sb + 24);
+	id->creation_epoch = dxl_get_le64(sb + 32);
+	*data_size = dxl_get_le64(sb + 40);
+	*file_size = dxl_get_le64(sb + 48);
 	if (*file_size != DXL_REGION_HDR_SIZE + *data_size)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "%s: superblock sizes disagree (file %llu, data %llu)",

@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "dxl/log.h"
 #include "log/log_internal.h"
+#include "common/endian.h"
 
 /*
  * Log header (data-area offset 0), little-endian:
@@ -32,34 +33,6 @@ struct dxl_logstore {
 	uint64_t ring_size;
 };
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 uint64_t dxl_logstore_bytes(uint32_t nrings, uint64_t ring_size)
 {
 	return DXL_LOG_HDR_SIZE + (uint64_t)nrings * (DXL_RING_CTL_SIZE + ring_size);
@@ -80,11 +53,11 @@ static void slot_encode(uint8_t *s, uint64_t gen, uint64_t pos, uint64_t seq,
 			uint64_t last_ts)
 {
 	memset(s, 0, DXL_RING_HEAD_SLOT_SIZE);
-	put64(s, gen);
-	put64(s + 8, pos);
-	put64(s + 16, seq);
-	put64(s + 24, last_ts);
-	put32(s + 32, dxl_crc32c(0, s, 32));
+	dxl_put_le64(s, gen);
+	dxl_put_le64(s + 8, pos);
+	dxl_put_le64(s + 16, seq);
+	dxl_put_le64(s + 24, last_ts);
+	dxl_put_le32(s + 32, dxl_crc32c(0, s, 32));
 }
 
 int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
@@ -92,15 +65,15 @@ int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
 	const uint8_t *s = slots;
 	int found = 0;
 	for (int i = 0; i < 2; i++, s += DXL_RING_HEAD_SLOT_SIZE) {
-		if (dxl_crc32c(0, s, 32) != get32(s + 32))
+		if (dxl_crc32c(0, s, 32) != dxl_get_le32(s + 32))
 			continue;
-		uint64_t gen = get64(s);
+		uint64_t gen = dxl_get_le64(s);
 		if (gen == 0 || (found && gen <= out->gen))
 			continue;
 		out->gen = gen;
-		out->pos = get64(s + 8);
-		out->seq = get64(s + 16);
-		out->last_ts = get64(s + 24);
+		out->pos = dxl_get_le64(s + 8);
+		out->seq = dxl_get_le64(s + 16);
+		out->last_ts = dxl_get_le64(s + 24);
 		found = 1;
 	}
 	return found ? 0
@@ -142,11 +115,11 @@ int dxl_logstore_format(struct dxl_region *r, uint32_t shard, uint32_t nrings,
 	}
 	uint8_t h[64] = {0};
 	memcpy(h, LOG_MAGIC, sizeof(LOG_MAGIC));
-	put32(h + 8, LOG_VERSION);
-	put32(h + 12, shard);
-	put32(h + 16, nrings);
-	put64(h + 24, ring_size);
-	put32(h + 32, dxl_crc32c(0, h, 32));
+	dxl_put_le32(h + 8, LOG_VERSION);
+	dxl_put_le32(h + 12, shard);
+	dxl_put_le32(h + 16, nrings);
+	dxl_put_le64(h + 24, ring_size);
+	dxl_put_le32(h + 32, dxl_crc32c(0, h, 32));
 	memcpy(d, h, sizeof(h));
 	dxl_region_persist(r, d, sizeof(h));
 	return 0;
@@ -159,14 +132,14 @@ int dxl_logstore_open(struct dxl_region *r, struct dxl_logstore **out)
 	const char *p = dxl_region_path(r);
 	if (memcmp(h, LOG_MAGIC, sizeof(LOG_MAGIC)) != 0)
 		return dxl_err_set(DXL_E_CORRUPT, "%s: holds no log (bad magic)", p);
-	if (dxl_crc32c(0, h, 32) != get32(h + 32))
+	if (dxl_crc32c(0, h, 32) != dxl_get_le32(h + 32))
 		return dxl_err_set(DXL_E_CORRUPT, "%s: log header checksum mismatch", p);
-	if (get32(h + 8) != LOG_VERSION)
+	if (dxl_get_le32(h + 8) != LOG_VERSION)
 		return dxl_err_set(DXL_E_VERSION,
 				   "%s: log format version %u, this build reads %d",
-				   p, get32(h + 8), LOG_VERSION);
-	uint32_t nrings = get32(h + 16);
-	uint64_t size = get64(h + 24);
+				   p, dxl_get_le32(h + 8), LOG_VERSION);
+	uint32_t nrings = dxl_get_le32(h + 16);
+	uint64_t size = dxl_get_le64(h + 24);
 	if (nrings < 1 || nrings > DXL_RING_MAX || size < 8192 || size % 4096 ||
 	    size > (1ull << 40) ||
 	    dxl_logstore_bytes(nrings, size) > dxl_region_data_size(r))
@@ -179,7 +152,7 @@ int dxl_logstore_open(struct dxl_region *r, struct dxl_logstore **out)
 		return dxl_err_set(DXL_E_NOMEM, "logstore: out of memory");
 	ls->r = r;
 	ls->data = dxl_region_data(r);
-	ls->shard = get32(h + 12);
+	ls->shard = dxl_get_le32(h + 12);
 	ls->nrings = nrings;
 	ls->ring_size = size;
 	*out = ls;
