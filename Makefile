@@ -4,6 +4,7 @@
 #   make test       build and run the whole test suite
 #   make test-long  the crash tests with thousands of seeded schedules
 #   make test-rdma  the verbs provider under Soft-RoCE in a QEMU guest
+#   make bench-rdma the fabric benchmark on verbs and tcp in that guest
 #   make asan       build with ASan+UBSan (build/asan) and run the tests
 #   make tsan       build with TSan (build/tsan) and run the tests
 #   make bench      build and run the benchmarks (results under results/)
@@ -52,7 +53,7 @@ BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
 BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
 BINS       := $(if $(TOOL_SRCS),$(O)/bin/dxl) $(BENCH_BINS)
 
-.PHONY: all test test-long test-rdma asan tsan bench install clean fuzz
+.PHONY: all test test-long test-rdma bench-rdma asan tsan bench install clean fuzz
 all: $(LIB) $(BINS) $(TEST_BINS)
 
 $(O)/%.o: %.c
@@ -95,6 +96,10 @@ test: all
 test-rdma: all
 	scripts/rdma-guest.sh -q --timeout 540 --env DXL_BUILD=$(O) \
 		--list tests/rdma/smoke.list --list tests/rdma/dxl.list
+
+# the fabric benchmark on verbs and tcp in one Soft-RoCE guest: verbs/tcp ratios
+bench-rdma: all
+	DXL_BUILD=$(O) scripts/rdma-bench.sh --timeout 600
 
 # longer randomized schedules than CI runs (crash tests)
 test-long: all

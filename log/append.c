@@ -630,10 +630,21 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 			continue;
 		}
 		int ret = post_chain(a, s, t, si);
-		if (ret == DXL_E_AGAIN) {
-			/* the send queue is full of earlier appends: reap, retry */
+		uint64_t sq_deadline = 0;
+		while (ret == DXL_E_AGAIN) {
+			/* the send queue is full of earlier appends: a normal state
+			 * with deep pipelines, not a failure. Reap and retry, for
+			 * as long as a full ring may make us wait. */
 			progress(a);
 			ret = post_chain(a, s, t, si);
+			if (ret != DXL_E_AGAIN)
+				break;
+			uint64_t now = dxl_now_ms();
+			if (!sq_deadline)
+				sq_deadline = now + a->cfg.full_wait_ms;
+			else if (now >= sq_deadline)
+				break;
+			dxl_ctx_wait(a->ctx, 1);
 		}
 		if (ret)
 			target_failed(a, s, t, ret == DXL_E_STATE ? DXL_E_STATE

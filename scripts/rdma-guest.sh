@@ -12,13 +12,17 @@
 #   --timeout S      hard limit for the guest, boot included (default 480)
 #   --cmd-timeout S  limit per command (default: --timeout minus 20)
 #   --out DIR        keep the console log and each command's cmd/out/err/rc
-#                    in DIR (otherwise everything is removed at exit)
+#                    in DIR, and the files the commands wrote into $RG_FILES
+#                    in DIR/files/ (otherwise everything is removed at exit)
 #   --env NAME=VALUE extra environment for the commands (repeatable)
 #   -q, --quiet      show the output of failed commands only
 # All commands run in one guest, in order, from the current folder, as root,
 # with `ulimit -l unlimited`; guest-run.sh's helpers (pair, wait_listen,
 # check_gid1, dxl_tests) are available to them. DXL_*, CMOCKA_* and *SAN_OPTIONS
-# are passed through (in DXL_TEST_ZK, 127.0.0.1 becomes 10.0.2.2, the host).
+# are passed through (in DXL_TEST_ZK, 127.0.0.1 becomes 10.0.2.2, the host);
+# DXL_TEST_REQUIRE_DEVICE=1 is set unless the host sets it (a missing rxe0
+# fails dxl's tests instead of skipping them). RG_FILES names a writable
+# folder on the scratch share for result files (kept with --out).
 #
 # Exit status: 0 every command exited 0; 1 a command failed, or the guest did
 # not come up / timed out (the console log is shown); 2 usage; 77 skipped:
@@ -255,7 +259,7 @@ run=$(mktemp -d /tmp/rdma-guest.XXXXXX)
 tmps+=("$run")
 
 s=$run/scratch
-mkdir -p "$s/res"
+mkdir -p "$s/res" "$s/files"
 cp "$runner" "$s/guest-run.sh"
 printf '%s\n' "${cmds[@]}" > "$s/cmds"
 echo "RG_TIMEOUT=$limit" > "$s/guest.conf" # only bounds an orphaned guest
@@ -269,11 +273,15 @@ echo "RG_TIMEOUT=$limit" > "$s/guest.conf" # only bounds an orphaned guest
 	# what the guest imposes, then --env
 	envs=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 		HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8 TERM=dumb CMOCKA_MESSAGE_OUTPUT=stdout
-		DXL_TEST_DEVICE=rxe0 DXL_TEST_GID_INDEX=1 DXL_TEST_WAIT_MS=30000)
+		DXL_TEST_DEVICE=rxe0 DXL_TEST_GID_INDEX=1 DXL_TEST_WAIT_MS=30000
+		DXL_TEST_REQUIRE_DEVICE=1)
 	while IFS= read -r name; do
 		envs+=("$name=${!name}")
 	done < <(compgen -e | grep -E '^(DXL_|CMOCKA_)|^[A-Z]+SAN_OPTIONS$' || true)
-	envs+=(DXL_TEST_PROVIDER=verbs DXL_TEST_ADDR=10.0.2.15 "${extra_env[@]}")
+	# RG_FILES: the scratch share's files/ as the guest sees it (init.sh
+	# binds the share to /tmp/rdma-guest in the host root)
+	envs+=(DXL_TEST_PROVIDER=verbs DXL_TEST_ADDR=10.0.2.15
+		RG_FILES=/tmp/rdma-guest/files "${extra_env[@]}")
 	for e in "${envs[@]}"; do
 		name=${e%%=*} val=${e#*=}
 		if [ "$name" = DXL_TEST_ZK ]; then
@@ -337,6 +345,8 @@ keep() { # copy the results to --out DIR
 	mkdir -p "$out"
 	cp "$run/console.log" "$run/qemu.out" "$out/" 2> /dev/null || true
 	cp -r "$s/res" "$s/stage" "$s/cmds" "$s/env" "$out/" 2> /dev/null || true
+	mkdir -p "$out/files"
+	cp -r "$s/files/." "$out/files/" 2> /dev/null || true
 	[ -f "$s/runner.log" ] && cp "$s/runner.log" "$out/"
 	return 0
 }

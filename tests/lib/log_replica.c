@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
 
 static const char CLUSTER[] = "test";
@@ -41,11 +42,13 @@ static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
 	if (!ret)
 		ret = dxl_logstore_open(reg, &ls);
 	struct dxl_fabric_cfg fc;
-	dxl_fabric_cfg_init(&fc);
+	dxlt_fabric_cfg_from_env(&fc);
 	fc.node_id = cfg->node_id;
-	fc.pf_signal = SIGUSR2;
-	fc.pf_policy = cfg->pf_policy;
-	fc.pf_seed = cfg->pf_seed;
+	if (fc.provider == DXL_FABRIC_TCP) { /* the power-failure model */
+		fc.pf_signal = SIGUSR2;
+		fc.pf_policy = cfg->pf_policy;
+		fc.pf_seed = cfg->pf_seed;
+	}
 	struct dxl_fabric *f = NULL;
 	struct dxl_mr *mr = NULL;
 	struct dxl_ctx *c = NULL;
@@ -160,4 +163,26 @@ int dxl_test_replica_open_log(const struct dxl_test_replica *r,
 	if (ret)
 		dxl_region_close(reg);
 	return ret;
+}
+
+int dxl_test_tcp_only(const char *what, const char *why)
+{
+	enum dxl_fabric_provider p = dxlt_test_provider();
+	if (p == DXL_FABRIC_TCP)
+		return 1;
+	printf("  SKIPPED on %s: %s -- requires %s\n",
+	       dxl_fabric_provider_name(p), what, why);
+	fflush(stdout);
+	return 0;
+}
+
+int dxl_test_nodev_skip(int ret)
+{
+	if (ret != DXL_E_NODEV || getenv("DXL_TEST_REQUIRE_DEVICE"))
+		return 0;
+	printf("  SKIPPED: provider %s has no device here: %s "
+	       "(set DXL_TEST_REQUIRE_DEVICE=1 to make this a failure)\n",
+	       dxl_fabric_provider_name(dxlt_test_provider()), dxl_errmsg());
+	fflush(stdout);
+	return 1;
 }

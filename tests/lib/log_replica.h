@@ -1,13 +1,21 @@
 /* log_replica.h -- a log replica in a child process, for append and crash tests
  *
  * dxl_test_replica_start forks a process that opens (or creates and formats)
- * the log region DIR/log.region, registers its data area with a tcp fabric,
+ * the log region DIR/log.region, registers its data area with a fabric,
  * and serves it. It reports one struct dxl_log_target per ring to the parent
  * and then only serves (the NIC thread does the work) and, if apply_ms > 0,
  * advances every ring's head to the end of its valid records every apply_ms
- * (as a replica that applied them would). SIGUSR2 power-fails it with the
- * given policy and seed (the tcp fabric's power-failure model). After it is
- * dead, the parent can open the same files and scan them.
+ * (as a replica that applied them would). After it is dead, the parent can
+ * open the same files and scan them.
+ *
+ * The fabric is the one the environment names (DXL_TEST_PROVIDER,
+ * DXL_TEST_ADDR, DXL_TEST_DEVICE, DXL_TEST_GID_INDEX: see
+ * tests/lib/fabric_fixture.h, dxlt_fabric_cfg_from_env); the tests' own
+ * fabrics should use the same. With the tcp provider, SIGUSR2 power-fails
+ * the replica with the given policy and seed (the tcp fabric's power-failure
+ * model). Other providers have no such model: pf_policy and pf_seed are
+ * ignored and SIGUSR2 simply terminates the process, so a test that needs
+ * the model must check dxl_test_tcp_only first.
  */
 #ifndef DXL_TEST_LOG_REPLICA_H
 #define DXL_TEST_LOG_REPLICA_H
@@ -48,5 +56,20 @@ void dxl_test_replica_stop(struct dxl_test_replica *r);
 /* open the (dead) replica's log from its files; close with _close */
 int dxl_test_replica_open_log(const struct dxl_test_replica *r,
 			      struct dxl_region **reg, struct dxl_logstore **ls);
+
+/*
+ * dxl_test_tcp_only -- 1 if DXL_TEST_PROVIDER is tcp. Otherwise prints
+ * "SKIPPED on <provider>: <what> -- requires <why>" and returns 0; the caller
+ * then calls cmocka's skip() (never a silent pass).
+ */
+int dxl_test_tcp_only(const char *what, const char *why);
+
+/*
+ * dxl_test_nodev_skip -- 1 if ret (from a fabric or replica start) is
+ * DXL_E_NODEV and DXL_TEST_REQUIRE_DEVICE is not set: the provider has no
+ * device here (verbs on a machine without RDMA). Prints the reason; the
+ * caller cleans up and skip()s. 0 otherwise (the caller asserts ret).
+ */
+int dxl_test_nodev_skip(int ret);
 
 #endif

@@ -18,6 +18,10 @@
  *
  * DXL_CRASH_SEEDS (default 200) sets the number of schedules; `make
  * test-long` runs thousands. DXL_CRASH_SEED=N runs only schedule N.
+ *
+ * The schedules need the tcp provider's power-failure model: with another
+ * DXL_TEST_PROVIDER (verbs in the Soft-RoCE guest) every test is skipped
+ * with a printed reason.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +41,7 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
+#include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
 
 #define NREP 3
@@ -71,7 +76,7 @@ static void writer_main(const struct dxl_log_target *t, uint64_t seed,
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct dxl_fabric_cfg fc;
-	dxl_fabric_cfg_init(&fc);
+	dxlt_fabric_cfg_from_env(&fc); /* the replicas' provider (tcp) */
 	fc.timeout_ms = 500;
 	struct dxl_fabric *f;
 	struct dxl_ctx *c;
@@ -276,8 +281,17 @@ static unsigned nseeds(void)
 	return e && atoi(e) > 0 ? (unsigned)atoi(e) : 200;
 }
 
+/* the schedules power-fail replicas: only the tcp provider models that */
+static void skip_unless_tcp(void)
+{
+	if (!dxl_test_tcp_only("the crash schedules",
+			       "the tcp provider's power-failure model"))
+		skip();
+}
+
 static void test_acknowledged_appends_survive_crashes(void **state)
 {
+	skip_unless_tcp();
 	const char *one = getenv("DXL_CRASH_SEED");
 	unsigned first = one ? (unsigned)atoi(one) : 1;
 	unsigned last = one ? first : nseeds();
@@ -301,6 +315,7 @@ static void test_acknowledged_appends_survive_crashes(void **state)
 /* the negative: without the flush READ, acknowledged appends are lost */
 static void test_without_flush_read_acknowledged_appends_are_lost(void **state)
 {
+	skip_unless_tcp();
 	int lost = 0, schedules = 0;
 	for (unsigned s = 1; s <= 20 && lost == 0; s++, schedules++) {
 		alarm(60);
