@@ -51,6 +51,8 @@ static int start_all(struct fx *x, uint64_t ring_size, uint32_t apply_ms)
 	return 0;
 }
 
+static uint32_t fx_sq_depth; /* 0: the fabric's default */
+
 static struct fx *fx_new(uint64_t ring_size, uint32_t apply_ms)
 {
 	alarm(120);
@@ -64,6 +66,8 @@ static struct fx *fx_new(uint64_t ring_size, uint32_t apply_ms)
 	struct dxl_fabric_cfg cfg;
 	dxlt_fabric_cfg_from_env(&cfg);
 	cfg.timeout_ms = 500;
+	if (fx_sq_depth)
+		cfg.sq_depth = fx_sq_depth;
 	assert_int_equal(dxl_fabric_new(&cfg, &x->f), 0);
 	/* (the replicas run the same provider: a QP connects only to its own) */
 	assert_int_equal(dxl_fabric_provider(x->f), dxlt_test_provider());
@@ -326,6 +330,26 @@ static void test_replica_killed_mid_stream(void **state)
 	fx_free(x);
 }
 
+/* a deep pipeline over short send queues: a full queue is waited out, never
+ * taken for a dead replica (each append is up to 3 requests per replica) */
+static void test_deep_pipeline_short_send_queue(void **state)
+{
+	fx_sq_depth = 8;
+	struct fx *x = fx_new(1 << 20, 1);
+	fx_sq_depth = 0;
+	struct dxl_log_target t[NREP];
+	targets_of(x, 0, t);
+	struct dxl_appender_cfg cfg;
+	dxl_appender_cfg_init(&cfg);
+	cfg.max_inflight = 64;
+	struct dxl_appender *a;
+	assert_int_equal(dxl_appender_new(x->c, &cfg, t, NREP, &a), 0);
+	append_n(a, 1, 400, 0x7);
+	assert_int_equal(dxl_appender_failed_targets(a), 0);
+	dxl_appender_delete(&a);
+	fx_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -333,6 +357,7 @@ int main(void)
 		cmocka_unit_test(test_wrap_backpressure_and_restart),
 		cmocka_unit_test(test_full_ring_errors_and_limits),
 		cmocka_unit_test(test_replica_killed_mid_stream),
+		cmocka_unit_test(test_deep_pipeline_short_send_queue),
 	};
 	return cmocka_run_group_tests_name("replicated append", tests, NULL, NULL);
 }
