@@ -311,3 +311,15 @@ int dxl_config_get_enum(const struct dxl_config *cfg, const char *key,
 	return dxl_err_set(DXL_E_CONFIG, "%s: key %s: '%s' is not one of: %s",
 			   e->origin, key, e->value, list);
 }
+
+int dxl_log_configure(const struct dxl_config *cfg)
+{
+	static const char *const names[] = {"debug", "info", "warn", "error",
+					    "off", NULL};
+	int lvl = (int)dxl_log_get_level();
+	int ret = dxl_config_get_enum(cfg, "log.level", names, lvl, &lvl);
+	if (ret)
+		return ret;
+	dxl_log_set_level((enum dxl_log_level)lvl);
+	return 0;
+}

@@ -66,6 +66,14 @@ int dxl_config_get_bool(const struct dxl_config *cfg, const char *key,
 int dxl_config_get_enum(const struct dxl_config *cfg, const char *key,
 			const char *const *names, int def, int *out);
 
+/*
+ * dxl_log_configure -- apply the "log.level" key (debug|info|warn|error|off)
+ * if present; the DXL_LOG_LEVEL environment variable sets the start level,
+ * a config key overrides it. DXL_E_CONFIG (naming file and line) on a bad
+ * value; the level is unchanged then.
+ */
+int dxl_log_configure(const struct dxl_config *cfg);
+
 /* dxl_config_origin -- "file:line" or "override" for key, NULL if absent */
 const char *dxl_config_origin(const struct dxl_config *cfg, const char *key);
 

@@ -266,6 +266,24 @@ static void test_log_levels(void **state)
 	dxl_log_set_level(old);
 }
 
+static void test_log_level_from_config(void **state)
+{
+	enum dxl_log_level old = dxl_log_get_level();
+	struct dxl_config *c;
+	assert_int_equal(dxl_config_new(&c), 0);
+	assert_int_equal(dxl_log_configure(c), 0); /* absent: unchanged */
+	assert_int_equal(dxl_log_get_level(), old);
+	assert_int_equal(dxl_config_set(c, "log.level", "debug"), 0);
+	assert_int_equal(dxl_log_configure(c), 0);
+	assert_int_equal(dxl_log_get_level(), DXL_LOG_DEBUG);
+	assert_int_equal(dxl_config_set(c, "log.level", "chatty"), 0);
+	assert_int_equal(dxl_log_configure(c), DXL_E_CONFIG);
+	assert_non_null(strstr(dxl_errmsg(), "log.level"));
+	assert_int_equal(dxl_log_get_level(), DXL_LOG_DEBUG); /* unchanged */
+	dxl_config_delete(&c);
+	dxl_log_set_level(old);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,6 +296,7 @@ int main(void)
 		cmocka_unit_test(test_config_errors_name_key_and_line),
 		cmocka_unit_test(test_config_bad_files),
 		cmocka_unit_test(test_log_levels),
+		cmocka_unit_test(test_log_level_from_config),
 	};
 	return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
