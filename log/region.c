@@ -368,22 +368,6 @@ void dxl_region_memcpy_persist(struct dxl_region *r, void *dst,
 	r->memcpy_fn(dst, src, len, PMEM2_F_MEM_NONTEMPORAL);
 }
 
-static void region_persist_cb(void *arg, const void *addr, size_t len)
-{
-	dxl_region_persist(arg, addr, len);
-}
-
-int dxl_region_bind_mr(struct dxl_region *r, struct dxl_mr *mr)
-{
-	if (!r || !mr || dxl_mr_addr(mr) != dxl_region_data(r) ||
-	    dxl_mr_len(mr) > r->data_size)
-		return dxl_err_set(DXL_E_INVAL,
-				   "region bind: the MR is not the data area of %s",
-				   r ? r->path : "(null)");
-	dxl_mr_set_persist_fn(mr, region_persist_cb, r);
-	return 0;
-}
-
 void dxl_fsync_parent(const char *path)
 {
 	char buf[4096];

@@ -64,6 +64,19 @@ mount -t sysfs sysfs /host/sys || die "mount /sys in the host root"
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp || die "tmpfs on /tmp"
 mount -t tmpfs -o mode=755 tmpfs /host/run
 [ -d /host/var/tmp ] && mount -t tmpfs -o mode=1777 tmpfs /host/var/tmp
+# A working folder (the source tree, with build/) below a folder the guest
+# just covered with a tmpfs would vanish (a clone in /tmp, as CI may use):
+# mount the host root a second time and bind that folder back, read-only.
+case "$RG_CWD" in
+/tmp/* | /run/* | /var/tmp/* | /dev/shm/*)
+	mkdir -p /hostro
+	mount -t 9p -o "$p9,ro,cache=loose" hostroot /hostro ||
+		die "second mount of the host root (for $RG_CWD)"
+	mkdir -p "/host$RG_CWD"
+	mount -o bind "/hostro$RG_CWD" "/host$RG_CWD" ||
+		die "bind the working folder $RG_CWD back over the guest's tmpfs"
+	;;
+esac
 mkdir -p /host/tmp/rdma-guest
 mount -o bind /scratch /host/tmp/rdma-guest || die "bind the scratch share into the host root"
 stage mounted
