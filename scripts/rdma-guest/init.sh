@@ -61,22 +61,27 @@ mount -t devpts devpts /host/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
 mount -t proc proc /host/proc || die "mount /proc in the host root"
 mount -t sysfs sysfs /host/sys || die "mount /sys in the host root"
+# A working folder (the source tree, with build/) below a folder the guest
+# covers with a tmpfs here would vanish (a clone in /tmp, as CI may use):
+# hold it with a bind mount first and put it back on top afterwards. (A 9p
+# virtio device has one channel: the host root cannot be mounted twice.)
+RG_CWD=$(sed -n 's/^RG_CWD=//p' /scratch/conf 2>/dev/null) # written by the host
+case "$RG_CWD" in
+/tmp/* | /run/* | /var/tmp/*)
+	mkdir -p /keep
+	mount -o bind "/host$RG_CWD" /keep ||
+		die "hold the working folder $RG_CWD"
+	;;
+*) RG_CWD= ;;
+esac
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp || die "tmpfs on /tmp"
 mount -t tmpfs -o mode=755 tmpfs /host/run
 [ -d /host/var/tmp ] && mount -t tmpfs -o mode=1777 tmpfs /host/var/tmp
-# A working folder (the source tree, with build/) below a folder the guest
-# just covered with a tmpfs would vanish (a clone in /tmp, as CI may use):
-# mount the host root a second time and bind that folder back, read-only.
-case "$RG_CWD" in
-/tmp/* | /run/* | /var/tmp/* | /dev/shm/*)
-	mkdir -p /hostro
-	mount -t 9p -o "$p9,ro,cache=loose" hostroot /hostro ||
-		die "second mount of the host root (for $RG_CWD)"
+if [ -n "$RG_CWD" ]; then
 	mkdir -p "/host$RG_CWD"
-	mount -o bind "/hostro$RG_CWD" "/host$RG_CWD" ||
-		die "bind the working folder $RG_CWD back over the guest's tmpfs"
-	;;
-esac
+	mount -o bind /keep "/host$RG_CWD" ||
+		die "put the working folder $RG_CWD back over the guest's tmpfs"
+fi
 mkdir -p /host/tmp/rdma-guest
 mount -o bind /scratch /host/tmp/rdma-guest || die "bind the scratch share into the host root"
 stage mounted
