@@ -25,7 +25,14 @@ export DXL_TEST_ZK
 echo "test.sh: ZooKeeper at $DXL_TEST_ZK"
 
 rc=0
-scripts/run-tests.sh build/tests "$@" || rc=1
+summary=$(mktemp)
+trap 'cleanup; rm -f "$summary"' EXIT INT TERM
+scripts/run-tests.sh build/tests "$@" | tee "$summary"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# the totals of the test binaries, to which the steps below add one each
+read -r passed failed skipped < <(tail -1 "$summary" |
+	sed -nE 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p')
+passed=${passed:-0} failed=${failed:-1} skipped=${skipped:-0}
 if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	# the verbs provider on real (soft) RDMA: a QEMU guest with rdma_rxe
 	# runs the conformance suite and more (docs/rdma.md); 77 = cannot run
@@ -35,22 +42,25 @@ if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	scripts/rdma-guest.sh -q --timeout 540 --list tests/rdma/smoke.list \
 		--list tests/rdma/dxl.list || rdma_rc=$?
 	case $rdma_rc in
-	0) echo "=== Soft-RoCE guest: passed" ;;
-	77) echo "=== Soft-RoCE guest: SKIPPED (see the line above)" ;;
-	*) echo "=== Soft-RoCE guest: FAILED"; rc=1 ;;
+	0) echo "=== Soft-RoCE guest: passed"; passed=$((passed + 1)) ;;
+	77) echo "=== Soft-RoCE guest: SKIPPED (see the line above)"; skipped=$((skipped + 1)) ;;
+	*) echo "=== Soft-RoCE guest: FAILED"; rc=1; failed=$((failed + 1)) ;;
 	esac
 fi
 if [ $# -eq 0 ]; then
 	# bounded fuzzing of the on-disk parsers (tests/fuzz/README)
 	echo "=== fuzz (${FUZZ_SECONDS:-15}s per target)"
 	if make fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-15}" >build/fuzz.log 2>&1; then
-		echo "=== fuzz: no crash"
+		echo "=== fuzz: no crash"; passed=$((passed + 1))
 	else
-		tail -20 build/fuzz.log; echo "=== fuzz: FAILED"; rc=1
+		tail -20 build/fuzz.log; echo "=== fuzz: FAILED"; rc=1; failed=$((failed + 1))
 	fi
 fi
 if [ "$sanitizers" = 1 ]; then
 	make -j"${JOBS:-$(nproc)}" asan TESTS="$*" || rc=1
 	make -j"${JOBS:-$(nproc)}" tsan TESTS="$*" || rc=1
 fi
+[ "$failed" -eq 0 ] || rc=1
+echo
+echo "suite: $passed passed, $failed failed, $skipped skipped"
 exit $rc
