@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/endian.h"
 #include "dxl/log.h"
 
 /*
@@ -36,6 +37,8 @@ struct target {
 struct slot {
 	int used;
 	int done;            /* every target answered */
+	int heartbeat;       /* a watermark only: no result is delivered */
+	uint64_t wmark;      /* the watermark this operation writes */
 	uint64_t token;
 	uint32_t pending;    /* targets still to answer */
 	uint32_t acked;
@@ -360,9 +363,30 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 	struct dxl_fatptr fp = data_fp(tg);
 	uint32_t lkey = dxl_mr_lkey(a->mr);
 	uint64_t wr_id = (uint64_t)slot_idx << 8 | t;
-	struct dxl_wr w[3];
+	struct dxl_wr w[4];
 	int k = 0;
 	memset(w, 0, sizeof(w));
+	/* the watermark goes inline (copied at post), after the record */
+	uint8_t wm[DXL_RING_WMARK_SIZE];
+	dxl_put_le64(wm, s->wmark);
+	dxl_put_le64(wm + 8, s->wmark ^ DXL_RING_WMARK_MAGIC);
+	struct dxl_wr wmw = {.wr_id = wr_id, .op = DXL_WR_WRITE,
+			     .flags = DXL_WR_INLINE, .local = wm,
+			     .len = DXL_RING_WMARK_SIZE,
+			     .remote_addr = fp.addr + tg->t.ctl_off + DXL_RING_WMARK_OFF,
+			     .rkey = fp.rkey};
+	if (s->heartbeat) {
+		struct dxl_wr rd = {.wr_id = wr_id, .op = DXL_WR_READ,
+				    .flags = DXL_WR_SIGNALED,
+				    .local = s->heads + t * HEADS_READ,
+				    .len = HEADS_READ, .lkey = lkey,
+				    .remote_addr = fp.addr + tg->t.ctl_off,
+				    .rkey = fp.rkey};
+		w[0] = wmw;
+		w[1] = rd;
+		w[0].next = &w[1];
+		return dxl_qp_post(tg->qp, w, NULL);
+	}
 	if (s->skip_len) {
 		w[k] = (struct dxl_wr){.wr_id = wr_id, .op = DXL_WR_WRITE,
 				       .local = s->skip, .len = s->skip_len,
@@ -380,13 +404,14 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 		return ret;
 	pair[1].len = HEADS_READ; /* read both head slots: flush + free space */
 	w[k++] = pair[0];
+	w[k++] = wmw;
 	switch (a->cfg.mode) {
 	case DXL_PWRITE_H9:
 		w[k++] = pair[1];
 		break;
 	case DXL_PWRITE_STRAWMAN:
 	case DXL_PWRITE_NOFLUSH:
-		/* wait for the WRITE itself; the strawman READs afterwards */
+		/* wait for the WRITEs themselves; the strawman READs afterwards */
 		w[k - 1].flags |= DXL_WR_SIGNALED;
 		break;
 	}
@@ -468,6 +493,11 @@ int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
 		struct slot *s = &a->slots[a->done_token % a->cfg.max_inflight];
 		if (!s->done)
 			break;
+		if (s->heartbeat) { /* nothing to report */
+			s->used = 0;
+			a->done_token++;
+			continue;
+		}
 		res[k].token = s->token;
 		res[k].acked = s->acked;
 		res[k].failed = s->failed;
@@ -615,6 +645,8 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	}
 	s->used = 1;
 	s->done = 0;
+	s->heartbeat = 0;
+	s->wmark = rec->commit_ts; /* this writer never goes below it again */
 	s->token = a->next_token;
 	s->pending = 0;
 	s->acked = 0;
@@ -657,6 +689,51 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	a->last_ts = rec->commit_ts;
 	if (token)
 		*token = a->next_token;
+	a->next_token++;
+	return 0;
+}
+
+int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts)
+{
+	if (!a)
+		return dxl_err_set(DXL_E_INVAL, "heartbeat: NULL appender");
+	if (ts < a->last_ts)
+		return dxl_err_set(DXL_E_INVAL,
+				   "heartbeat: watermark %llu is below the last timestamp %llu",
+				   (unsigned long long)ts,
+				   (unsigned long long)a->last_ts);
+	if (dxl_appender_failed_targets(a) == (1u << a->n) - 1)
+		return dxl_err_set(DXL_E_UNAVAIL, "heartbeat: every target has failed");
+	if (dxl_appender_inflight(a) >= a->cfg.max_inflight)
+		return dxl_err_set(DXL_E_AGAIN, "heartbeat: %u operations in flight",
+				   a->cfg.max_inflight);
+	uint32_t si = (uint32_t)(a->next_token % a->cfg.max_inflight);
+	struct slot *s = &a->slots[si];
+	DXL_ASSERT(!s->used);
+	/* its chain already ends in the READ, in every mode */
+	memset(s->straw_read_posted, 1, sizeof(s->straw_read_posted));
+	s->used = 1;
+	s->done = 0;
+	s->heartbeat = 1;
+	s->wmark = ts;
+	s->token = a->next_token;
+	s->pending = s->acked = s->failed = 0;
+	s->err = 0;
+	for (unsigned t = 0; t < a->n; t++) {
+		s->pending |= 1u << t;
+		if (a->tg[t].dead) {
+			target_failed(a, s, t, DXL_E_STATE);
+			continue;
+		}
+		int ret = post_chain(a, s, t, si);
+		if (ret)
+			target_failed(a, s, t, ret == DXL_E_STATE ? DXL_E_STATE
+								   : DXL_E_UNREACHABLE);
+	}
+	if (!s->pending)
+		s->done = 1;
+	/* the promise binds the appends that follow */
+	a->last_ts = ts;
 	a->next_token++;
 	return 0;
 }

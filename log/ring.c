@@ -225,6 +225,64 @@ int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 	return 0;
 }
 
+uint64_t dxl_ring_wmark_decode(const void *buf)
+{
+	const uint8_t *b = buf;
+	uint64_t ts = dxl_get_le64(b);
+	/* an RDMA WRITE is not guaranteed to land in one piece: both words
+	 * must agree, else nothing is promised */
+	return dxl_get_le64(b + 8) == (ts ^ DXL_RING_WMARK_MAGIC) ? ts : 0;
+}
+
+uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring)
+{
+	DXL_ASSERT(ring < ls->nrings);
+	return dxl_ring_wmark_decode(ls->data + dxl_logstore_ctl_off(ls, ring) +
+				     DXL_RING_WMARK_OFF);
+}
+
+int dxl_logstore_truncate(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
+			  uint64_t seq)
+{
+	struct dxl_ring_head h;
+	int ret = dxl_logstore_head(ls, ring, &h);
+	if (ret)
+		return ret;
+	uint8_t *buf = ls->data + dxl_logstore_buf_off(ls, ring);
+	const uint64_t size = ls->ring_size;
+	uint64_t p = h.pos, q = h.seq;
+	int found = 0, dropped = 0;
+	/* walk every record boundary, skips included */
+	while (p - h.pos <= size) {
+		if (p == pos && q == seq)
+			found = 1;
+		uint64_t off = p % size;
+		struct dxl_rec rec;
+		if (p - h.pos == size || dxl_rec_decode(buf + off, size - off, &rec) ||
+		    rec.seq != q || p - h.pos + rec.total_len > size)
+			break;
+		if (found && rec.type == DXL_REC_DATA)
+			dropped++;
+		p += rec.total_len;
+		q++;
+	}
+	dxl_err_clear();
+	if (!found)
+		return dxl_err_set(DXL_E_INVAL,
+				   "ring %u: (pos %llu, seq %llu) is not a record boundary between the head (%llu) and the end (%llu)",
+				   ring, (unsigned long long)pos,
+				   (unsigned long long)seq,
+				   (unsigned long long)h.pos, (unsigned long long)p);
+	if (pos != p || dropped) {
+		/* invalidate the first line of the record at pos: the scan
+		 * stops there, so everything after it is gone */
+		uint8_t *line = buf + pos % size;
+		memset(line, 0, DXL_REC_MIN_SIZE);
+		dxl_region_persist(ls->r, line, DXL_REC_MIN_SIZE);
+	}
+	return dropped;
+}
+
 int dxl_ring_place(uint64_t ring_size, uint64_t tail_pos, uint64_t tail_seq,
 		   uint64_t head_pos, uint32_t rec_size,
 		   struct dxl_ring_place *out)

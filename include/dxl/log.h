@@ -278,6 +278,13 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  * else 1 + the writer id. It is NIC-owned (H8): changed only by a fabric
  * CAS, which is how a writer claims its ring at start-up.
  *
+ * Control block offset 192 (its own cache line) holds the writer's
+ * watermark {T, T ^ DXL_RING_WMARK_MAGIC}: a promise that this writer will
+ * never append a record with a commit timestamp below T. The writer writes
+ * it with every append (remote WRITE before the flush READ, so it is as
+ * durable as the record) and when idle (dxl_appender_heartbeat). Tailers
+ * take the minimum over the live writers' rings as the resolved timestamp.
+ *
  * Positions are 64-bit logical byte offsets that only grow; a record at
  * position p lives at buffer offset p % size. Records never straddle the
  * end of the buffer: the writer fills the rest with a skip record first.
@@ -299,6 +306,8 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
 #define DXL_RING_MAX 1024
 #define DXL_RING_HEAD_SLOT_SIZE 64 /* two slots at control-block offset 0 */
 #define DXL_RING_OWNER_OFF 128     /* owner word in the control block */
+#define DXL_RING_WMARK_OFF 192     /* watermark {ts, ts ^ magic}, own line */
+#define DXL_RING_WMARK_SIZE 16
 
 struct dxl_logstore;
 
@@ -356,6 +365,30 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
  */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq, uint64_t last_ts);
+
+#define DXL_RING_WMARK_MAGIC 0x574d41524b444c58ull /* "XLDKRAMW" */
+
+/*
+ * dxl_logstore_watermark -- ring's watermark as last written by its writer;
+ * 0 if none was ever written or the two words disagree (a torn write: the
+ * caller treats it as "nothing promised").
+ */
+uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring);
+
+/* dxl_ring_wmark_decode -- the same, from 16 bytes read remotely */
+uint64_t dxl_ring_wmark_decode(const void *buf);
+
+/*
+ * dxl_logstore_truncate -- repair: make ring end at (pos, seq), dropping the
+ * records from there on (which must never have been acknowledged: the
+ * membership layer decides). pos must be a record boundary at or after the
+ * head, reached by the scan with sequence seq. The record at pos is
+ * invalidated and persisted; a later append continues at (pos, seq).
+ * Returns the number of records dropped. Errors: DXL_E_INVAL (pos, seq is
+ * not such a boundary), DXL_E_CORRUPT (unreadable head).
+ */
+int dxl_logstore_truncate(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
+			  uint64_t seq);
 
 /* ---- placing records (writer side, pure arithmetic) ------------------------ */
 
@@ -694,6 +727,16 @@ int dxl_appender_wait(struct dxl_appender *a, int timeout_ms);
 int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 			     const uint32_t *parts,
 			     struct dxl_append_result *res);
+
+/*
+ * dxl_appender_heartbeat -- an idle writer's promise: write the watermark
+ * ts (not below the last append's commit timestamp) to every live target,
+ * flushed like an append, without waiting. Call it every few hundred ms
+ * while idle so tailers' resolved timestamps advance.
+ * Errors: DXL_E_INVAL (ts going back), DXL_E_AGAIN (max_inflight appends
+ * in flight), DXL_E_UNAVAIL (every target failed).
+ */
+int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts);
 
 uint32_t dxl_appender_inflight(const struct dxl_appender *a);
 /* bit i set: target i's QP failed; appends no longer reach it */

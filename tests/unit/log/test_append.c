@@ -350,6 +350,42 @@ static void test_deep_pipeline_short_send_queue(void **state)
 	fx_free(x);
 }
 
+/* every append promises its commit timestamp; an idle writer's heartbeat
+ * moves the promise on; neither may go back */
+static void test_watermark_and_heartbeat(void **state)
+{
+	struct fx *x = fx_new(1 << 20, 0);
+	struct dxl_log_target t[NREP];
+	targets_of(x, 0, t);
+	struct dxl_appender *a;
+	assert_int_equal(dxl_appender_new(x->c, NULL, t, NREP, &a), 0);
+	append_n(a, 1, 20, 0x7); /* commit timestamps 1001..1020 */
+	assert_int_equal(dxl_appender_heartbeat(a, 5000), 0);
+	struct dxl_append_result res[4];
+	while (dxl_appender_inflight(a)) {
+		/* a heartbeat produces no result */
+		assert_int_equal(dxl_appender_poll(a, res, 4), 0);
+		dxl_appender_wait(a, 10);
+	}
+	assert_int_equal(dxl_appender_heartbeat(a, 4000), DXL_E_INVAL);
+	uint8_t p[8] = {0};
+	struct dxl_rec r = {.txn_id = 21, .commit_ts = 4999, .payload = p, .payload_len = 8};
+	assert_int_equal(dxl_appender_append(a, &r, NULL, NULL), DXL_E_INVAL);
+	dxl_appender_delete(&a);
+	for (int i = 0; i < NREP; i++) {
+		dxl_test_replica_stop(&x->rep[i]);
+		struct dxl_region *reg;
+		struct dxl_logstore *ls;
+		assert_int_equal(dxl_test_replica_open_log(&x->rep[i], &reg, &ls), 0);
+		assert_int_equal(dxl_logstore_watermark(ls, 0), 5000);
+		assert_int_equal(dxl_logstore_watermark(ls, 1), 0); /* nobody's */
+		assert_int_equal(dxl_ring_scan(ls, 0, NULL, NULL, NULL, NULL), 20);
+		dxl_logstore_close(&ls);
+		dxl_region_close(&reg);
+	}
+	fx_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -358,6 +394,7 @@ int main(void)
 		cmocka_unit_test(test_full_ring_errors_and_limits),
 		cmocka_unit_test(test_replica_killed_mid_stream),
 		cmocka_unit_test(test_deep_pipeline_short_send_queue),
+		cmocka_unit_test(test_watermark_and_heartbeat),
 	};
 	return cmocka_run_group_tests_name("replicated append", tests, NULL, NULL);
 }

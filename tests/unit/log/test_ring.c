@@ -359,6 +359,53 @@ static void test_merge_rejects_decreasing_timestamps(void **state)
 	assert_non_null(strstr(dxl_errmsg(), "must not decrease"));
 }
 
+static void test_truncate_repairs_a_ring(void **state)
+{
+	struct fx *f = *state;
+	uint64_t pos[6], seq[6];
+	for (uint32_t n = 1; n <= 5; n++) {
+		pos[n] = f->tail_pos;
+		seq[n] = f->tail_seq;
+		assert_int_equal(append(f, n, 300), 0);
+	}
+	/* not a boundary, or the wrong sequence number: refused, nothing changes */
+	assert_int_equal(dxl_logstore_truncate(f->ls, 0, pos[3] + 64, seq[3]), DXL_E_INVAL);
+	assert_int_equal(dxl_logstore_truncate(f->ls, 0, pos[3], seq[3] + 1), DXL_E_INVAL);
+	assert_int_equal(dxl_ring_scan(f->ls, 0, NULL, NULL, NULL, NULL), 5);
+	/* at the end: nothing to drop */
+	assert_int_equal(dxl_logstore_truncate(f->ls, 0, f->tail_pos, f->tail_seq), 0);
+	assert_int_equal(dxl_ring_scan(f->ls, 0, NULL, NULL, NULL, NULL), 5);
+	/* drop records 3..5 */
+	assert_int_equal(dxl_logstore_truncate(f->ls, 0, pos[3], seq[3]), 3);
+	struct seen s = {0};
+	uint64_t end_pos, end_seq;
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, &end_pos, &end_seq), 2);
+	assert_int_equal(end_pos, pos[3]);
+	assert_int_equal(end_seq, seq[3]);
+	/* a writer continues there */
+	f->tail_pos = pos[3];
+	f->tail_seq = seq[3];
+	assert_int_equal(append(f, 3, 100), 0);
+	s = (struct seen){0};
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), 3);
+	assert_int_equal(s.txn[2], 3);
+}
+
+static void test_watermark_decode(void **state)
+{
+	struct fx *f = *state;
+	assert_int_equal(dxl_logstore_watermark(f->ls, 0), 0); /* never written */
+	uint8_t *w = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_ctl_off(f->ls, 1) +
+		     DXL_RING_WMARK_OFF;
+	uint64_t ts = 123456789, chk = ts ^ DXL_RING_WMARK_MAGIC;
+	memcpy(w, &ts, 8); /* little-endian host: the wire layout */
+	memcpy(w + 8, &chk, 8);
+	assert_int_equal(dxl_logstore_watermark(f->ls, 1), ts);
+	assert_int_equal(dxl_ring_wmark_decode(w), ts);
+	w[9] ^= 1; /* torn: the check word disagrees */
+	assert_int_equal(dxl_logstore_watermark(f->ls, 1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -370,6 +417,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_survives_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_merge_by_timestamp_and_writer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_merge_rejects_decreasing_timestamps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_truncate_repairs_a_ring, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_watermark_decode, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("log rings", tests, NULL, NULL);
 }
