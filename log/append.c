@@ -38,6 +38,7 @@ struct slot {
 	int used;
 	int done;            /* every target answered */
 	int heartbeat;       /* a watermark only: no result is delivered */
+	uint64_t ts;         /* its commit timestamp (heartbeat: its promise) */
 	uint64_t wmark;      /* the watermark this operation writes */
 	uint64_t token;
 	uint32_t pending;    /* targets still to answer */
@@ -66,6 +67,9 @@ struct dxl_appender {
 	uint64_t done_token; /* next result to deliver */
 	uint64_t tail_pos, tail_seq;
 	uint64_t last_ts;
+	/* the commit timestamp of the first append that was not acknowledged:
+	 * the watermark never passes it (UINT64_MAX: none failed) */
+	uint64_t failed_floor;
 	uint64_t ring_size;
 };
 
@@ -217,6 +221,7 @@ int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 		return dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
 	a->ctx = ctx;
 	a->cfg = *cfg;
+	a->failed_floor = UINT64_MAX;
 	a->n = n;
 	a->ring_size = targets[0].ring_size;
 	a->slots = calloc(cfg->max_inflight, sizeof(*a->slots));
@@ -498,6 +503,8 @@ int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
 			a->done_token++;
 			continue;
 		}
+		if (s->failed && s->ts < a->failed_floor)
+			a->failed_floor = s->ts;
 		res[k].token = s->token;
 		res[k].acked = s->acked;
 		res[k].failed = s->failed;
@@ -517,6 +524,24 @@ int dxl_appender_wait(struct dxl_appender *a, int timeout_ms)
 	    a->slots[a->done_token % a->cfg.max_inflight].done)
 		return 0;
 	return dxl_ctx_wait(a->ctx, timeout_ms);
+}
+
+/*
+ * The watermark an operation posted now may promise (BookKeeper's
+ * last-add-confirmed): every record below it is acknowledged -- persistent on
+ * every target -- and nothing will be appended below it. That is the
+ * commit timestamp of the oldest append not acknowledged yet (in flight, or
+ * failed: a failure freezes it for good), else `upto`.
+ */
+static uint64_t ack_floor(const struct dxl_appender *a, uint64_t upto)
+{
+	uint64_t f = DXL_MIN(upto, a->failed_floor);
+	for (uint64_t k = a->done_token; k < a->next_token; k++) {
+		const struct slot *s = &a->slots[k % a->cfg.max_inflight];
+		if (!s->heartbeat && (!s->done || s->failed))
+			return DXL_MIN(f, s->ts);
+	}
+	return f;
 }
 
 /* 1 if some posted request has not completed yet (results merely waiting
@@ -646,7 +671,8 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	s->used = 1;
 	s->done = 0;
 	s->heartbeat = 0;
-	s->wmark = rec->commit_ts; /* this writer never goes below it again */
+	s->ts = rec->commit_ts;
+	s->wmark = ack_floor(a, rec->commit_ts);
 	s->token = a->next_token;
 	s->pending = 0;
 	s->acked = 0;
@@ -715,7 +741,8 @@ int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts)
 	s->used = 1;
 	s->done = 0;
 	s->heartbeat = 1;
-	s->wmark = ts;
+	s->ts = ts;
+	s->wmark = ack_floor(a, ts);
 	s->token = a->next_token;
 	s->pending = s->acked = s->failed = 0;
 	s->err = 0;

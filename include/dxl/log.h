@@ -279,11 +279,14 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  * CAS, which is how a writer claims its ring at start-up.
  *
  * Control block offset 192 (its own cache line) holds the writer's
- * watermark {T, T ^ DXL_RING_WMARK_MAGIC}: a promise that this writer will
- * never append a record with a commit timestamp below T. The writer writes
- * it with every append (remote WRITE before the flush READ, so it is as
- * durable as the record) and when idle (dxl_appender_heartbeat). Tailers
- * take the minimum over the live writers' rings as the resolved timestamp.
+ * watermark {T, T ^ DXL_RING_WMARK_MAGIC}, its last-add-confirmed: every
+ * record of this writer with a commit timestamp below T is acknowledged
+ * (persistent on every replica), and the writer will never append below T.
+ * The writer writes it with every append (remote WRITE before the flush
+ * READ, so it is as durable as the record) and when idle
+ * (dxl_appender_heartbeat). After a failed append it stays at that append's
+ * timestamp. Tailers take the minimum over the live writers' rings as the
+ * resolved timestamp and deliver only records below it.
  *
  * Positions are 64-bit logical byte offsets that only grow; a record at
  * position p lives at buffer offset p % size. Records never straddle the
@@ -730,9 +733,10 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 
 /*
  * dxl_appender_heartbeat -- an idle writer's promise: write the watermark
- * ts (not below the last append's commit timestamp) to every live target,
- * flushed like an append, without waiting. Call it every few hundred ms
- * while idle so tailers' resolved timestamps advance.
+ * (ts, or the timestamp of the oldest append not yet acknowledged if that
+ * is lower) to every live target, flushed like an append, without waiting;
+ * later appends may not go below ts. Call it every few hundred ms while
+ * idle so tailers' resolved timestamps advance.
  * Errors: DXL_E_INVAL (ts going back), DXL_E_AGAIN (max_inflight appends
  * in flight), DXL_E_UNAVAIL (every target failed).
  */

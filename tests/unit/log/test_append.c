@@ -326,6 +326,21 @@ static void test_replica_killed_mid_stream(void **state)
 	assert_int_equal(unacked, 10);
 	assert_true(dxl_now_ms() - t0 < 5000);
 	assert_int_equal(dxl_appender_failed_targets(a), 0x2);
+	/* the watermark stays at the first unacknowledged append (1051): a
+	 * tailer never delivers what was not acknowledged */
+	assert_int_equal(dxl_appender_heartbeat(a, 9999), 0);
+	while (dxl_appender_inflight(a)) {
+		struct dxl_append_result res[2];
+		dxl_appender_poll(a, res, 2);
+		dxl_appender_wait(a, 10);
+	}
+	dxl_test_replica_stop(&x->rep[0]);
+	struct dxl_region *reg;
+	struct dxl_logstore *ls;
+	assert_int_equal(dxl_test_replica_open_log(&x->rep[0], &reg, &ls), 0);
+	assert_int_equal(dxl_logstore_watermark(ls, 0), 1051);
+	dxl_logstore_close(&ls);
+	dxl_region_close(&reg);
 	dxl_appender_delete(&a);
 	fx_free(x);
 }
@@ -360,6 +375,7 @@ static void test_watermark_and_heartbeat(void **state)
 	struct dxl_appender *a;
 	assert_int_equal(dxl_appender_new(x->c, NULL, t, NREP, &a), 0);
 	append_n(a, 1, 20, 0x7); /* commit timestamps 1001..1020 */
+	/* with 16 in flight, appends promised less than their own timestamp */
 	assert_int_equal(dxl_appender_heartbeat(a, 5000), 0);
 	struct dxl_append_result res[4];
 	while (dxl_appender_inflight(a)) {

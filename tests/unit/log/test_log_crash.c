@@ -151,7 +151,8 @@ static int verify_rec(const struct dxl_rec *rec, uint64_t pos, void *arg)
  * lost (0 when the log is correct); fails the test on corruption.
  */
 /* totals over the schedules of a test, to show they exercise something */
-static uint64_t total_acked, total_unacked_kept, schedules_with_acks;
+static uint64_t total_acked, total_unacked_kept, schedules_with_acks,
+	total_wmark;
 
 static int run_schedule(uint64_t seed, enum dxl_pwrite_mode mode,
 			enum dxl_pf_policy pf, const char *base)
@@ -239,6 +240,15 @@ static int run_schedule(uint64_t seed, enum dxl_pwrite_mode mode,
 			fail_msg("seed %llu: replica %d returned a corrupt or out-of-order record",
 				 (unsigned long long)seed, i);
 		uint64_t have = v.next - 1; /* contiguous prefix 1..have */
+		/* the watermark (last-add-confirmed) never claims more than was
+		 * acknowledged: every record below it was acked, so it is on
+		 * every replica (checked below through `acked`) */
+		uint64_t wm = dxl_logstore_watermark(ls, 0);
+		if (mode == DXL_PWRITE_H9 && wm > acked + 1)
+			fail_msg("seed %llu: replica %d watermark %llu, but only %llu appends were acknowledged",
+				 (unsigned long long)seed, i, (unsigned long long)wm,
+				 (unsigned long long)acked);
+		total_wmark += wm ? wm - 1 : 0;
 		if (have < acked) {
 			if (mode == DXL_PWRITE_H9)
 				print_message("seed %llu: replica %d has %llu records, %llu were acknowledged\n",
@@ -303,10 +313,13 @@ static void test_acknowledged_appends_survive_crashes(void **state)
 	alarm(0);
 	unsigned runs = last - first + 1;
 	print_message("%u crash schedules: %llu appends acknowledged (%llu schedules with some), "
-		      "%llu unacknowledged records found intact, %d acknowledged lost\n",
+		      "%llu unacknowledged records found intact, %llu records below the "
+		      "replicas' watermarks, %d acknowledged lost\n",
 		      runs, (unsigned long long)total_acked,
 		      (unsigned long long)schedules_with_acks,
-		      (unsigned long long)total_unacked_kept, lost);
+		      (unsigned long long)total_unacked_kept,
+		      (unsigned long long)total_wmark, lost);
+	assert_true(total_wmark > 0); /* the watermark check had something to check */
 	assert_int_equal(lost, 0);
 	/* the schedules must crash mid-stream, not before or after it */
 	assert_true(schedules_with_acks * 2 >= runs);
