@@ -749,6 +749,61 @@ uint32_t dxl_appender_failed_targets(const struct dxl_appender *a);
 void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
 		       uint64_t *seq);
 
+/* ---- tailing: change capture from one replica ------------------------------ */
+
+/*
+ * A tailer reads one replica's log of a shard with one-sided READs only
+ * (the replica's CPU is not involved): each poll READs every ring's control
+ * block (head, owner, watermark) and then a window of new ring content on
+ * the same QP, so every record below the watermark it read is in the data
+ * it reads after. It merges the rings by (commit timestamp, writer) and
+ * delivers exactly the records with cursor <= ts < resolved, where resolved
+ * is the smallest watermark of the rings that have an owner (or of the rings
+ * in live_mask when given): what every writer has acknowledged and will not
+ * append below. The cursor then becomes `resolved`: it is "the next
+ * position to read", a commit timestamp. Delivery is at-least-once across
+ * restarts (resume from the last cursor you stored), exactly once within a
+ * tailer, in commit-timestamp order.
+ */
+struct dxl_tailer;
+
+struct dxl_tail_cfg {
+	uint64_t from_ts;     /* cursor: deliver records with ts >= from_ts */
+	uint64_t live_mask;   /* rings that bound `resolved` (bit i = ring i);
+				 0 = every ring whose owner word is set */
+	uint32_t window;      /* bytes READ per ring per poll; default 256 KiB */
+};
+
+/*
+ * dxl_tailer_new -- tail the rings described by targets[0..n) (all of one
+ * replica's log: same address and region, rings 0..n-1), from cfg->from_ts.
+ * ctx must have nothing else in flight. Errors: DXL_E_INVAL, DXL_E_NOMEM,
+ * and dxl_qp_connect's.
+ */
+int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
+		   const struct dxl_log_target *targets, unsigned n,
+		   struct dxl_tailer **out);
+void dxl_tailer_delete(struct dxl_tailer **t);
+
+typedef int (*dxl_tail_fn)(uint32_t ring, const struct dxl_rec *rec, void *arg);
+
+/*
+ * dxl_tailer_poll -- deliver (fn) what became resolved since the last poll.
+ * fn returning non-zero stops the poll after that record; the cursor is then
+ * that record's timestamp (this tailer goes on after it; a tailer restarted
+ * from the cursor may deliver records of that timestamp again:
+ * at-least-once). Returns the number delivered; *cursor (if not NULL)
+ * receives the new cursor.
+ * Errors: DXL_E_STALE (the cursor is older than what the replica retained:
+ * records were reclaimed before they were read), DXL_E_UNREACHABLE,
+ * DXL_E_ACCESS (the replica re-registered: fenced), DXL_E_CORRUPT.
+ */
+int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
+		    uint64_t *cursor);
+
+/* the cursor: the commit timestamp of the next record to deliver */
+uint64_t dxl_tailer_cursor(const struct dxl_tailer *t);
+
 #ifdef __cplusplus
 }
 #endif
