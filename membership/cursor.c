@@ -1,0 +1,178 @@
+/* cursor.c -- consumer-group cursors: cursors/<group>/<shard> = next commit timestamp */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "membership/zk_internal.h"
+
+/*
+ * The znode holds {"next_ts": "123456789"}: the timestamp as a decimal
+ * STRING, because a 64-bit commit timestamp does not survive JSON numbers
+ * in many readers (JavaScript, jq: doubles, 53 bits). Versioned like the
+ * config, so two tailers of one group cannot move the cursor past each
+ * other unknowingly.
+ */
+#define GROUP_MAX 128
+
+static int cursor_path(struct dxl_zk *zk, const char *group, uint32_t shard,
+		       char *dir, char *path)
+{
+	if (!zk_name_ok(group, GROUP_MAX))
+		return dxl_err_set(DXL_E_INVAL, "cursor group '%s': letters, digits, "
+				   "'_', '-', '.' (1..%d chars)",
+				   group ? group : "(null)", GROUP_MAX - 1);
+	int ret = zk_path(zk, dir, "cursors/%s", group);
+	if (!ret)
+		ret = zk_path(zk, path, "cursors/%s/%u", group, shard);
+	return ret;
+}
+
+static int decode(const char *data, int len, const char *path, uint64_t *out)
+{
+	json_error_t je;
+	json_t *o = json_loadb(data, (size_t)len, JSON_REJECT_DUPLICATES, &je);
+	int ret = 0;
+	json_t *v = json_is_object(o) && json_object_size(o) == 1
+			    ? json_object_get(o, "next_ts")
+			    : NULL;
+	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+	uint64_t x = 0;
+	bool ok = s && s[0] && strlen(s) <= 20;
+	for (const char *p = s; ok && *p; p++) {
+		if (*p < '0' || *p > '9' || x > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			ok = false;
+		else
+			x = x * 10 + (uint64_t)(*p - '0');
+	}
+	if (!ok)
+		ret = dxl_err_set(DXL_E_CORRUPT, "cursor %s: expected {\"next_ts\": "
+				  "\"<decimal u64>\"}, found %.*s", path,
+				  len > 80 ? 80 : len, data);
+	else
+		*out = x;
+	json_decref(o);
+	return ret;
+}
+
+int dxl_cursor_get(struct dxl_zk *zk, const char *group, uint32_t shard,
+		   uint64_t *next_ts, int32_t *version)
+{
+	char dir[ZK_PATH_MAX], path[ZK_PATH_MAX];
+	if (!zk || !next_ts)
+		return dxl_err_set(DXL_E_INVAL, "dxl_cursor_get: NULL argument");
+	int ret = cursor_path(zk, group, shard, dir, path);
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "reading a cursor")))
+		return ret;
+	char *data;
+	int len;
+	struct Stat st;
+	int rc = zk_get(c, path, false, &data, &len, &st);
+	zk_conn_put(c);
+	if (rc == ZNONODE)
+		return dxl_err_set(DXL_E_NOENT, "cursor %s was never set", path);
+	if (rc != ZOK)
+		return zk_err(rc, "get", path);
+	ret = decode(data, len, path, next_ts);
+	free(data);
+	if (!ret && version)
+		*version = st.version;
+	return ret;
+}
+
+static int create_cursor(struct zk_conn *c, const char *dir, const char *path,
+			 const char *val, int len)
+{
+	int rc = zoo_create(c->zh, dir, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	if (rc != ZOK && rc != ZNODEEXISTS)
+		return rc;
+	return zoo_create(c->zh, path, val, len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+}
+
+int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
+		   uint64_t next_ts, int32_t expected_version,
+		   int32_t *new_version)
+{
+	char dir[ZK_PATH_MAX], path[ZK_PATH_MAX];
+	if (!zk)
+		return dxl_err_set(DXL_E_INVAL, "dxl_cursor_set: NULL zk");
+	if (expected_version < DXL_ZK_VERSION_ANY)
+		return dxl_err_set(DXL_E_INVAL, "dxl_cursor_set: bad expected version "
+				   "%d", expected_version);
+	int ret = cursor_path(zk, group, shard, dir, path);
+	if (ret)
+		return ret;
+	char val[64];
+	int len = snprintf(val, sizeof(val), "{\"next_ts\":\"%llu\"}",
+			   (unsigned long long)next_ts);
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "setting a cursor")))
+		return ret;
+	struct Stat st;
+	int rc;
+	if (expected_version == DXL_ZK_VERSION_NONE) {
+		rc = create_cursor(c, dir, path, val, len);
+		if (rc == ZNODEEXISTS)
+			ret = dxl_err_set(DXL_E_STALE, "cursor %s already exists "
+					  "(someone set it first): read it", path);
+		else if (rc != ZOK)
+			ret = zk_err(rc, "create", path);
+		else if (new_version)
+			*new_version = 0;
+		goto out;
+	}
+	for (int tries = 0; tries < 4; tries++) {
+		rc = zoo_set2(c->zh, path, val, len,
+			      expected_version == DXL_ZK_VERSION_ANY ? -1
+								     : expected_version,
+			      &st);
+		if (rc == ZOK) {
+			if (new_version)
+				*new_version = st.version;
+			goto out;
+		}
+		if (rc == ZNONODE && expected_version == DXL_ZK_VERSION_ANY) {
+			rc = create_cursor(c, dir, path, val, len);
+			if (rc == ZNODEEXISTS)
+				continue; /* created meanwhile: set it */
+			if (rc == ZOK && new_version)
+				*new_version = 0;
+			ret = rc == ZOK ? 0 : zk_err(rc, "create", path);
+			goto out;
+		}
+		break;
+	}
+	if (rc == ZNONODE)
+		ret = dxl_err_set(DXL_E_STALE, "cursor %s does not exist (expected "
+				  "version %d)", path, expected_version);
+	else if (rc == ZBADVERSION)
+		ret = dxl_err_set(DXL_E_STALE, "cursor %s is not at version %d: "
+				  "another consumer of the group moved it; read it",
+				  path, expected_version);
+	else
+		ret = zk_err(rc, "set", path);
+out:
+	zk_conn_put(c);
+	return ret;
+}
+
+int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard)
+{
+	char dir[ZK_PATH_MAX], path[ZK_PATH_MAX];
+	if (!zk)
+		return dxl_err_set(DXL_E_INVAL, "dxl_cursor_delete: NULL zk");
+	int ret = cursor_path(zk, group, shard, dir, path);
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "deleting a cursor")))
+		return ret;
+	int rc = zoo_delete(c->zh, path, -1);
+	zk_conn_put(c);
+	if (rc == ZNONODE)
+		return dxl_err_set(DXL_E_NOENT, "cursor %s was never set", path);
+	return rc == ZOK ? 0 : zk_err(rc, "delete", path);
+}
