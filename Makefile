@@ -47,11 +47,13 @@ TEST_SRCS := $(wildcard tests/unit/*/test_*.c tests/conformance/test_*.c \
 		       tests/integration/test_*.c)
 TEST_BINS := $(foreach t,$(TEST_SRCS),$(O)/tests/$(basename $(notdir $(t))))
 
-# Programs: the dxl CLI from tools/, one dxl-bench-<name> per bench/<name>/
-TOOL_SRCS  := $(wildcard tools/*.c)
+# Programs: one per tools/<name>/ (the dxl CLI, the dxl-replica daemon...)
+# and one dxl-bench-<name> per bench/<name>/
+TOOL_DIRS  := $(patsubst tools/%/,%,$(sort $(dir $(wildcard tools/*/*.c))))
+TOOL_BINS  := $(TOOL_DIRS:%=$(O)/bin/%)
 BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
 BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
-BINS       := $(if $(TOOL_SRCS),$(O)/bin/dxl) $(BENCH_BINS)
+BINS       := $(TOOL_BINS) $(BENCH_BINS)
 
 .PHONY: all test test-long test-rdma bench-rdma asan tsan bench install clean fuzz
 all: $(LIB) $(BINS) $(TEST_BINS)
@@ -77,9 +79,12 @@ $(O)/tests/$(basename $(notdir $(1))): $(O)/$(1:%.c=%.o) $(TLIB_OBJS) $(LIB)
 endef
 $(foreach t,$(TEST_SRCS),$(eval $(call test_rule,$(t))))
 
-$(O)/bin/dxl: $(TOOL_SRCS:%.c=$(O)/%.o) $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+define tool_rule
+$(O)/bin/$(1): $(patsubst %.c,$(O)/%.o,$(wildcard tools/$(1)/*.c)) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIB) $$(LDLIBS)
+endef
+$(foreach t,$(TOOL_DIRS),$(eval $(call tool_rule,$(t))))
 
 define bench_rule
 $(O)/bin/dxl-bench-$(1): $(patsubst %.c,$(O)/%.o,$(wildcard bench/$(1)/*.c)) $(LIB)
