@@ -9,8 +9,8 @@
 #   scripts/zk.sh restart DIR N                          start server N again
 #
 # DIR holds each server's zoo.cfg, data, log and pid; the connect string is
-# also written to DIR/connect. Ports: P (default: a free one) for server 1's
-# clients, P+1.. for the others; quorum/election ports follow.
+# also written to DIR/connect. Ports: every client, quorum and election port
+# is a distinct port free at start (with --port P: client ports P, P+1, ..).
 set -euo pipefail
 
 die() { echo "zk.sh: $*" >&2; exit 1; }
@@ -30,10 +30,14 @@ cp_for() {
 	echo "$cp"
 }
 
-free_port() {
-	python3 - <<'PY'
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+free_ports() { # N: N distinct ports that are free now (held together while chosen)
+	python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks: s.close()
 PY
 }
 
@@ -91,25 +95,29 @@ start)
 	[ -f "$JAR" ] || die "$JAR not found: run scripts/install-deps.sh (Debian package zookeeper)"
 	command -v java >/dev/null || die "java not found: apt-get install default-jre-headless"
 	mkdir -p "$dir"
-	[ -n "$port" ] || port=$(free_port)
+	# every port distinct and free when chosen (client ports P, P+1, ... if
+	# --port is given); each server keeps its ports in its folder, so a
+	# restart reuses them
+	read -r -a ports <<< "$(free_ports $((3 * servers)))"
 	connect="" quorum=""
 	for ((n = 1; n <= servers; n++)); do
-		cport=$((port + n - 1))
+		if [ -n "$port" ]; then cport=$((port + n - 1)); else cport=${ports[$((3 * n - 3))]}; fi
+		cports[$n]=$cport
 		if [ "$servers" -gt 1 ]; then
-			quorum="${quorum}server.$n=127.0.0.1:$((port + 10 + 2 * n)):$((port + 11 + 2 * n))"$'\n'
+			quorum="${quorum}server.$n=127.0.0.1:${ports[$((3 * n - 2))]}:${ports[$((3 * n - 1))]}"$'\n'
 		fi
 		connect="${connect:+$connect,}127.0.0.1:$cport"
 	done
 	for ((n = 1; n <= servers; n++)); do
 		sd="$dir/s$n"; mkdir -p "$sd/data"
-		echo $((port + n - 1)) > "$sd/port"
+		echo "${cports[$n]}" > "$sd/port"
 		echo "$n" > "$sd/data/myid"
 		cat > "$sd/zoo.cfg" <<CFG
 tickTime=200
 initLimit=50
 syncLimit=25
 dataDir=$sd/data
-clientPort=$((port + n - 1))
+clientPort=${cports[$n]}
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,mntr,stat
