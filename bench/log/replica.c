@@ -11,45 +11,34 @@
 
 #include "bench/log/bench_log.h"
 #include "common/common.h"
+#include "dxl/replica.h"
 
 static void serve(const char *dir, uint32_t node, uint32_t nrings,
 		  uint64_t ring_size, enum dxl_durability mode,
 		  uint32_t apply_us, int wfd)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/log.region", dir);
-	struct dxl_region_id id = {.node_id = node, .kind = DXL_REGION_LOG};
-	snprintf(id.cluster, sizeof(id.cluster), "bench");
-	struct dxl_region *reg = NULL;
-	struct dxl_logstore *ls = NULL;
+	struct dxl_shard_cfg sc = {.node_id = node, .shard = 0, .nrings = nrings,
+				   .ring_size = ring_size, .durability = mode,
+				   .create = true};
+	snprintf(sc.cluster, sizeof(sc.cluster), "bench");
 	struct dxl_fabric *f = NULL;
-	struct dxl_mr *mr = NULL;
+	struct dxl_shard *sh = NULL;
 	struct dxl_ctx *c = NULL;
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
 	fc.node_id = node;
-	uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(nrings, ring_size), 4096ull);
-	int ret = dxl_region_create(path, bytes, mode, &id, &reg);
-	if (!ret)
-		ret = dxl_logstore_format(reg, 0, nrings, ring_size);
-	if (!ret)
-		ret = dxl_logstore_open(reg, &ls);
-	if (!ret)
-		ret = dxl_fabric_new(&fc, &f);
-	if (!ret)
-		ret = dxl_mr_reg(f, dxl_region_data(reg), dxl_region_data_size(reg),
-				 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
-					 DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT,
-				 &mr);
-	if (!ret) /* msync mode: flush READs msync what they make durable */
-		ret = dxl_region_bind_mr(reg, mr);
+	int ret = dxl_fabric_new(&fc, &f);
+	if (!ret) /* DIR/shard-0.log: create, register, bind (msync mode:
+		     flush READs msync what they make durable) */
+		ret = dxl_shard_open(dir, &sc, f, &sh);
 	if (!ret)
 		ret = dxl_ctx_new(f, 0, &c);
 	struct dxl_log_target t[BL_MAX_WRITERS];
 	memset(t, 0, sizeof(t));
-	for (uint32_t i = 0; !ret && i < nrings; i++)
-		ret = dxl_log_target_init(&t[i], ls, mr, dxl_fabric_addr(f), 0, i);
+	if (!ret)
+		ret = dxl_shard_targets(sh, dxl_fabric_addr(f), 0, t, nrings);
+	struct dxl_logstore *ls = ret ? NULL : dxl_shard_logstore(sh);
 	int32_t st = ret;
 	if (ret)
 		fprintf(stderr, "bench replica %u: %s\n", node, dxl_errmsg());

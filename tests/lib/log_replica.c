@@ -11,36 +11,28 @@
 
 #include "common/common.h"
 #include "tests/lib/fabric_fixture.h"
+#include "dxl/replica.h"
 #include "tests/lib/log_replica.h"
 
 static const char CLUSTER[] = "test";
 
-static void region_path(const char *dir, char *buf, size_t cap)
+static void shard_cfg(struct dxl_shard_cfg *sc, uint32_t node_id,
+		      uint32_t nrings, uint64_t ring_size)
 {
-	snprintf(buf, cap, "%s/log.region", dir);
+	memset(sc, 0, sizeof(*sc));
+	snprintf(sc->cluster, sizeof(sc->cluster), "%s", CLUSTER);
+	sc->node_id = node_id;
+	sc->shard = 0;
+	sc->nrings = nrings;
+	sc->ring_size = ring_size;
+	sc->durability = DXL_DUR_PROCESS;
 }
 
 static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
 		  int wfd)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-	char path[512];
-	region_path(dir, path, sizeof(path));
-	struct dxl_region_id id = {.node_id = cfg->node_id, .kind = DXL_REGION_LOG};
-	snprintf(id.cluster, sizeof(id.cluster), "%s", CLUSTER);
-	struct dxl_region *reg;
-	int ret = dxl_region_open(path, DXL_DUR_PROCESS, &id, &reg);
-	if (ret == DXL_E_NOENT) {
-		uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(cfg->nrings,
-								 cfg->ring_size),
-					      4096ull);
-		ret = dxl_region_create(path, bytes, DXL_DUR_PROCESS, &id, &reg);
-		if (!ret)
-			ret = dxl_logstore_format(reg, 0, cfg->nrings, cfg->ring_size);
-	}
-	struct dxl_logstore *ls = NULL;
-	if (!ret)
-		ret = dxl_logstore_open(reg, &ls);
+	int ret = 0;
 	struct dxl_fabric_cfg fc;
 	dxlt_fabric_cfg_from_env(&fc);
 	fc.node_id = cfg->node_id;
@@ -50,23 +42,23 @@ static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
 		fc.pf_seed = cfg->pf_seed;
 	}
 	struct dxl_fabric *f = NULL;
-	struct dxl_mr *mr = NULL;
+	struct dxl_shard *sh = NULL;
 	struct dxl_ctx *c = NULL;
 	if (!ret)
 		ret = dxl_fabric_new(&fc, &f);
-	if (!ret)
-		ret = dxl_mr_reg(f, dxl_region_data(reg), dxl_region_data_size(reg),
-				 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
-					 DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT,
-				 &mr);
-	if (!ret)
-		ret = dxl_region_bind_mr(reg, mr);
+	if (!ret) { /* DIR/shard-0.log: open or create, register, bind */
+		struct dxl_shard_cfg sc;
+		shard_cfg(&sc, cfg->node_id, cfg->nrings, cfg->ring_size);
+		sc.create = true;
+		ret = dxl_shard_open(dir, &sc, f, &sh);
+	}
 	if (!ret)
 		ret = dxl_ctx_new(f, 0, &c);
 	struct dxl_log_target t[DXL_TEST_REPLICA_MAX_RINGS];
 	memset(t, 0, sizeof(t));
-	for (uint32_t i = 0; !ret && i < cfg->nrings; i++)
-		ret = dxl_log_target_init(&t[i], ls, mr, dxl_fabric_addr(f), 0, i);
+	if (!ret)
+		ret = dxl_shard_targets(sh, dxl_fabric_addr(f), 0, t, cfg->nrings);
+	struct dxl_logstore *ls = ret ? NULL : dxl_shard_logstore(sh);
 	int32_t status = ret;
 	if (write(wfd, &status, sizeof(status)) != sizeof(status) ||
 	    (ret == 0 && write(wfd, t, sizeof(t)) != sizeof(t)))
@@ -153,7 +145,7 @@ int dxl_test_replica_open_log(const struct dxl_test_replica *r,
 			      struct dxl_region **reg, struct dxl_logstore **ls)
 {
 	char path[512];
-	region_path(r->dir, path, sizeof(path));
+	snprintf(path, sizeof(path), "%s/shard-0.log", r->dir);
 	struct dxl_region_id id = {.node_id = r->node_id, .kind = DXL_REGION_LOG};
 	snprintf(id.cluster, sizeof(id.cluster), "%s", CLUSTER);
 	int ret = dxl_region_open(path, DXL_DUR_PROCESS, &id, reg);

@@ -1,7 +1,7 @@
 /* log_replica.h -- a log replica in a child process, for append and crash tests
  *
  * dxl_test_replica_start forks a process that opens (or creates and formats)
- * the log region DIR/log.region, registers its data area with a fabric,
+ * the log region DIR/shard-0.log (replica/shard.c), registers its data area with a fabric,
  * and serves it. It reports one struct dxl_log_target per ring to the parent
  * and then only serves (the NIC thread does the work) and, if apply_ms > 0,
  * advances every ring's head to the end of its valid records every apply_ms

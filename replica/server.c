@@ -1,0 +1,512 @@
+/* server.c -- the replica server behind dxl-replica: data directory, fabric,
+ * hosted shards, ZooKeeper registration, the lease rule and retention
+ * (include/dxl/replica.h, docs/replica.md) */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "common/config.h"
+#include "dxl/replica.h"
+
+struct dxl_replica_server {
+	struct dxl_replica_cfg cfg;
+	struct dxl_datadir *dd;
+	struct dxl_fabric *f;
+	struct dxl_ctx *ctx; /* ctx 0: the one writers and tailers connect to */
+	struct dxl_zk *zk;
+	uint32_t nshards;
+	struct dxl_shard *shards[DXL_REPLICA_MAX_SHARDS];
+	bool serving;   /* regions registered: remote accesses allowed */
+	bool published; /* nodes/<id> holds the current descriptors */
+	uint64_t reg_epoch; /* +1 per registration of the regions */
+	uint64_t last_retain_ms;
+};
+
+/* ---- configuration ---------------------------------------------------------- */
+
+static const char *const KEYS[] = {
+	/* key, default, meaning (for --help and docs/replica.md) */
+	"replica.node_id", "(required)", "this node's id (1..2^32-1); nodes/<id> in ZooKeeper",
+	"replica.data_dir", "(required)", "data directory: DXL_DATADIR, LOCK, shard-<s>.log",
+	"replica.durability", "msync", "pmem | msync | process (recorded at creation, checked at every start)",
+	"replica.create", "true", "initialise an empty or absent data directory",
+	"replica.shards", "0", "shards hosted: list of ids and ranges, e.g. 0,2,4-7",
+	"replica.service_ms", "10", "service loop period: lease checks, re-registration",
+	"replica.exist_wait_ms", "(session timeout)", "retry this long when the node id is held by another session",
+	"log.writer_slots", "16", "rings per shard (one per writer slot); used when a shard is created",
+	"log.ring_size", "1M", "bytes per ring (multiple of 4096, >= 8K); used when a shard is created",
+	"log.retention_ms", "600000", "reclaim records older than this (and below the ring's watermark)",
+	"log.retention_bytes", "0", "reclaim the oldest records beyond this many bytes per ring (0 = ring_size/2)",
+	"log.retention_check_ms", "1000", "how often retention runs",
+	"log.level", "info", "debug | info | warn | error | off (DXL_LOG_LEVEL overrides the default)",
+	"fabric.provider", "tcp", "tcp | verbs",
+	"fabric.listen", "127.0.0.1:0", "host:port to serve on (port 0: any free port)",
+	"fabric.*", "", "the other fabric keys: docs/fabric.md",
+	"zk.connect", "(required)", "ZooKeeper connect string host:port[,host:port...]",
+	"zk.cluster", "default", "cluster name: everything lives under /dxl/<cluster>",
+	"zk.session_timeout_ms", "3000", "session timeout = failure detection time",
+	"zk.connect_timeout_ms", "10000", "give up connecting after this long (exit 5)",
+	"zk.*", "", "the other zk keys: docs/membership.md",
+	NULL,
+};
+
+const char *const *dxl_replica_cfg_keys(void)
+{
+	return KEYS;
+}
+
+void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->durability = DXL_DUR_MSYNC;
+	cfg->create = true;
+	cfg->nshards = 1;
+	cfg->shards[0] = 0;
+	cfg->writer_slots = 16;
+	cfg->ring_size = 1u << 20;
+	cfg->retention_ms = 600000;
+	cfg->retention_bytes = 0;
+	cfg->retention_check_ms = 1000;
+	cfg->service_ms = 10;
+	cfg->exist_wait_ms = UINT32_MAX;
+	dxl_fabric_cfg_init(&cfg->fabric);
+	dxl_zk_cfg_init(&cfg->zk);
+}
+
+int dxl_replica_parse_shards(const char *s, uint32_t *ids, uint32_t *n)
+{
+	uint32_t cnt = 0;
+	const char *p = s;
+	if (!s || !*s)
+		return dxl_err_set(DXL_E_INVAL, "empty shard list");
+	while (*p) {
+		char *end;
+		errno = 0;
+		unsigned long a = strtoul(p, &end, 10), b;
+		if (end == p || errno || a > UINT32_MAX)
+			return dxl_err_set(DXL_E_INVAL, "shard list '%s': bad number at '%s'", s, p);
+		b = a;
+		p = end;
+		if (*p == '-') {
+			const char *q = p + 1;
+			b = strtoul(q, &end, 10);
+			if (end == q || errno || b > UINT32_MAX || b < a)
+				return dxl_err_set(DXL_E_INVAL, "shard list '%s': bad range", s);
+			p = end;
+		}
+		for (unsigned long x = a; x <= b; x++) {
+			if (cnt >= DXL_REPLICA_MAX_SHARDS)
+				return dxl_err_set(DXL_E_INVAL, "shard list '%s': more than %d shards",
+						   s, DXL_REPLICA_MAX_SHARDS);
+			for (uint32_t j = 0; j < cnt; j++)
+				if (ids[j] == x)
+					return dxl_err_set(DXL_E_INVAL, "shard list '%s': shard %lu twice", s, x);
+			ids[cnt++] = (uint32_t)x;
+		}
+		if (*p == ',')
+			p++;
+		else if (*p)
+			return dxl_err_set(DXL_E_INVAL, "shard list '%s': unexpected '%c'", s, *p);
+	}
+	*n = cnt;
+	return 0;
+}
+
+int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *cfg)
+{
+	static const char *const known[] = {
+		"replica.node_id", "replica.data_dir", "replica.durability",
+		"replica.create", "replica.shards", "replica.service_ms",
+		"replica.exist_wait_ms", "log.writer_slots", "log.ring_size",
+		"log.retention_ms", "log.retention_bytes",
+		"log.retention_check_ms", "log.level", "fabric.*", "zk.*", NULL,
+	};
+	int ret = dxl_config_check_known(conf, known);
+	if (ret)
+		return ret;
+	uint64_t u;
+	const char *s;
+	if ((ret = dxl_config_get_u64(conf, "replica.node_id", cfg->node_id, 0,
+				      UINT32_MAX, &u)))
+		return ret;
+	cfg->node_id = (uint32_t)u;
+	if ((ret = dxl_config_get_str(conf, "replica.data_dir", cfg->data_dir, &s)))
+		return ret;
+	if (strlen(s) >= sizeof(cfg->data_dir))
+		return dxl_err_set(DXL_E_CONFIG, "%s: key replica.data_dir: path too long",
+				   dxl_config_origin(conf, "replica.data_dir"));
+	memmove(cfg->data_dir, s, strlen(s) + 1);
+	static const char *const durs[] = {"pmem", "msync", "process", NULL};
+	int d = (int)cfg->durability;
+	if ((ret = dxl_config_get_enum(conf, "replica.durability", durs, d, &d)))
+		return ret;
+	cfg->durability = (enum dxl_durability)d;
+	if ((ret = dxl_config_get_bool(conf, "replica.create", cfg->create, &cfg->create)))
+		return ret;
+	if (dxl_config_has(conf, "replica.shards")) {
+		dxl_config_get_str(conf, "replica.shards", "0", &s);
+		if (dxl_replica_parse_shards(s, cfg->shards, &cfg->nshards))
+			return dxl_err_set(DXL_E_CONFIG, "%s: key replica.shards: %s",
+					   dxl_config_origin(conf, "replica.shards"),
+					   dxl_errmsg());
+	}
+#define U32(key, field, lo, hi)                                                  \
+	do {                                                                     \
+		if ((ret = dxl_config_get_u64(conf, key, cfg->field, lo, hi, &u))) \
+			return ret;                                              \
+		cfg->field = (uint32_t)u;                                        \
+	} while (0)
+	U32("replica.service_ms", service_ms, 1, 10000);
+	U32("replica.exist_wait_ms", exist_wait_ms, 0, UINT32_MAX);
+	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
+	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
+#undef U32
+	if ((ret = dxl_config_get_size(conf, "log.ring_size", cfg->ring_size, 8192,
+				       1ull << 40, &cfg->ring_size)))
+		return ret;
+	if (cfg->ring_size % 4096)
+		return dxl_err_set(DXL_E_CONFIG, "%s: key log.ring_size: %" PRIu64
+				   " is not a multiple of 4096",
+				   dxl_config_origin(conf, "log.ring_size"), cfg->ring_size);
+	if ((ret = dxl_config_get_u64(conf, "log.retention_ms", cfg->retention_ms, 0,
+				      UINT64_MAX, &cfg->retention_ms)) ||
+	    (ret = dxl_config_get_size(conf, "log.retention_bytes",
+				       cfg->retention_bytes, 0, 1ull << 40,
+				       &cfg->retention_bytes)))
+		return ret;
+	if ((ret = dxl_log_configure(conf)))
+		return ret;
+	if ((ret = dxl_fabric_cfg_load(conf, &cfg->fabric)))
+		return ret;
+	return dxl_zk_cfg_load(conf, &cfg->zk);
+}
+
+/* ---- registration ----------------------------------------------------------- */
+
+static void stop_serving(struct dxl_replica_server *s, const char *why)
+{
+	if (!s->serving)
+		return;
+	for (uint32_t i = 0; i < s->nshards; i++)
+		dxl_shard_deregister(s->shards[i]);
+	s->serving = false;
+	s->published = false;
+	DXL_LOG(strcmp(why, "shutdown") ? DXL_LOG_WARN : DXL_LOG_INFO,
+		"event=regions_deregistered node=%u reg_epoch=%" PRIu64 " reason=\"%s\"",
+		s->cfg.node_id, s->reg_epoch, why);
+}
+
+static int start_serving(struct dxl_replica_server *s)
+{
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		int ret = dxl_shard_register(s->shards[i], s->f);
+		if (ret) {
+			for (uint32_t j = 0; j < i; j++)
+				dxl_shard_deregister(s->shards[j]);
+			return ret;
+		}
+	}
+	s->serving = true;
+	s->published = false;
+	s->reg_epoch++;
+	DXL_INFO("event=regions_registered node=%u reg_epoch=%" PRIu64 " shards=%u",
+		 s->cfg.node_id, s->reg_epoch, s->nshards);
+	return 0;
+}
+
+/* publish -- register nodes/<id> with the current descriptors; DXL_E_EXIST
+ * is retried for exist_wait_ms (a dead previous incarnation's session) */
+static int publish(struct dxl_replica_server *s, bool wait_exist)
+{
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	if (!d)
+		return dxl_err_set(DXL_E_NOMEM, "replica descriptor");
+	d->node_id = s->cfg.node_id;
+	snprintf(d->addr, sizeof(d->addr), "%s", dxl_fabric_addr(s->f));
+	d->provider = dxl_fabric_provider(s->f);
+	d->ctx = 0;
+	d->reg_epoch = s->reg_epoch;
+	d->durability = s->cfg.durability;
+	d->nshards = s->nshards;
+	int ret = 0;
+	for (uint32_t i = 0; !ret && i < s->nshards; i++)
+		ret = dxl_shard_describe(s->shards[i], &d->shards[i]);
+	char *json = NULL;
+	if (!ret)
+		ret = dxl_replica_desc_encode(d, &json);
+	free(d);
+	if (ret)
+		return ret;
+	uint32_t wait = s->cfg.exist_wait_ms == UINT32_MAX ?
+				dxl_zk_session_timeout_ms(s->zk) :
+				s->cfg.exist_wait_ms;
+	uint64_t deadline = dxl_now_ms() + wait;
+	bool warned = false;
+	for (;;) {
+		ret = dxl_member_register(s->zk, s->cfg.node_id, json);
+		if (ret != DXL_E_EXIST || !wait_exist || dxl_now_ms() >= deadline)
+			break;
+		if (!warned)
+			DXL_WARN("event=node_id_held node=%u wait_ms=%u msg=\"%s\"",
+				 s->cfg.node_id, wait, dxl_errmsg());
+		warned = true;
+		usleep(100 * 1000);
+	}
+	free(json);
+	if (ret)
+		return ret;
+	s->published = true;
+	DXL_INFO("event=registered node=%u addr=%s session=0x%" PRIx64
+		 " session_epoch=%" PRIu64 " reg_epoch=%" PRIu64,
+		 s->cfg.node_id, dxl_fabric_addr(s->f),
+		 (uint64_t)dxl_zk_session_id(s->zk), dxl_zk_session_epoch(s->zk),
+		 s->reg_epoch);
+	return 0;
+}
+
+/* ---- retention ---------------------------------------------------------------- */
+
+static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
+		       uint32_t ring, uint64_t now_ms)
+{
+	uint64_t wm = dxl_logstore_watermark(ls, ring);
+	if (!wm)
+		return 0; /* nothing promised: nothing is known to be acknowledged */
+	uint64_t end_pos = 0, end_seq = 0;
+	int ret = dxl_ring_scan(ls, ring, NULL, NULL, &end_pos, &end_seq);
+	if (ret < 0)
+		return ret;
+	uint64_t limit = s->cfg.retention_bytes ? s->cfg.retention_bytes :
+						  dxl_logstore_ring_size(ls) / 2;
+	struct dxl_ring_iter it;
+	if ((ret = dxl_ring_iter_init(&it, ls, ring)))
+		return ret;
+	struct dxl_rec rec;
+	uint64_t pos, npos = 0, nseq = 0, last_ts = 0;
+	int n = 0;
+	while (dxl_ring_iter_next(&it, &rec, &pos) == 1) {
+		if (rec.commit_ts >= wm)
+			break; /* (1) not below the watermark: maybe unacknowledged */
+		bool old = now_ms > DXL_HLC_PHYS(rec.commit_ts) &&
+			   now_ms - DXL_HLC_PHYS(rec.commit_ts) > s->cfg.retention_ms;
+		bool over = end_pos - pos > limit;
+		if (!old && !over)
+			break; /* (2) neither too old nor beyond the size */
+		npos = pos + rec.total_len;
+		nseq = rec.seq + 1;
+		last_ts = rec.commit_ts;
+		n++;
+	}
+	if (n) {
+		struct dxl_ring_head h;
+		if ((ret = dxl_logstore_head(ls, ring, &h)))
+			return ret;
+		if (last_ts < h.last_ts)
+			last_ts = h.last_ts;
+		if ((ret = dxl_logstore_set_head(ls, ring, npos, nseq, last_ts)))
+			return ret;
+	}
+	return n;
+}
+
+int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
+{
+	int total = 0;
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
+		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+			int n = retain_ring(s, ls, r, now_ms);
+			if (n < 0) {
+				DXL_WARN("event=retention_failed shard=%u ring=%u msg=\"%s\"",
+					 dxl_shard_id(s->shards[i]), r, dxl_errmsg());
+				continue;
+			}
+			if (n)
+				DXL_DEBUG("event=retained shard=%u ring=%u records=%d",
+					  dxl_shard_id(s->shards[i]), r, n);
+			total += n;
+		}
+	}
+	return total;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------- */
+
+int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
+			   struct dxl_replica_server **out)
+{
+	if (!cfg || !out)
+		return dxl_err_set(DXL_E_INVAL, "dxl_replica_server_new: NULL");
+	if (!cfg->node_id)
+		return dxl_err_set(DXL_E_INVAL, "replica.node_id is required (1..%u)", UINT32_MAX);
+	if (!cfg->data_dir[0])
+		return dxl_err_set(DXL_E_INVAL, "replica.data_dir is required");
+	if (!cfg->zk.connect[0])
+		return dxl_err_set(DXL_E_INVAL, "zk.connect is required");
+	if (!cfg->nshards || cfg->nshards > DXL_REPLICA_MAX_SHARDS)
+		return dxl_err_set(DXL_E_INVAL, "%u shards", cfg->nshards);
+	struct dxl_replica_server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return dxl_err_set(DXL_E_NOMEM, "replica server");
+	s->cfg = *cfg;
+	s->cfg.fabric.node_id = cfg->node_id;
+	const char *cluster = cfg->zk.cluster[0] ? cfg->zk.cluster : "default";
+	snprintf(s->cfg.zk.cluster, sizeof(s->cfg.zk.cluster), "%s", cluster);
+	/* 1. the data directory: lock, identity, durability (nothing else
+	 *    happens before we own it) */
+	int ret = dxl_datadir_open(cfg->data_dir, cluster, cfg->node_id,
+				   cfg->durability, cfg->create, &s->dd);
+	if (ret)
+		goto fail;
+	/* 2. the fabric and ctx 0 */
+	if ((ret = dxl_fabric_new(&s->cfg.fabric, &s->f)) ||
+	    (ret = dxl_ctx_new(s->f, 0, &s->ctx)))
+		goto fail;
+	/* 3. the shards (registered: ready to serve once published) */
+	for (uint32_t i = 0; i < cfg->nshards; i++) {
+		struct dxl_shard_cfg sc = {
+			.node_id = cfg->node_id,
+			.shard = cfg->shards[i],
+			.nrings = cfg->writer_slots,
+			.ring_size = cfg->ring_size,
+			.durability = cfg->durability,
+			.create = cfg->create,
+		};
+		snprintf(sc.cluster, sizeof(sc.cluster), "%s", cluster);
+		if ((ret = dxl_shard_open(cfg->data_dir, &sc, NULL, &s->shards[i])))
+			goto fail;
+		s->nshards = i + 1;
+	}
+	if ((ret = start_serving(s)))
+		goto fail;
+	/* 4. ZooKeeper: session, then nodes/<id> */
+	if ((ret = dxl_zk_new(&s->cfg.zk, &s->zk)))
+		goto fail;
+	if ((ret = publish(s, true)))
+		goto fail;
+	s->last_retain_ms = dxl_now_ms();
+	*out = s;
+	return 0;
+fail:
+	dxl_err_prefix("replica node %u", cfg->node_id);
+	{
+		/* keep the message across the cleanup */
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		dxl_replica_server_delete(&s);
+		dxl_err_set(ret, "%s", msg);
+	}
+	return ret;
+}
+
+int dxl_replica_server_run(struct dxl_replica_server *s,
+			   volatile sig_atomic_t *stop)
+{
+	uint64_t last_epoch = dxl_zk_session_epoch(s->zk);
+	while (!*stop) {
+		bool lease = dxl_zk_lease_valid(s->zk);
+		/* the lease rule first: no remote writes without a lease */
+		if (!lease)
+			stop_serving(s, "zookeeper lease not valid");
+		enum dxl_zk_state st = dxl_zk_state(s->zk);
+		if (st == DXL_ZK_EXPIRED) {
+			DXL_WARN("event=session_expired node=%u action=reopen",
+				 s->cfg.node_id);
+			int ret = dxl_zk_reopen(s->zk);
+			if (ret == DXL_E_STATE)
+				return ret;
+			if (ret)
+				DXL_WARN("event=reopen_failed node=%u msg=\"%s\"",
+					 s->cfg.node_id, dxl_errmsg());
+			continue;
+		}
+		if (lease && dxl_zk_session_epoch(s->zk) != last_epoch) {
+			last_epoch = dxl_zk_session_epoch(s->zk);
+			s->published = false;
+			DXL_INFO("event=new_session node=%u session_epoch=%" PRIu64,
+				 s->cfg.node_id, last_epoch);
+		}
+		if (lease && !s->serving) {
+			int ret = start_serving(s);
+			if (ret)
+				DXL_WARN("event=register_failed node=%u msg=\"%s\"",
+					 s->cfg.node_id, dxl_errmsg());
+		}
+		if (lease && s->serving && !s->published) {
+			int ret = publish(s, true);
+			if (ret == DXL_E_EXIST) {
+				stop_serving(s, "node id taken by another session");
+				return ret;
+			}
+			if (ret)
+				DXL_WARN("event=publish_failed node=%u msg=\"%s\"",
+					 s->cfg.node_id, dxl_errmsg());
+		}
+		uint64_t now = dxl_now_ms();
+		if (now - s->last_retain_ms >= s->cfg.retention_check_ms) {
+			s->last_retain_ms = now;
+			dxl_replica_server_retain(s, dxl_wall_ms());
+		}
+		usleep(s->cfg.service_ms * 1000);
+	}
+	return 0;
+}
+
+bool dxl_replica_server_serving(const struct dxl_replica_server *s)
+{
+	return s->serving;
+}
+
+uint64_t dxl_replica_server_reg_epoch(const struct dxl_replica_server *s)
+{
+	return s->reg_epoch;
+}
+
+const char *dxl_replica_server_addr(const struct dxl_replica_server *s)
+{
+	return dxl_fabric_addr(s->f);
+}
+
+struct dxl_zk *dxl_replica_server_zk(const struct dxl_replica_server *s)
+{
+	return s->zk;
+}
+
+struct dxl_shard *dxl_replica_server_shard(const struct dxl_replica_server *s,
+					   uint32_t shard)
+{
+	for (uint32_t i = 0; i < s->nshards; i++)
+		if (dxl_shard_id(s->shards[i]) == shard)
+			return s->shards[i];
+	return NULL;
+}
+
+void dxl_replica_server_delete(struct dxl_replica_server **sp)
+{
+	if (!sp || !*sp)
+		return;
+	struct dxl_replica_server *s = *sp;
+	bool was_published = s->published;
+	/* 1. stop remote accesses (in-flight one-sided requests finish or
+	 *    fail with a remote access error) */
+	stop_serving(s, "shutdown");
+	/* 2. a last retention pass; heads are persisted as they move */
+	if (s->nshards && s->f)
+		dxl_replica_server_retain(s, dxl_wall_ms());
+	/* 3. leave ZooKeeper: nodes/<id> goes at once */
+	if (s->zk && was_published)
+		dxl_member_deregister(s->zk, s->cfg.node_id);
+	dxl_zk_delete(&s->zk);
+	/* 4. close the regions, the fabric, unlock the data directory */
+	for (uint32_t i = 0; i < s->nshards; i++)
+		dxl_shard_close(&s->shards[i]);
+	dxl_ctx_delete(&s->ctx);
+	dxl_fabric_delete(&s->f);
+	dxl_datadir_close(&s->dd);
+	free(s);
+	*sp = NULL;
+}

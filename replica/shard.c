@@ -1,0 +1,457 @@
+/* shard.c -- a hosted shard's log region, its registration, and the JSON
+ * descriptors a replica publishes in nodes/<id> (include/dxl/replica.h) */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "dxl/replica.h"
+
+struct dxl_shard {
+	uint32_t id;
+	struct dxl_region *reg;
+	struct dxl_logstore *ls;
+	struct dxl_mr *mr; /* NULL while deregistered */
+};
+
+static const unsigned SHARD_ACCESS = DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
+				     DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT;
+
+int dxl_shard_open(const char *dir, const struct dxl_shard_cfg *cfg,
+		   struct dxl_fabric *f, struct dxl_shard **out)
+{
+	if (!dir || !cfg || !out)
+		return dxl_err_set(DXL_E_INVAL, "dxl_shard_open: NULL argument");
+	char path[1024];
+	if ((size_t)snprintf(path, sizeof(path), "%s/shard-%u.log", dir,
+			     cfg->shard) >= sizeof(path))
+		return dxl_err_set(DXL_E_INVAL, "shard path under %s too long", dir);
+	struct dxl_region_id id = {.node_id = cfg->node_id, .kind = DXL_REGION_LOG};
+	snprintf(id.cluster, sizeof(id.cluster), "%s", cfg->cluster);
+	struct dxl_shard *s = calloc(1, sizeof(*s));
+	if (!s)
+		return dxl_err_set(DXL_E_NOMEM, "shard %u", cfg->shard);
+	s->id = cfg->shard;
+	int ret = dxl_region_open(path, cfg->durability, &id, &s->reg);
+	if (ret == DXL_E_NOENT && cfg->create) {
+		if (cfg->nrings < 1 || cfg->nrings > DXL_SHARD_MAX_RINGS) {
+			ret = dxl_err_set(DXL_E_INVAL, "shard %u: %u rings (1..%d)",
+					  cfg->shard, cfg->nrings, DXL_SHARD_MAX_RINGS);
+			goto fail;
+		}
+		uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(cfg->nrings,
+								 cfg->ring_size),
+					      4096ull);
+		ret = dxl_region_create(path, bytes, cfg->durability, &id, &s->reg);
+		if (!ret)
+			ret = dxl_logstore_format(s->reg, cfg->shard, cfg->nrings,
+						  cfg->ring_size);
+		if (!ret)
+			DXL_INFO("event=shard_created shard=%u path=%s rings=%u ring_size=%" PRIu64,
+				 cfg->shard, path, cfg->nrings, cfg->ring_size);
+	}
+	if (ret)
+		goto fail;
+	ret = dxl_logstore_open(s->reg, &s->ls);
+	if (ret)
+		goto fail;
+	if (dxl_logstore_shard(s->ls) != cfg->shard) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s holds shard %u, not shard %u",
+				  path, dxl_logstore_shard(s->ls), cfg->shard);
+		goto fail;
+	}
+	if (cfg->create && (dxl_logstore_nrings(s->ls) != cfg->nrings ||
+			    dxl_logstore_ring_size(s->ls) != cfg->ring_size))
+		DXL_INFO("event=shard_geometry shard=%u rings=%u ring_size=%" PRIu64
+			 " note=\"existing region keeps its geometry\"",
+			 cfg->shard, dxl_logstore_nrings(s->ls),
+			 dxl_logstore_ring_size(s->ls));
+	if (f && (ret = dxl_shard_register(s, f)))
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	dxl_err_prefix("shard %u in %s", cfg->shard, dir);
+	dxl_shard_close(&s);
+	return ret;
+}
+
+void dxl_shard_close(struct dxl_shard **sp)
+{
+	if (!sp || !*sp)
+		return;
+	struct dxl_shard *s = *sp;
+	dxl_shard_deregister(s);
+	dxl_logstore_close(&s->ls);
+	dxl_region_close(&s->reg);
+	free(s);
+	*sp = NULL;
+}
+
+int dxl_shard_register(struct dxl_shard *s, struct dxl_fabric *f)
+{
+	if (s->mr)
+		return dxl_err_set(DXL_E_EXIST, "shard %u already registered", s->id);
+	int ret = dxl_mr_reg(f, dxl_region_data(s->reg),
+			     dxl_region_data_size(s->reg), SHARD_ACCESS, &s->mr);
+	if (ret)
+		return ret;
+	/* msync mode: the flush READs msync what they make durable */
+	ret = dxl_region_bind_mr(s->reg, s->mr);
+	if (ret)
+		dxl_mr_dereg(&s->mr);
+	return ret;
+}
+
+void dxl_shard_deregister(struct dxl_shard *s)
+{
+	if (s && s->mr)
+		dxl_mr_dereg(&s->mr);
+}
+
+bool dxl_shard_registered(const struct dxl_shard *s)
+{
+	return s->mr != NULL;
+}
+
+uint32_t dxl_shard_id(const struct dxl_shard *s)
+{
+	return s->id;
+}
+
+struct dxl_logstore *dxl_shard_logstore(const struct dxl_shard *s)
+{
+	return s->ls;
+}
+
+struct dxl_region *dxl_shard_region(const struct dxl_shard *s)
+{
+	return s->reg;
+}
+
+struct dxl_mr *dxl_shard_mr(const struct dxl_shard *s)
+{
+	return s->mr;
+}
+
+int dxl_shard_targets(const struct dxl_shard *s, const char *addr,
+		      uint32_t remote_ctx, struct dxl_log_target *t, uint32_t n)
+{
+	if (!s->mr)
+		return dxl_err_set(DXL_E_STATE, "shard %u is not registered", s->id);
+	if (n > dxl_logstore_nrings(s->ls))
+		return dxl_err_set(DXL_E_INVAL, "shard %u has %u rings, not %u",
+				   s->id, dxl_logstore_nrings(s->ls), n);
+	for (uint32_t i = 0; i < n; i++) {
+		int ret = dxl_log_target_init(&t[i], s->ls, s->mr, addr,
+					      remote_ctx, i);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int dxl_shard_describe(const struct dxl_shard *s, struct dxl_shard_desc *out)
+{
+	if (!s->mr)
+		return dxl_err_set(DXL_E_STATE, "shard %u is not registered", s->id);
+	memset(out, 0, sizeof(*out));
+	out->shard = s->id;
+	dxl_mr_desc(s->mr, &out->region);
+	out->nrings = dxl_logstore_nrings(s->ls);
+	out->ring_size = dxl_logstore_ring_size(s->ls);
+	out->ctl_off = dxl_logstore_ctl_off(s->ls, 0);
+	out->ring_stride = out->nrings > 1 ?
+				   dxl_logstore_ctl_off(s->ls, 1) - out->ctl_off :
+				   DXL_RING_CTL_SIZE + out->ring_size;
+	out->buf_delta = dxl_logstore_buf_off(s->ls, 0) - out->ctl_off;
+	return 0;
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+#define SETN(o, k, v) (json_object_set_new((o), (k), (v)) == 0)
+
+int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
+{
+	if (!d || !json || d->nshards > DXL_REPLICA_MAX_SHARDS || !d->addr[0])
+		return dxl_err_set(DXL_E_INVAL, "replica descriptor: bad argument");
+	json_t *o = json_object(), *arr = json_array();
+	bool ok = o && arr;
+	ok = ok && SETN(o, "format", json_integer(DXL_REPLICA_FORMAT));
+	ok = ok && SETN(o, "addr", json_string(d->addr));
+	ok = ok && SETN(o, "provider", json_string(dxl_fabric_provider_name(d->provider)));
+	ok = ok && SETN(o, "ctx", json_integer(d->ctx));
+	ok = ok && SETN(o, "reg_epoch", json_integer((json_int_t)d->reg_epoch));
+	ok = ok && SETN(o, "durability", json_string(dxl_durability_name(d->durability)));
+	for (uint32_t i = 0; ok && i < d->nshards; i++) {
+		const struct dxl_shard_desc *sd = &d->shards[i];
+		char addr[32];
+		snprintf(addr, sizeof(addr), "0x%" PRIx64, sd->region.addr);
+		json_t *r = json_object(), *sh = json_object();
+		ok = r && sh;
+		ok = ok && SETN(r, "addr", json_string(addr));
+		ok = ok && SETN(r, "len", json_integer((json_int_t)sd->region.len));
+		ok = ok && SETN(r, "rkey", json_integer(sd->region.rkey));
+		ok = ok && SETN(r, "node", json_integer(sd->region.node));
+		ok = ok && SETN(sh, "id", json_integer(sd->shard));
+		ok = ok && SETN(sh, "region", r);
+		r = NULL;
+		ok = ok && SETN(sh, "nrings", json_integer(sd->nrings));
+		ok = ok && SETN(sh, "ring_size", json_integer((json_int_t)sd->ring_size));
+		ok = ok && SETN(sh, "ctl_off", json_integer((json_int_t)sd->ctl_off));
+		ok = ok && SETN(sh, "ring_stride", json_integer((json_int_t)sd->ring_stride));
+		ok = ok && SETN(sh, "buf_delta", json_integer((json_int_t)sd->buf_delta));
+		ok = ok && json_array_append_new(arr, sh) == 0;
+		sh = NULL;
+		json_decref(r);
+		json_decref(sh);
+	}
+	ok = ok && SETN(o, "shards", arr);
+	arr = NULL;
+	char *txt = ok ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(arr);
+	json_decref(o);
+	if (!txt)
+		return dxl_err_set(DXL_E_NOMEM, "replica descriptor: encoding JSON");
+	*json = txt;
+	return 0;
+}
+
+/* strict field access: every helper sets a DXL_E_CORRUPT message */
+
+static int get_u64(json_t *o, const char *where, const char *key, uint64_t max,
+		   uint64_t *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: missing \"%s\"", where, key);
+	if (!json_is_integer(v))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: \"%s\" is not an integer",
+				   where, key);
+	json_int_t x = json_integer_value(v);
+	if (x < 0 || (uint64_t)x > max)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: \"%s\" = %lld out of range 0..%" PRIu64,
+				   where, key, (long long)x, max);
+	*out = (uint64_t)x;
+	return 0;
+}
+
+static int get_str(json_t *o, const char *where, const char *key,
+		   const char **out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: missing \"%s\"", where, key);
+	if (!json_is_string(v))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: \"%s\" is not a string",
+				   where, key);
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int only_keys(json_t *o, const char *where, const char *const *known)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(o, k, v) {
+		bool found = false;
+		for (const char *const *p = known; *p && !found; p++)
+			found = strcmp(*p, k) == 0;
+		if (!found)
+			return dxl_err_set(DXL_E_CORRUPT, "%s: unknown key \"%s\"",
+					   where, k);
+	}
+	return 0;
+}
+
+static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
+{
+	static const char *const skeys[] = {"id", "region", "nrings", "ring_size",
+					    "ctl_off", "ring_stride", "buf_delta",
+					    NULL};
+	static const char *const rkeys[] = {"addr", "len", "rkey", "node", NULL};
+	char where[64];
+	snprintf(where, sizeof(where), "shards[%u]", i);
+	if (!json_is_object(sh))
+		return dxl_err_set(DXL_E_CORRUPT, "%s is not an object", where);
+	int ret = only_keys(sh, where, skeys);
+	uint64_t u;
+	if (ret || (ret = get_u64(sh, where, "id", UINT32_MAX, &u)))
+		return ret;
+	sd->shard = (uint32_t)u;
+	if ((ret = get_u64(sh, where, "nrings", DXL_SHARD_MAX_RINGS, &u)))
+		return ret;
+	if (u < 1)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: nrings 0", where);
+	sd->nrings = (uint32_t)u;
+	if ((ret = get_u64(sh, where, "ring_size", UINT64_MAX >> 12, &sd->ring_size)) ||
+	    (ret = get_u64(sh, where, "ctl_off", UINT64_MAX >> 12, &sd->ctl_off)) ||
+	    (ret = get_u64(sh, where, "ring_stride", UINT64_MAX >> 12, &sd->ring_stride)) ||
+	    (ret = get_u64(sh, where, "buf_delta", UINT64_MAX >> 12, &sd->buf_delta)))
+		return ret;
+	json_t *r = json_object_get(sh, "region");
+	char rwhere[80];
+	snprintf(rwhere, sizeof(rwhere), "%s.region", where);
+	if (!r)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: missing \"region\"", where);
+	if (!json_is_object(r))
+		return dxl_err_set(DXL_E_CORRUPT, "%s is not an object", rwhere);
+	if ((ret = only_keys(r, rwhere, rkeys)))
+		return ret;
+	const char *a;
+	if ((ret = get_str(r, rwhere, "addr", &a)))
+		return ret;
+	char *end = NULL;
+	errno = 0;
+	unsigned long long addr = strncmp(a, "0x", 2) == 0 ? strtoull(a + 2, &end, 16) : 0;
+	if (strncmp(a, "0x", 2) != 0 || !a[2] || errno || !end || *end)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<hex>",
+				   rwhere, a);
+	sd->region.addr = addr;
+	if ((ret = get_u64(r, rwhere, "len", UINT64_MAX >> 12, &sd->region.len)) ||
+	    (ret = get_u64(r, rwhere, "rkey", UINT32_MAX, &u)))
+		return ret;
+	sd->region.rkey = (uint32_t)u;
+	if ((ret = get_u64(r, rwhere, "node", UINT32_MAX, &u)))
+		return ret;
+	sd->region.node = (uint32_t)u;
+	/* geometry: every ring inside the region */
+	if (sd->ring_size < 8192 || sd->ring_size % 4096 ||
+	    sd->buf_delta < DXL_RING_CTL_SIZE ||
+	    sd->ring_stride < sd->buf_delta + sd->ring_size)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: inconsistent ring geometry (ring_size %" PRIu64
+				   ", stride %" PRIu64 ", buf_delta %" PRIu64 ")",
+				   where, sd->ring_size, sd->ring_stride, sd->buf_delta);
+	uint64_t last_end = sd->ctl_off + (uint64_t)(sd->nrings - 1) * sd->ring_stride +
+			    sd->buf_delta + sd->ring_size;
+	if (last_end > sd->region.len || last_end < sd->ctl_off)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: %u rings end at %" PRIu64 ", beyond the region's %" PRIu64 " bytes",
+				   where, sd->nrings, last_end, sd->region.len);
+	return 0;
+}
+
+int dxl_replica_desc_decode(const char *json, size_t len,
+			    struct dxl_replica_desc *out)
+{
+	static const char *const keys[] = {"format", "addr", "provider", "ctx",
+					   "reg_epoch", "durability", "shards",
+					   /* added by membership */
+					   "node_id", "pid", "host", "session",
+					   "registered_ms", NULL};
+	if (!json || !out)
+		return dxl_err_set(DXL_E_INVAL, "dxl_replica_desc_decode: NULL");
+	memset(out, 0, sizeof(*out));
+	json_error_t jerr;
+	json_t *o = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!o)
+		return dxl_err_set(DXL_E_CORRUPT, "replica descriptor: line %d column %d: %s",
+				   jerr.line, jerr.column, jerr.text);
+	const char *w = "replica descriptor";
+	int ret = 0;
+	uint64_t u;
+	const char *s;
+	if (!json_is_object(o)) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s is not a JSON object", w);
+		goto out;
+	}
+	if ((ret = only_keys(o, w, keys)) ||
+	    (ret = get_u64(o, w, "format", UINT32_MAX, &u)))
+		goto out;
+	if (u != DXL_REPLICA_FORMAT) {
+		ret = dxl_err_set(DXL_E_VERSION, "%s: format %" PRIu64 ", this build reads %d",
+				  w, u, DXL_REPLICA_FORMAT);
+		goto out;
+	}
+	if ((ret = get_str(o, w, "addr", &s)))
+		goto out;
+	if (!s[0] || strlen(s) >= sizeof(out->addr)) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' empty or too long", w, s);
+		goto out;
+	}
+	snprintf(out->addr, sizeof(out->addr), "%s", s);
+	if ((ret = get_str(o, w, "provider", &s)))
+		goto out;
+	if (dxl_fabric_provider_parse(s, &out->provider)) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s: unknown provider '%s'", w, s);
+		goto out;
+	}
+	if ((ret = get_str(o, w, "durability", &s)))
+		goto out;
+	if (dxl_durability_parse(s, &out->durability)) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s: unknown durability '%s'", w, s);
+		goto out;
+	}
+	if ((ret = get_u64(o, w, "ctx", DXL_FABRIC_MAX_CTX - 1, &u)))
+		goto out;
+	out->ctx = (uint32_t)u;
+	if ((ret = get_u64(o, w, "reg_epoch", INT64_MAX, &out->reg_epoch)))
+		goto out;
+	if (json_object_get(o, "node_id")) {
+		if ((ret = get_u64(o, w, "node_id", UINT32_MAX, &u)))
+			goto out;
+		out->node_id = (uint32_t)u;
+	}
+	json_t *arr = json_object_get(o, "shards");
+	if (!arr || !json_is_array(arr)) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s: \"shards\" missing or not an array", w);
+		goto out;
+	}
+	if (json_array_size(arr) > DXL_REPLICA_MAX_SHARDS) {
+		ret = dxl_err_set(DXL_E_CORRUPT, "%s: %zu shards (at most %d)", w,
+				  json_array_size(arr), DXL_REPLICA_MAX_SHARDS);
+		goto out;
+	}
+	for (size_t i = 0; i < json_array_size(arr); i++) {
+		if ((ret = decode_shard(json_array_get(arr, i), (uint32_t)i,
+					&out->shards[i])))
+			goto out;
+		for (size_t j = 0; j < i; j++)
+			if (out->shards[j].shard == out->shards[i].shard) {
+				ret = dxl_err_set(DXL_E_CORRUPT, "%s: shard %u listed twice",
+						  w, out->shards[i].shard);
+				goto out;
+			}
+		out->nshards = (uint32_t)i + 1;
+	}
+out:
+	json_decref(o);
+	if (ret)
+		memset(out, 0, sizeof(*out));
+	return ret;
+}
+
+const struct dxl_shard_desc *
+dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard)
+{
+	for (uint32_t i = 0; i < d->nshards; i++)
+		if (d->shards[i].shard == shard)
+			return &d->shards[i];
+	return NULL;
+}
+
+int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
+			    uint32_t ring, struct dxl_log_target *out)
+{
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
+	if (!sd)
+		return dxl_err_set(DXL_E_NOENT, "node %u (%s) does not host shard %u",
+				   d->node_id, d->addr, shard);
+	if (ring >= sd->nrings)
+		return dxl_err_set(DXL_E_INVAL, "shard %u has %u rings, not ring %u",
+				   shard, sd->nrings, ring);
+	memset(out, 0, sizeof(*out));
+	snprintf(out->addr, sizeof(out->addr), "%s", d->addr);
+	out->remote_ctx = d->ctx;
+	out->data = sd->region;
+	out->ring = ring;
+	out->ring_size = sd->ring_size;
+	out->ctl_off = sd->ctl_off + (uint64_t)ring * sd->ring_stride;
+	out->buf_off = out->ctl_off + sd->buf_delta;
+	return 0;
+}
