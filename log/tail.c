@@ -268,8 +268,9 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		}
 		if (!t->started) {
 			/* records below the cursor that were reclaimed are fine;
-			 * records at or above it must still be there */
-			if (h.last_ts >= t->cursor && h.pos > 0)
+			 * records at or above it must still be there. Cursor 0
+			 * means "the earliest record retained": nothing to miss */
+			if (t->cursor > 0 && h.last_ts >= t->cursor)
 				return dxl_err_set(DXL_E_STALE,
 						   "tailer: cursor %llu is older than what ring %u retains (its head passed timestamp %llu)",
 						   (unsigned long long)t->cursor, i,

@@ -768,7 +768,8 @@ void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
 struct dxl_tailer;
 
 struct dxl_tail_cfg {
-	uint64_t from_ts;     /* cursor: deliver records with ts >= from_ts */
+	uint64_t from_ts;     /* cursor: deliver records with ts >= from_ts;
+				 0 = from the earliest record still retained */
 	uint64_t live_mask;   /* rings that bound `resolved` (bit i = ring i);
 				 0 = every ring whose owner word is set */
 	uint32_t window;      /* bytes READ per ring per poll; default 256 KiB */

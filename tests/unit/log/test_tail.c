@@ -204,6 +204,16 @@ static void test_laps_big_records_and_retention(void **state)
 	assert_int_equal(dxl_tailer_poll(t, collect, &g, &cur), DXL_E_STALE);
 	assert_non_null(strstr(dxl_errmsg(), "older than"));
 	dxl_tailer_delete(&t);
+	/* "earliest" (cursor 0) starts at what is retained, without error */
+	tc.from_ts = 0;
+	assert_int_equal(dxl_tailer_new(x->c[3], &tc, x->t, 2, &t), 0);
+	struct got g3 = {0};
+	assert_int_equal(dxl_tailer_poll(t, collect, &g3, &cur), 0); /* all reclaimed */
+	put(x, 0, ts + 5, 100);
+	heartbeat(x, 0, ts + 10);
+	assert_int_equal(dxl_tailer_poll(t, collect, &g3, &cur), 1);
+	assert_int_equal(g3.ts[0], ts + 5);
+	dxl_tailer_delete(&t);
 	fx_free(x);
 }
 
