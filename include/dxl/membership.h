@@ -562,6 +562,23 @@ int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
  * DXL_E_INVAL, common errors. */
 int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard);
 
+/* ---- writer slots (docs/replica-design.md) --------------------------------- */
+
+/*
+ * dxl_writer_slot_lease -- lease the first free writer slot k < nslots of
+ * shard by creating the ephemeral znode /dxl/<cluster>/writers/<shard>/<k>
+ * (docs/replica-design.md): the writer id and ring for that shard are k.
+ * The slot is held until dxl_writer_slot_release or the session ends.
+ * Errors: DXL_E_FULL (every slot taken), DXL_E_INVAL, common ZooKeeper
+ * errors (membership.h).
+ */
+int dxl_writer_slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t nslots,
+			  uint32_t *slot);
+
+/* dxl_writer_slot_release -- delete writers/<shard>/<slot> if this session
+ * holds it. Errors: DXL_E_NOENT (not held by this session), common ones. */
+int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,98 @@
+/* writers.c -- writer slots of a shard: ephemeral znodes writers/<shard>/<k>
+ *
+ * A writer (a `dxl log append`, later a coordinator thread) leases slot k of
+ * shard s; k is its writer id and its ring for that shard
+ * (docs/replica-design.md). The znode is ephemeral, so the slot is released
+ * when the session closes or expires.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dxl/log.h"
+#include "dxl/membership.h"
+#include "membership/zk_internal.h"
+
+static int ensure_dir(struct zk_conn *c, const char *path)
+{
+	int rc = zoo_create(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	if (rc != ZOK && rc != ZNODEEXISTS)
+		return zk_err(rc, "create", path);
+	return 0;
+}
+
+int dxl_writer_slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t nslots,
+			  uint32_t *slot)
+{
+	if (!zk || !slot || !nslots || nslots > DXL_RING_MAX)
+		return dxl_err_set(DXL_E_INVAL, "dxl_writer_slot_lease: bad argument (nslots %u)",
+				   nslots);
+	char dir[ZK_PATH_MAX], sdir[ZK_PATH_MAX], path[ZK_PATH_MAX + 16];
+	int ret = zk_path(zk, dir, "writers");
+	if (!ret)
+		ret = zk_path(zk, sdir, "writers/%u", shard);
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "leasing a writer slot")))
+		return ret;
+	if ((ret = ensure_dir(c, dir)) || (ret = ensure_dir(c, sdir)))
+		goto out;
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	char data[256];
+	int dlen = snprintf(data, sizeof(data),
+			    "{\"pid\":%d,\"host\":\"%s\",\"session\":\"0x%llx\"}",
+			    (int)getpid(), host,
+			    (unsigned long long)zk_conn_session(c));
+	for (uint32_t k = 0; k < nslots; k++) {
+		snprintf(path, sizeof(path), "%s/%u", sdir, k);
+		int rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE,
+				    ZOO_EPHEMERAL, NULL, 0);
+		if (rc == ZOK) {
+			*slot = k;
+			ret = 0;
+			goto out;
+		}
+		if (rc == ZNODEEXISTS) {
+			/* ours already? (a retried create after a lost reply) */
+			struct Stat st;
+			if (zk_exists(c, path, false, &st) == ZOK &&
+			    st.ephemeralOwner == zk_conn_session(c)) {
+				*slot = k;
+				ret = 0;
+				goto out;
+			}
+			continue;
+		}
+		ret = zk_err(rc, "create", path);
+		goto out;
+	}
+	ret = dxl_err_set(DXL_E_FULL, "every writer slot of shard %u is taken (%u slots under %s)",
+			  shard, nslots, sdir);
+out:
+	zk_conn_put(c);
+	return ret;
+}
+
+int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
+{
+	char path[ZK_PATH_MAX];
+	int ret = zk_path(zk, path, "writers/%u/%u", shard, slot);
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "releasing a writer slot")))
+		return ret;
+	struct Stat st;
+	int rc = zk_exists(c, path, false, &st);
+	if (rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != zk_conn_session(c)))
+		ret = dxl_err_set(DXL_E_NOENT, "writer slot %s is not held by this session", path);
+	else if (rc != ZOK)
+		ret = zk_err(rc, "exists", path);
+	else if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
+		ret = zk_err(rc, "delete", path);
+	zk_conn_put(c);
+	return ret;
+}
