@@ -35,6 +35,8 @@ struct tring {
 	uint64_t cur_pos;
 	int have;              /* cur is valid */
 	int blocked;           /* ran out of fetched bytes: may have more */
+	uint64_t cap;          /* deliver only below this (a dead writer's
+				  watermark); UINT64_MAX for live rings */
 };
 
 struct dxl_tailer {
@@ -119,6 +121,12 @@ void dxl_tailer_delete(struct dxl_tailer **tp)
 uint64_t dxl_tailer_cursor(const struct dxl_tailer *t)
 {
 	return t->cursor;
+}
+
+void dxl_tailer_set_live(struct dxl_tailer *t, uint64_t mask)
+{
+	t->cfg.live_mask = mask;
+	t->cfg.live_given = 1;
 }
 
 /* post the chain and wait for its one signalled completion */
@@ -258,13 +266,18 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 			return dxl_err_set(DXL_E_CORRUPT,
 					   "tailer: ring %u at %s has no valid head",
 					   i, r->t.addr);
-		int live = t->cfg.live_mask
+		uint64_t wm = dxl_ring_wmark_decode(r->ctl + DXL_RING_WMARK_OFF);
+		int live = t->cfg.live_given
 				   ? (i < 64 && ((t->cfg.live_mask >> i) & 1))
 				   : dxl_get_le64(r->ctl + DXL_RING_OWNER_OFF) != 0;
 		if (live) {
-			uint64_t wm = dxl_ring_wmark_decode(r->ctl + DXL_RING_WMARK_OFF);
 			resolved = DXL_MIN(resolved, wm);
 			any = 1;
+			r->cap = UINT64_MAX;
+		} else {
+			/* its writer is gone: what it confirmed is final, the
+			 * rest is not ours to deliver */
+			r->cap = wm;
 		}
 		if (!t->started) {
 			/* records below the cursor that were reclaimed are fine;
@@ -284,8 +297,10 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 					   (unsigned long long)r->pos);
 		}
 	}
-	if (!any)
+	if (!any && !t->cfg.live_given)
 		resolved = 0; /* nobody writes: nothing is promised */
+	/* (with an explicit empty live set, every ring is capped by its own
+	 * watermark instead: resolved stays unbounded) */
 	if (!t->started) {
 		t->started = 1;
 		if ((ret = fetch(t))) /* now the windows, from the heads */
@@ -306,6 +321,8 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 			struct tring *r = &t->r[i];
 			if (r->blocked)
 				blocked = 1;
+			if (r->have && r->cur.commit_ts >= r->cap)
+				r->have = 0; /* beyond what its dead writer confirmed */
 			if (!r->have)
 				continue;
 			if (!best || r->cur.commit_ts < best->cur.commit_ts ||
@@ -335,8 +352,16 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 	int cut = 0;
 	for (unsigned i = 0; i < t->n; i++)
 		cut |= t->r[i].blocked;
-	if (!cut && resolved > t->cursor)
-		t->cursor = resolved;
+	uint64_t bound = resolved;
+	if (bound == UINT64_MAX) {
+		/* no live writer: each ring ends at its own watermark, all
+		 * delivered; what lies above them is unconfirmed for good */
+		bound = 0;
+		for (unsigned i = 0; i < t->n; i++)
+			bound = DXL_MAX(bound, t->r[i].cap);
+	}
+	if (!cut && bound > t->cursor)
+		t->cursor = bound;
 	if (cursor)
 		*cursor = t->cursor;
 	return n;

@@ -96,3 +96,35 @@ int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
 	zk_conn_put(c);
 	return ret;
 }
+
+int dxl_writer_slots_live(struct dxl_zk *zk, uint32_t shard, uint64_t *mask)
+{
+	if (!zk || !mask)
+		return dxl_err_set(DXL_E_INVAL, "dxl_writer_slots_live: NULL argument");
+	char sdir[ZK_PATH_MAX];
+	int ret = zk_path(zk, sdir, "writers/%u", shard);
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "listing writer slots")))
+		return ret;
+	struct String_vector kids;
+	int rc = zk_children(c, sdir, false, &kids);
+	*mask = 0;
+	if (rc == ZNONODE) { /* nobody ever wrote to this shard */
+		zk_conn_put(c);
+		return 0;
+	}
+	if (rc != ZOK) {
+		zk_conn_put(c);
+		return zk_err(rc, "get children", sdir);
+	}
+	for (int i = 0; i < kids.count; i++) {
+		uint64_t k;
+		if (dxl_parse_u64(kids.data[i], &k) == 0 && k < 64)
+			*mask |= 1ull << k;
+	}
+	deallocate_String_vector(&kids);
+	zk_conn_put(c);
+	return 0;
+}

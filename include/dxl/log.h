@@ -770,8 +770,14 @@ struct dxl_tailer;
 struct dxl_tail_cfg {
 	uint64_t from_ts;     /* cursor: deliver records with ts >= from_ts;
 				 0 = from the earliest record still retained */
-	uint64_t live_mask;   /* rings that bound `resolved` (bit i = ring i);
-				 0 = every ring whose owner word is set */
+	/* the rings whose writers are alive (e.g. hold their ZooKeeper writer
+	 * slot): they bound `resolved`. A ring not in the set (its writer
+	 * crashed or left) does not hold the others back, and only its records
+	 * below its own watermark are delivered: the rest were never confirmed
+	 * and wait for recovery. Used when live_given is set (then 0 = nobody
+	 * is writing); otherwise every ring whose owner word is set is live. */
+	uint64_t live_mask;   /* bit i = ring i (rings 0..63) */
+	int live_given;
 	uint32_t window;      /* bytes READ per ring per poll; default 256 KiB */
 };
 
@@ -804,6 +810,11 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 
 /* the cursor: the commit timestamp of the next record to deliver */
 uint64_t dxl_tailer_cursor(const struct dxl_tailer *t);
+
+/* dxl_tailer_set_live -- from the next poll on, the live rings are `mask`
+ * (as dxl_tail_cfg.live_mask with live_given set), e.g. refreshed from the
+ * shard's writer slots in ZooKeeper */
+void dxl_tailer_set_live(struct dxl_tailer *t, uint64_t mask);
 
 #ifdef __cplusplus
 }

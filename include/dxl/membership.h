@@ -579,6 +579,10 @@ int dxl_writer_slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t nslots,
  * holds it. Errors: DXL_E_NOENT (not held by this session), common ones. */
 int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot);
 
+/* dxl_writer_slots_live -- bit k of *mask: slot k (< 64) of shard is held by
+ * a live session (a tailer's live set: dxl_tail_cfg.live_mask) */
+int dxl_writer_slots_live(struct dxl_zk *zk, uint32_t shard, uint64_t *mask);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1361,17 +1361,20 @@ static int cmd_tail(int argc, char **argv)
 		if (r > 0)
 			errf("no replica of shard %u is registered in nodes/", shard);
 	}
-	dxl_zk_delete(&zk);
-	if (r)
+	if (r) {
+		dxl_zk_delete(&zk);
 		return r < 0 ? EX_FAIL : EX_CLUSTER;
+	}
 	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(&d, shard);
 	if (!sd) {
 		errf("replica %u does not host shard %u", replica, shard);
+		dxl_zk_delete(&zk);
 		return EX_CLUSTER;
 	}
 	struct dxl_log_target *t = calloc(sd->nrings, sizeof(*t));
 	if (!t) {
 		errf("out of memory");
+		dxl_zk_delete(&zk);
 		return EX_FAIL;
 	}
 	for (uint32_t i = 0; !r && i < sd->nrings; i++)
@@ -1395,6 +1398,7 @@ static int cmd_tail(int argc, char **argv)
 		errf("tailing shard %u on replica %u (%s): %s", shard, replica, d.addr,
 		     dxl_errmsg());
 		dxl_fabric_delete(&f);
+		dxl_zk_delete(&zk);
 		return EX_FAIL;
 	}
 	struct sigaction sa;
@@ -1406,7 +1410,17 @@ static int cmd_tail(int argc, char **argv)
 	pr.quiet = latest;
 	int idle = 0;
 	ret = EX_OK;
+	uint64_t live_at = 0;
 	while (!g_stop) {
+		/* the live writers bound what is resolved; a writer that crashed
+		 * (its slot gone) holds nobody back and only its confirmed
+		 * records are delivered (docs/log.md, tailing) */
+		if (dxl_now_ms() - live_at >= 200) {
+			uint64_t live;
+			if (dxl_writer_slots_live(zk, shard, &live) == 0)
+				dxl_tailer_set_live(tl, live);
+			live_at = dxl_now_ms();
+		}
 		int n = dxl_tailer_poll(tl, print_rec, &pr, NULL);
 		if (n < 0) {
 			errf("tailing shard %u on replica %u: %s", shard, replica, dxl_errmsg());
@@ -1434,6 +1448,7 @@ static int cmd_tail(int argc, char **argv)
 	fflush(stdout);
 	dxl_tailer_delete(&tl);
 	dxl_fabric_delete(&f);
+	dxl_zk_delete(&zk);
 	return ret;
 }
 

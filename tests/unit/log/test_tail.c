@@ -171,7 +171,7 @@ static void test_merged_exactly_once_below_watermarks(void **state)
 static void test_laps_big_records_and_retention(void **state)
 {
 	struct fx *x = fx_new(65536);
-	struct dxl_tail_cfg tc = {.window = 4096, .live_mask = 0x1};
+	struct dxl_tail_cfg tc = {.window = 4096, .live_mask = 0x1, .live_given = 1};
 	struct dxl_tailer *t;
 	assert_int_equal(dxl_tailer_new(x->c[3], &tc, x->t, 2, &t), 0);
 	struct got g = {0};
@@ -217,11 +217,51 @@ static void test_laps_big_records_and_retention(void **state)
 	fx_free(x);
 }
 
+/* a writer that stopped (crashed): its confirmed records are delivered, what
+ * it appended after its last watermark is not, and it holds nobody back */
+static void test_dead_writer_does_not_block(void **state)
+{
+	struct fx *x = fx_new(1 << 20);
+	put(x, 1, 15, 100);
+	put(x, 1, 25, 100); /* watermark 25 written with it: 15 confirmed, 25 not */
+	put(x, 0, 10, 100);
+	put(x, 0, 30, 100);
+	heartbeat(x, 0, 50);
+	struct dxl_tail_cfg tc = {.live_mask = 0x1, .live_given = 1}; /* ring 1's writer is gone */
+	struct dxl_tailer *t;
+	assert_int_equal(dxl_tailer_new(x->c[3], &tc, x->t, 2, &t), 0);
+	struct got g = {0};
+	uint64_t cur;
+	assert_int_equal(dxl_tailer_poll(t, collect, &g, &cur), 3);
+	assert_int_equal(g.ts[0], 10);
+	assert_int_equal(g.ts[1], 15);
+	assert_int_equal(g.ts[2], 30);
+	assert_int_equal(cur, 50);
+	dxl_tailer_delete(&t);
+	/* with the owner words instead (both rings owned), ring 1's watermark
+	 * (25) bounds everything */
+	tc = (struct dxl_tail_cfg){0};
+	assert_int_equal(dxl_tailer_new(x->c[3], &tc, x->t, 2, &t), 0);
+	struct got g2 = {0};
+	assert_int_equal(dxl_tailer_poll(t, collect, &g2, &cur), 2);
+	assert_int_equal(cur, 25);
+	dxl_tailer_delete(&t);
+	/* nobody live at all: each ring up to its own watermark */
+	tc = (struct dxl_tail_cfg){.live_given = 1};
+	assert_int_equal(dxl_tailer_new(x->c[3], &tc, x->t, 2, &t), 0);
+	struct got g3 = {0};
+	assert_int_equal(dxl_tailer_poll(t, collect, &g3, &cur), 3);
+	assert_int_equal(cur, 50);
+	dxl_tailer_delete(&t);
+	fx_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_merged_exactly_once_below_watermarks),
 		cmocka_unit_test(test_laps_big_records_and_retention),
+		cmocka_unit_test(test_dead_writer_does_not_block),
 	};
 	return cmocka_run_group_tests_name("tail", tests, NULL, NULL);
 }
