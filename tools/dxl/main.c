@@ -928,6 +928,9 @@ static void append_usage(FILE *out)
 
 static int cmd_log_append(int argc, char **argv)
 {
+	/* one status line per record, out as soon as it is acknowledged (a
+	 * pipe or file reader sees it at once, and nothing waits in a buffer) */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	static const struct option opts[] = {
 		{"shard", required_argument, NULL, 's'},
 		{"dir", required_argument, NULL, 'd'},
