@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "tests/lib/proc.h"
 
 static const char *g_zkc;
 static char g_bin[PATH_MAX];
@@ -35,31 +36,6 @@ static char g_tmp[128];
 static char g_dir[256];
 static char g_cluster[32];
 static bool g_up;
-
-static void find_bin(void)
-{
-	const char *d = getenv("DXL_BIN_DIR");
-	if (d) {
-		snprintf(g_bin, sizeof(g_bin), "%s/dxl", d);
-		return;
-	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = 0;
-	snprintf(g_bin, sizeof(g_bin), "%s/../bin/dxl", dirname(self));
-}
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-	buf[0] = 0;
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return;
-	size_t n = fread(buf, 1, cap - 1, f);
-	buf[n] = 0;
-	fclose(f);
-}
 
 /* reap_orphans -- collect exited replicas re-parented to us */
 static void reap_orphans(void)
@@ -117,8 +93,8 @@ static int run(const char *const *args, const char *in_file, char *out, char *er
 		}
 		usleep(5000);
 	}
-	slurp(of, out, cap);
-	slurp(ef, err, cap);
+	dxlt_slurp(of, out, cap);
+	dxlt_slurp(ef, err, cap);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -152,7 +128,7 @@ static int setup(void **state)
 {
 	(void)state;
 	g_zkc = getenv("DXL_TEST_ZK");
-	find_bin();
+	assert_int_equal(dxlt_prog_path("dxl", g_bin, sizeof(g_bin)), 0);
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-cli-XXXXXX");
 	assert_non_null(mkdtemp(g_tmp));

@@ -28,8 +28,8 @@
 #include "dxl/log.h"
 #include "dxl/membership.h"
 #include "dxl/replica.h"
+#include "tests/lib/proc.h"
 
-#define MAXP 16
 #define NREC 300
 #define RING_SIZE "256K"
 #define SLOTS 4
@@ -38,136 +38,20 @@ static const char *g_zkc;
 static char g_bin[PATH_MAX];
 static char g_tmp[128];
 static char g_cluster[32];
-static pid_t g_pids[MAXP];
 
 /* ---- processes ------------------------------------------------------------ */
 
-static void find_bin(void)
-{
-	const char *d = getenv("DXL_BIN_DIR");
-	if (d) {
-		snprintf(g_bin, sizeof(g_bin), "%s/dxl-replica", d);
-		return;
-	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = 0;
-	snprintf(g_bin, sizeof(g_bin), "%s/../bin/dxl-replica", dirname(self));
-}
-
-static void track(pid_t p)
-{
-	for (int i = 0; i < MAXP; i++)
-		if (!g_pids[i]) {
-			g_pids[i] = p;
-			return;
-		}
-	fail_msg("too many processes");
-}
-
-static void untrack(pid_t p)
-{
-	for (int i = 0; i < MAXP; i++)
-		if (g_pids[i] == p)
-			g_pids[i] = 0;
-}
-
-static void kill_all(void)
-{
-	for (int i = 0; i < MAXP; i++)
-		if (g_pids[i] > 0) {
-			kill(g_pids[i], SIGKILL);
-			while (waitpid(g_pids[i], NULL, 0) < 0 && errno == EINTR)
-				;
-			g_pids[i] = 0;
-		}
-}
-
-/* spawn -- fork+exec dxl-replica with the common flags plus extra ones
- * (NULL-terminated), stdout and stderr into logfile */
+/* spawn -- dxl-replica for shard 0 (tests/lib/proc.h), output into logfile */
 static pid_t spawn(const char *logfile, uint32_t node, const char *dir,
 		   const char *zk, const char *const *extra)
 {
-	char nodes[16];
-	snprintf(nodes, sizeof(nodes), "%u", node);
-	const char *argv[48];
-	int a = 0;
-	argv[a++] = g_bin;
-	argv[a++] = "--foreground";
-	argv[a++] = "--node-id";
-	argv[a++] = nodes;
-	argv[a++] = "--data-dir";
-	argv[a++] = dir;
-	argv[a++] = "--zk";
-	argv[a++] = zk;
-	argv[a++] = "--cluster";
-	argv[a++] = g_cluster;
-	argv[a++] = "--durability";
-	argv[a++] = "process";
-	argv[a++] = "--shards";
-	argv[a++] = "0";
-	argv[a++] = "-o";
-	argv[a++] = "log.ring_size=" RING_SIZE;
-	argv[a++] = "-o";
-	argv[a++] = "log.writer_slots=4";
-	for (int i = 0; extra && extra[i] && a < 46; i++)
-		argv[a++] = extra[i];
-	argv[a] = NULL;
-	int fd = open(logfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	fflush(NULL);
-	pid_t p = fork();
-	assert_true(p >= 0);
-	if (p == 0) {
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(g_bin, (char *const *)argv);
-		_exit(127);
-	}
-	close(fd);
-	track(p);
+	struct dxlt_replica r = {.bin = g_bin, .logfile = logfile, .node = node,
+				 .dir = dir, .zk = zk, .cluster = g_cluster,
+				 .extra = extra};
+	pid_t p = dxlt_replica_spawn(&r);
+	if (p < 0)
+		fail_msg("spawn: %s", dxl_errmsg());
 	return p;
-}
-
-/* wait_exit -- the exit status of p within timeout_ms (-1: killed/timeout) */
-static int wait_exit(pid_t p, int timeout_ms)
-{
-	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
-	int st;
-	for (;;) {
-		pid_t r = waitpid(p, &st, WNOHANG);
-		if (r == p)
-			break;
-		if (r < 0 && errno != EINTR) {
-			print_message("waitpid(%d): %s\n", (int)p, strerror(errno));
-			untrack(p);
-			return -1;
-		}
-		if (dxl_now_ms() > end) {
-			print_message("process %d did not exit in %d ms\n", (int)p, timeout_ms);
-			kill(p, SIGKILL);
-			waitpid(p, &st, 0);
-			untrack(p);
-			return -1;
-		}
-		usleep(10000);
-	}
-	untrack(p);
-	if (WIFSIGNALED(st))
-		print_message("process %d killed by signal %d\n", (int)p, WTERMSIG(st));
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-	buf[0] = 0;
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return;
-	size_t n = fread(buf, 1, cap - 1, f);
-	buf[n] = 0;
-	fclose(f);
 }
 
 /* ---- ZooKeeper ------------------------------------------------------------ */
@@ -183,35 +67,13 @@ static struct dxl_zk *zk_open(void)
 	return zk;
 }
 
-/* wait_desc -- nodes/<node> registered (within timeout_ms) and decoded */
-static int wait_desc(struct dxl_zk *zk, uint32_t node, pid_t p, int timeout_ms,
-		     struct dxl_replica_desc *d)
-{
-	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
-	for (;;) {
-		char *json = NULL;
-		int ret = dxl_member_get(zk, node, &json, NULL);
-		if (ret == 0) {
-			ret = dxl_replica_desc_decode(json, strlen(json), d);
-			if (ret)
-				print_message("decode of node %u: %s\n%s\n", node,
-					      dxl_errmsg(), json);
-			free(json);
-			return ret;
-		}
-		if (dxl_now_ms() > end || (p > 0 && waitpid(p, NULL, WNOHANG) == p))
-			return ret ? ret : DXL_E_TIMEDOUT;
-		usleep(20000);
-	}
-}
-
 /* ---- fixture -------------------------------------------------------------- */
 
 static int setup(void **state)
 {
 	(void)state;
 	g_zkc = getenv("DXL_TEST_ZK");
-	find_bin();
+	assert_int_equal(dxlt_prog_path("dxl-replica", g_bin, sizeof(g_bin)), 0);
 	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-replica-XXXXXX");
 	assert_non_null(mkdtemp(g_tmp));
 	snprintf(g_cluster, sizeof(g_cluster), "rt%d", (int)getpid());
@@ -221,7 +83,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	kill_all();
+	dxlt_kill_all();
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
 	if (system(cmd) != 0)
@@ -309,10 +171,11 @@ static void test_three_replicas(void **state)
 	}
 	static struct dxl_replica_desc d[3];
 	for (int i = 0; i < 3; i++) {
-		int ret = wait_desc(zk, (uint32_t)i + 1, pid[i], 15000, &d[i]);
+		int ret = dxlt_replica_desc_wait(zk, (uint32_t)i + 1, 0, pid[i], 15000,
+						 &d[i], NULL);
 		if (ret) {
 			char out[4096];
-			slurp(logf[i], out, sizeof(out));
+			dxlt_slurp(logf[i], out, sizeof(out));
 			print_message("replica %d: %s\n%s\n", i + 1, dxl_errmsg(), out);
 		}
 		assert_int_equal(ret, 0);
@@ -379,10 +242,10 @@ static void test_three_replicas(void **state)
 	/* SIGTERM replica 2: exit 0, znode gone, data directory unlocked */
 	dxl_appender_delete(&ap);
 	kill(pid[1], SIGTERM);
-	int st = wait_exit(pid[1], 10000);
+	int st = dxlt_wait_exit(pid[1], 10000);
 	if (st != 0) {
 		char out[8192];
-		slurp(logf[1], out, sizeof(out));
+		dxlt_slurp(logf[1], out, sizeof(out));
 		print_message("replica 2 output:\n%s\n", out);
 	}
 	assert_int_equal(st, 0);
@@ -405,7 +268,7 @@ static void test_three_replicas(void **state)
 	/* restart it on the same data directory: it recovers its log */
 	pid[1] = spawn(logf[1], 2, dir[1], g_zkc, NULL);
 	static struct dxl_replica_desc d2;
-	assert_int_equal(wait_desc(zk, 2, pid[1], 15000, &d2), 0);
+	assert_int_equal(dxlt_replica_desc_wait(zk, 2, 0, pid[1], 15000, &d2, NULL), 0);
 	g = tail_all(tc2, &d2, NREC);
 	assert_int_equal(g.bad, 0);
 	assert_int_equal(g.n, NREC);
@@ -413,7 +276,7 @@ static void test_three_replicas(void **state)
 	dxl_fabric_delete(&f);
 	for (int i = 0; i < 3; i++) {
 		kill(pid[i], SIGTERM);
-		assert_int_equal(wait_exit(pid[i], 10000), 0);
+		assert_int_equal(dxlt_wait_exit(pid[i], 10000), 0);
 	}
 	dxl_zk_delete(&zk);
 	alarm(0);
@@ -436,8 +299,8 @@ static void test_bad_config(void **state)
 	fclose(fp);
 	const char *extra[] = {"--config", conf, NULL};
 	pid_t p = spawn(logf, 40, dir, g_zkc, extra);
-	int st = wait_exit(p, 10000);
-	slurp(logf, out, sizeof(out));
+	int st = dxlt_wait_exit(p, 10000);
+	dxlt_slurp(logf, out, sizeof(out));
 	if (st != 2)
 		print_message("output:\n%s\n", out);
 	assert_int_equal(st, 2);
@@ -455,8 +318,8 @@ static void test_bad_config(void **state)
 	fprintf(fp, "[log]\nretention_ms = ten\n");
 	fclose(fp);
 	p = spawn(logf, 40, dir, g_zkc, extra);
-	assert_int_equal(wait_exit(p, 10000), 2);
-	slurp(logf, out, sizeof(out));
+	assert_int_equal(dxlt_wait_exit(p, 10000), 2);
+	dxlt_slurp(logf, out, sizeof(out));
 	snprintf(where, sizeof(where), "%s:2", conf);
 	if (!strstr(out, where) || !strstr(out, "log.retention_ms"))
 		print_message("output:\n%s\n", out);
@@ -479,13 +342,13 @@ static void test_refusals(void **state)
 	snprintf(logf2, sizeof(logf2), "%s/n11-2.out", g_tmp);
 	pid_t p = spawn(logf, 11, dir, g_zkc, NULL);
 	static struct dxl_replica_desc d;
-	assert_int_equal(wait_desc(zk, 11, p, 15000, &d), 0);
+	assert_int_equal(dxlt_replica_desc_wait(zk, 11, 0, p, 15000, &d, NULL), 0);
 
 	/* the same node id elsewhere: refused (DXL_E_EXIST), exit 4 */
 	const char *wait0[] = {"-o", "replica.exist_wait_ms=200", NULL};
 	pid_t q = spawn(logf2, 11, dir2, g_zkc, wait0);
-	assert_int_equal(wait_exit(q, 15000), 4);
-	slurp(logf2, out, sizeof(out));
+	assert_int_equal(dxlt_wait_exit(q, 15000), 4);
+	dxlt_slurp(logf2, out, sizeof(out));
 	assert_non_null(strstr(out, "already registered"));
 	char *json = NULL;
 	int64_t sess = 0;
@@ -495,23 +358,23 @@ static void test_refusals(void **state)
 
 	/* the same data directory twice: refused (DXL_E_BUSY), exit 3 */
 	q = spawn(logf2, 11, dir, g_zkc, NULL);
-	assert_int_equal(wait_exit(q, 15000), 3);
-	slurp(logf2, out, sizeof(out));
+	assert_int_equal(dxlt_wait_exit(q, 15000), 3);
+	dxlt_slurp(logf2, out, sizeof(out));
 	assert_non_null(strstr(out, "in use by another process"));
 	assert_int_equal(waitpid(p, NULL, WNOHANG), 0); /* the first still runs */
 
 	/* stop it; then the same directory with another durability: exit 3 */
 	kill(p, SIGTERM);
-	assert_int_equal(wait_exit(p, 10000), 0);
+	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
 	const char *msync[] = {"--durability", "msync", NULL};
 	q = spawn(logf2, 11, dir, g_zkc, msync);
-	assert_int_equal(wait_exit(q, 15000), 3);
-	slurp(logf2, out, sizeof(out));
+	assert_int_equal(dxlt_wait_exit(q, 15000), 3);
+	dxlt_slurp(logf2, out, sizeof(out));
 	assert_non_null(strstr(out, "durability"));
 	/* ... and of another node id: exit 3 */
 	q = spawn(logf2, 12, dir, g_zkc, NULL);
-	assert_int_equal(wait_exit(q, 15000), 3);
-	slurp(logf2, out, sizeof(out));
+	assert_int_equal(dxlt_wait_exit(q, 15000), 3);
+	dxlt_slurp(logf2, out, sizeof(out));
 	assert_non_null(strstr(out, "belongs to cluster"));
 	dxl_zk_delete(&zk);
 	alarm(0);
@@ -528,8 +391,8 @@ static void test_zk_unreachable(void **state)
 	const char *fast[] = {"-o", "zk.connect_timeout_ms=1000", NULL};
 	/* port 1 on loopback: nothing listens there */
 	pid_t p = spawn(logf, 21, dir, "127.0.0.1:1", fast);
-	assert_int_equal(wait_exit(p, 15000), 5);
-	slurp(logf, out, sizeof(out));
+	assert_int_equal(dxlt_wait_exit(p, 15000), 5);
+	dxlt_slurp(logf, out, sizeof(out));
 	if (!strstr(out, "no session after"))
 		print_message("output:\n%s\n", out);
 	assert_non_null(strstr(out, "no session after"));

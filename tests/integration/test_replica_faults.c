@@ -33,149 +33,48 @@
 
 #include "dxl/log.h"
 #include "dxl/replica.h"
+#include "tests/lib/proc.h"
 
 #define RING_SIZE "256K"
 #define SLOTS 4
 #define PAYLOAD 100
-#define MAXP 8
 
 static struct mt_server g_srv;
 static bool g_have_srv;
 static char g_bin[PATH_MAX];
 static char g_tmp[128];
 static char g_cluster[64];
-static pid_t g_pids[MAXP];
 
 /* ---- processes ------------------------------------------------------------ */
 
-static void find_bin(void)
+/* spawn -- dxl-replica for shard 0 of node `node` on our server
+ * (tests/lib/proc.h), extra flags, output appended to logfile (restarts) */
+static pid_t spawn(const char *logfile, uint32_t node, const char *dir,
+		   const char *const *extra)
 {
-	const char *d = getenv("DXL_BIN_DIR");
-	if (d) {
-		snprintf(g_bin, sizeof(g_bin), "%s/dxl-replica", d);
-		return;
-	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = 0;
-	snprintf(g_bin, sizeof(g_bin), "%s/../bin/dxl-replica", dirname(self));
+	struct dxlt_replica r = {.bin = g_bin, .logfile = logfile, .append = true,
+				 .node = node, .dir = dir, .zk = g_srv.connect,
+				 .cluster = g_cluster, .extra = extra};
+	pid_t p = dxlt_replica_spawn(&r);
+	if (p < 0)
+		fail_msg("spawn: %s", dxl_errmsg());
+	mt_child_pid = p; /* the watchdog's target */
+	return p;
 }
 
-static void track(pid_t p)
+/* wait_exit -- dxlt_wait_exit, and the watchdog forgets the child */
+static int wait_exit(pid_t p, int timeout_ms)
 {
-	for (int i = 0; i < MAXP; i++)
-		if (!g_pids[i]) {
-			g_pids[i] = p;
-			return;
-		}
-	fail_msg("too many processes");
-}
-
-static void untrack(pid_t p)
-{
-	for (int i = 0; i < MAXP; i++)
-		if (g_pids[i] == p)
-			g_pids[i] = 0;
+	int st = dxlt_wait_exit(p, timeout_ms);
 	if (mt_child_pid == p)
 		mt_child_pid = 0;
+	return st;
 }
 
 static void kill_all(void)
 {
-	for (int i = 0; i < MAXP; i++)
-		if (g_pids[i] > 0) {
-			kill(g_pids[i], SIGCONT);
-			kill(g_pids[i], SIGKILL);
-			while (waitpid(g_pids[i], NULL, 0) < 0 && errno == EINTR)
-				;
-			g_pids[i] = 0;
-		}
+	dxlt_kill_all();
 	mt_child_pid = 0;
-}
-
-/* spawn -- fork+exec dxl-replica for shard 0 of node `node` on our server,
- * extra flags (NULL-terminated), output into logfile */
-static pid_t spawn(const char *logfile, uint32_t node, const char *dir,
-		   const char *const *extra)
-{
-	char nodes[16];
-	snprintf(nodes, sizeof(nodes), "%u", node);
-	const char *argv[48];
-	int a = 0;
-	argv[a++] = g_bin;
-	argv[a++] = "--node-id";
-	argv[a++] = nodes;
-	argv[a++] = "--data-dir";
-	argv[a++] = dir;
-	argv[a++] = "--zk";
-	argv[a++] = g_srv.connect;
-	argv[a++] = "--cluster";
-	argv[a++] = g_cluster;
-	argv[a++] = "--durability";
-	argv[a++] = "process";
-	argv[a++] = "--shards";
-	argv[a++] = "0";
-	argv[a++] = "-o";
-	argv[a++] = "log.ring_size=" RING_SIZE;
-	argv[a++] = "-o";
-	argv[a++] = "log.writer_slots=4";
-	for (int i = 0; extra && extra[i] && a < 46; i++)
-		argv[a++] = extra[i];
-	argv[a] = NULL;
-	int fd = open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	assert_true(fd >= 0);
-	fflush(NULL);
-	pid_t p = fork();
-	assert_true(p >= 0);
-	if (p == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(g_bin, (char *const *)argv);
-		_exit(127);
-	}
-	close(fd);
-	track(p);
-	mt_child_pid = p;
-	return p;
-}
-
-/* wait_exit -- the exit status of p within timeout_ms (-1: killed/timeout) */
-static int wait_exit(pid_t p, int timeout_ms)
-{
-	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
-	int st;
-	for (;;) {
-		pid_t r = waitpid(p, &st, WNOHANG);
-		if (r == p)
-			break;
-		if (r < 0 && errno != EINTR) {
-			untrack(p);
-			return -1;
-		}
-		if (dxl_now_ms() > end) {
-			print_message("process %d did not exit in %d ms\n", (int)p, timeout_ms);
-			kill(p, SIGKILL);
-			waitpid(p, &st, 0);
-			untrack(p);
-			return -1;
-		}
-		usleep(10000);
-	}
-	untrack(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-	buf[0] = 0;
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return;
-	size_t n = fread(buf, 1, cap - 1, f);
-	buf[n] = 0;
-	fclose(f);
 }
 
 /* wait_log -- the daemon's output contains `what` at least `count` times
@@ -185,7 +84,7 @@ static bool wait_log(const char *logf, const char *what, int count, int timeout_
 	static char out[65536];
 	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
 	for (;;) {
-		slurp(logf, out, sizeof(out));
+		dxlt_slurp(logf, out, sizeof(out));
 		int c = 0;
 		for (const char *p = strstr(out, what); p; p = strstr(p + 1, what))
 			c++;
@@ -200,7 +99,7 @@ static bool wait_log(const char *logf, const char *what, int count, int timeout_
 static void dump_log(const char *logf)
 {
 	static char out[65536];
-	slurp(logf, out, sizeof(out));
+	dxlt_slurp(logf, out, sizeof(out));
 	print_message("daemon output (%s):\n%s\n", logf, out);
 }
 
@@ -215,30 +114,6 @@ static struct dxl_zk *zk_open(void)
 	struct dxl_zk *zk = NULL;
 	assert_int_equal(dxl_zk_new(&c, &zk), 0);
 	return zk;
-}
-
-/* wait_desc -- nodes/<node> registered with reg_epoch >= min_epoch (within
- * timeout_ms), decoded; *sess its session */
-static int wait_desc(struct dxl_zk *zk, uint32_t node, uint64_t min_epoch,
-		     int timeout_ms, struct dxl_replica_desc *d, int64_t *sess)
-{
-	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
-	for (;;) {
-		char *json = NULL;
-		int ret = dxl_member_get(zk, node, &json, sess);
-		if (ret == 0) {
-			ret = dxl_replica_desc_decode(json, strlen(json), d);
-			if (ret)
-				print_message("decode of node %u: %s\n%s\n", node,
-					      dxl_errmsg(), json);
-			free(json);
-			if (ret || d->reg_epoch >= min_epoch)
-				return ret;
-		}
-		if (dxl_now_ms() > end)
-			return ret ? ret : DXL_E_TIMEDOUT;
-		usleep(20000);
-	}
 }
 
 /* ---- writer and tailer ------------------------------------------------------ */
@@ -391,7 +266,7 @@ static int on_disk(const char *dir, uint32_t node, struct dxl_ring_head *h,
 static int group_setup(void **state)
 {
 	(void)state;
-	find_bin();
+	assert_int_equal(dxlt_prog_path("dxl-replica", g_bin, sizeof(g_bin)), 0);
 	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-rfault-XXXXXX");
 	assert_non_null(mkdtemp(g_tmp));
 	mt_cluster_name(g_cluster, sizeof(g_cluster), "rf");
@@ -462,7 +337,7 @@ static void test_lease_loss_fences(void **state)
 	pid_t p = spawn(logf, 1, dir, NULL);
 	static struct dxl_replica_desc d1, d2;
 	int64_t s1 = 0, s2 = 0;
-	int ret = wait_desc(zk, 1, 1, 15000, &d1, &s1);
+	int ret = dxlt_replica_desc_wait(zk, 1, 1, 0, 15000, &d1, &s1);
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
@@ -512,7 +387,7 @@ static void test_lease_loss_fences(void **state)
 
 	/* the server comes back: same session, regions registered again */
 	assert_int_equal(kill(zpid, SIGCONT), 0);
-	ret = wait_desc(zk, 1, 2, 15000, &d2, &s2);
+	ret = dxlt_replica_desc_wait(zk, 1, 2, 0, 15000, &d2, &s2);
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
@@ -571,7 +446,7 @@ static void test_session_expiry(void **state)
 	pid_t p = spawn(logf, 2, dir, NULL);
 	static struct dxl_replica_desc d1, d2;
 	int64_t s1 = 0, s2 = 0;
-	int ret = wait_desc(zk, 2, 1, 15000, &d1, &s1);
+	int ret = dxlt_replica_desc_wait(zk, 2, 1, 0, 15000, &d1, &s1);
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
@@ -617,7 +492,7 @@ static void test_session_expiry(void **state)
 	assert_int_equal(kill(p, SIGCONT), 0);
 
 	/* the daemon sees EXPIRED, opens a new session, registers again */
-	ret = wait_desc(zk, 2, 2, 20000, &d2, &s2);
+	ret = dxlt_replica_desc_wait(zk, 2, 2, 0, 20000, &d2, &s2);
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
@@ -671,7 +546,7 @@ static void test_retention(void **state)
 				 "log.retention_check_ms=20", NULL};
 	pid_t p = spawn(logf, 3, dir, by_size);
 	static struct dxl_replica_desc d;
-	int ret = wait_desc(zk, 3, 1, 15000, &d, NULL);
+	int ret = dxlt_replica_desc_wait(zk, 3, 1, 0, 15000, &d, NULL);
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
@@ -731,7 +606,7 @@ static void test_retention(void **state)
 	const char *by_age[] = {"-o", "log.retention_ms=1", "-o",
 				"log.retention_check_ms=20", NULL};
 	p = spawn(logf, 3, dir, by_age);
-	ret = wait_desc(zk, 3, 1, 15000, &d, NULL);
+	ret = dxlt_replica_desc_wait(zk, 3, 1, 0, 15000, &d, NULL);
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
