@@ -15,4 +15,15 @@ int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
 			 enum dxl_durability *mode, struct dxl_region_id *id,
 			 uint64_t *data_size, uint64_t *file_size);
 
+/*
+ * dxl_log_post_wait -- post chain on qp, then poll the QP's ctx until the
+ * completion carrying wr_id (the chain's signalled request) and map its
+ * status: DXL_E_ACCESS, DXL_E_UNREACHABLE, DXL_E_STATE (flushed), DXL_E_IO.
+ * For callers with nothing else in flight on that ctx: another completion
+ * reaped meanwhile is DXL_E_STATE.
+ */
+struct dxl_qp;
+struct dxl_wr;
+int dxl_log_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id);
+
 #endif /* DXL_LOG_INTERNAL_H */

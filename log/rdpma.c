@@ -4,6 +4,7 @@
 
 #include "common/common.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 
 #define RDPMA_MAX_OBJ (16u << 20)
 
@@ -329,8 +330,7 @@ static int wc_err(const struct dxl_wc *wc)
 	}
 }
 
-/* post chain, then wait for the completion carrying wr_id */
-static int post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id)
+int dxl_log_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id)
 {
 	int ret = dxl_qp_post(qp, chain, NULL);
 	if (ret)
@@ -363,7 +363,7 @@ int dxl_rdpma_read(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 			    .flags = DXL_WR_SIGNALED, .local = dst, .len = len,
 			    .lkey = lkey, .remote_addr = fp->addr + off,
 			    .rkey = fp->rkey};
-	return post_wait(qp, &wr, SYNC_WRID);
+	return dxl_log_post_wait(qp, &wr, SYNC_WRID);
 }
 
 int dxl_rdpma_write(struct dxl_qp *qp, const struct dxl_fatptr *fp,
@@ -376,7 +376,7 @@ int dxl_rdpma_write(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 			    .flags = DXL_WR_SIGNALED, .local = (void *)src,
 			    .len = len, .lkey = lkey,
 			    .remote_addr = fp->addr + off, .rkey = fp->rkey};
-	return post_wait(qp, &wr, SYNC_WRID);
+	return dxl_log_post_wait(qp, &wr, SYNC_WRID);
 }
 
 int dxl_rdpma_cas(struct dxl_qp *qp, uint64_t raddr, uint32_t rkey,
@@ -387,7 +387,7 @@ int dxl_rdpma_cas(struct dxl_qp *qp, uint64_t raddr, uint32_t rkey,
 			    .flags = DXL_WR_SIGNALED, .local = scratch, .len = 8,
 			    .lkey = scratch_lkey, .remote_addr = raddr, .rkey = rkey,
 			    .compare_add = compare, .swap = swap};
-	int ret = post_wait(qp, &wr, SYNC_WRID);
+	int ret = dxl_log_post_wait(qp, &wr, SYNC_WRID);
 	if (!ret && old)
 		memcpy(old, scratch, 8);
 	return ret;
@@ -407,17 +407,17 @@ int dxl_rdpma_pwrite(struct dxl_qp *qp, const struct dxl_fatptr *fp,
 		return ret;
 	switch (mode) {
 	case DXL_PWRITE_H9:
-		return post_wait(qp, wr, SYNC_WRID);
+		return dxl_log_post_wait(qp, wr, SYNC_WRID);
 	case DXL_PWRITE_STRAWMAN:
 		wr[0].flags = DXL_WR_SIGNALED;
 		wr[0].next = NULL;
-		if ((ret = post_wait(qp, &wr[0], SYNC_WRID)))
+		if ((ret = dxl_log_post_wait(qp, &wr[0], SYNC_WRID)))
 			return ret;
-		return post_wait(qp, &wr[1], SYNC_WRID);
+		return dxl_log_post_wait(qp, &wr[1], SYNC_WRID);
 	case DXL_PWRITE_NOFLUSH:
 		wr[0].flags = DXL_WR_SIGNALED;
 		wr[0].next = NULL;
-		return post_wait(qp, &wr[0], SYNC_WRID);
+		return dxl_log_post_wait(qp, &wr[0], SYNC_WRID);
 	}
 	return dxl_err_set(DXL_E_INVAL, "rdpma pwrite: bad mode %d", (int)mode);
 }

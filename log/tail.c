@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "common/endian.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 
 /*
  * Who may call: the thread owning the ctx; the tailer owns the ctx's
@@ -129,30 +130,6 @@ void dxl_tailer_set_live(struct dxl_tailer *t, uint64_t mask)
 	t->cfg.live_given = 1;
 }
 
-/* post the chain and wait for its one signalled completion */
-static int post_wait(struct dxl_tailer *t, struct dxl_wr *chain)
-{
-	int ret = dxl_qp_post(t->qp, chain, NULL);
-	if (ret)
-		return ret;
-	for (;;) {
-		struct dxl_wc wc;
-		int k = dxl_ctx_poll(t->ctx, &wc, 1);
-		if (k < 0)
-			return k;
-		if (k == 0) {
-			dxl_ctx_wait(t->ctx, 100);
-			continue;
-		}
-		if (wc.status == DXL_WC_SUCCESS)
-			return 0;
-		return dxl_err_set(wc.status == DXL_WC_REM_ACCESS_ERR ? DXL_E_ACCESS
-								     : DXL_E_UNREACHABLE,
-				   "tailer: reading the log at %s: %s",
-				   t->r[0].t.addr, dxl_wc_status_str(wc.status));
-	}
-}
-
 /* READ every control block, then every ring's window, in one chain */
 static int fetch(struct dxl_tailer *t)
 {
@@ -192,7 +169,9 @@ static int fetch(struct dxl_tailer *t)
 		unsigned end = DXL_MIN(k, at + step);
 		w[end - 1].next = NULL;
 		w[end - 1].flags = DXL_WR_SIGNALED;
-		ret = post_wait(t, &w[at]);
+		ret = dxl_log_post_wait(t->qp, &w[at], WR_TAIL);
+		if (ret)
+			dxl_err_prefix("tailer: reading the log at %s", t->r[0].t.addr);
 		at = end;
 	}
 	free(w);

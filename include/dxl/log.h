@@ -803,7 +803,8 @@ typedef int (*dxl_tail_fn)(uint32_t ring, const struct dxl_rec *rec, void *arg);
  * receives the new cursor.
  * Errors: DXL_E_STALE (the cursor is older than what the replica retained:
  * records were reclaimed before they were read), DXL_E_UNREACHABLE,
- * DXL_E_ACCESS (the replica re-registered: fenced), DXL_E_CORRUPT.
+ * DXL_E_ACCESS (the replica re-registered: fenced), DXL_E_STATE (the QP had
+ * failed before), DXL_E_CORRUPT.
  */
 int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		    uint64_t *cursor);
