@@ -155,6 +155,28 @@ int dxl_rec_encode_skip(uint32_t writer, uint32_t epoch, uint64_t seq,
 	return (int)total;
 }
 
+/* the total length a header with these fields claims; 0 if impossible */
+static uint32_t total_of(uint8_t type, uint16_t nparts, uint32_t len)
+{
+	if (type == DXL_REC_DATA)
+		return dxl_rec_size(nparts, len);
+	if (type == DXL_REC_SKIP && !nparts && len <= DXL_REC_MAX_PAYLOAD &&
+	    (len + DXL_REC_HDR_SIZE + DXL_REC_TRL_SIZE) % 64 == 0)
+		return len + DXL_REC_HDR_SIZE + DXL_REC_TRL_SIZE;
+	return 0;
+}
+
+uint32_t dxl_rec_peek_size(const void *buf, size_t avail)
+{
+	const uint8_t *b = buf;
+	if (!b || avail < DXL_REC_HDR_SIZE ||
+	    dxl_get_le32(b + OFF_MAGIC) != DXL_REC_MAGIC ||
+	    b[OFF_VERSION] != DXL_REC_VERSION)
+		return 0;
+	return total_of(b[OFF_TYPE], dxl_get_le16(b + OFF_NPARTS),
+			dxl_get_le32(b + OFF_LEN));
+}
+
 int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 {
 	const uint8_t *b = buf;
@@ -175,21 +197,16 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 	uint8_t type = b[OFF_TYPE];
 	uint16_t nparts = dxl_get_le16(b + OFF_NPARTS);
 	uint32_t len = dxl_get_le32(b + OFF_LEN);
-	uint32_t total;
-	if (type == DXL_REC_DATA) {
-		total = dxl_rec_size(nparts, len);
-		if (!total)
+	uint32_t total = total_of(type, nparts, len);
+	if (!total) {
+		if (type == DXL_REC_DATA)
 			return dxl_err_set(DXL_E_CORRUPT,
 					   "record: %u participants / %u payload bytes over the limits",
 					   nparts, len);
-	} else if (type == DXL_REC_SKIP) {
-		if (nparts || len > DXL_REC_MAX_PAYLOAD ||
-		    (len + DXL_REC_HDR_SIZE + DXL_REC_TRL_SIZE) % 64)
+		if (type == DXL_REC_SKIP)
 			return dxl_err_set(DXL_E_CORRUPT,
 					   "record: skip with %u participants and length %u",
 					   nparts, len);
-		total = len + DXL_REC_HDR_SIZE + DXL_REC_TRL_SIZE;
-	} else {
 		return dxl_err_set(DXL_E_CORRUPT, "record: unknown type %u", type);
 	}
 	if (total > avail)

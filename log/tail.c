@@ -182,13 +182,7 @@ static int fetch(struct dxl_tailer *t)
 static uint64_t claimed_len(const struct tring *r, uint64_t p)
 {
 	const uint64_t rs = r->t.ring_size;
-	const uint8_t *h = r->mirror + p % rs;
-	if (rs - p % rs < DXL_REC_HDR_SIZE || dxl_get_le32(h) != DXL_REC_MAGIC)
-		return 0;
-	uint16_t nparts = dxl_get_le16(h + 6);
-	uint32_t len = dxl_get_le32(h + 8);
-	return h[5] == DXL_REC_DATA ? dxl_rec_size(nparts, len)
-				    : (uint64_t)len + DXL_REC_HDR_SIZE + DXL_REC_TRL_SIZE;
+	return dxl_rec_peek_size(r->mirror + p % rs, rs - p % rs);
 }
 
 /*

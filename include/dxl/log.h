@@ -132,6 +132,14 @@ int dxl_rec_encode_skip(uint32_t writer, uint32_t epoch, uint64_t seq,
  */
 int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out);
 
+/*
+ * dxl_rec_peek_size -- the total length the header at buf claims (at least
+ * DXL_REC_HDR_SIZE bytes readable), or 0 if it is no plausible header. Only
+ * the header is looked at: the record may be incomplete or corrupt (for a
+ * reader deciding how many bytes to fetch; dxl_rec_decode validates).
+ */
+uint32_t dxl_rec_peek_size(const void *buf, size_t avail);
+
 /* dxl_crc32c -- CRC32C (Castagnoli) of len bytes, continuing from crc */
 uint32_t dxl_crc32c(uint32_t crc, const void *buf, size_t len);
 

@@ -24,6 +24,8 @@ void dxl_check_record_parser(const uint8_t *data, size_t size)
 		return;
 	CHECK(r.total_len >= DXL_REC_MIN_SIZE && r.total_len <= size);
 	CHECK(r.total_len % 64 == 0);
+	/* a reader sizing its fetch from the header gets the same length */
+	CHECK(dxl_rec_peek_size(data, size) == r.total_len);
 	if (r.type == DXL_REC_SKIP) {
 		CHECK(r.payload == NULL && r.payload_len == 0 && r.nparts == 0);
 		uint8_t *buf = malloc(r.total_len);

@@ -160,6 +160,24 @@ static void test_skip_records(void **state)
 	assert_int_equal(dxl_rec_encode_skip(1, 2, 3, 128, buf, 64), DXL_E_INVAL);
 }
 
+static void test_peek_size(void **state)
+{
+	static uint8_t buf[1024];
+	int n = make(buf, sizeof(buf), 100, 3);
+	/* the header alone tells the length, even with the rest missing */
+	assert_int_equal(dxl_rec_peek_size(buf, DXL_REC_HDR_SIZE), (uint32_t)n);
+	assert_int_equal(dxl_rec_peek_size(buf, DXL_REC_HDR_SIZE - 1), 0);
+	assert_int_equal(dxl_rec_encode_skip(1, 2, 3, 320, buf, sizeof(buf)), 320);
+	assert_int_equal(dxl_rec_peek_size(buf, sizeof(buf)), 320);
+	buf[8] ^= 0x01; /* a skip length that is no multiple of 64 */
+	assert_int_equal(dxl_rec_peek_size(buf, sizeof(buf)), 0);
+	buf[8] ^= 0x01;
+	buf[5] = 9; /* unknown type */
+	assert_int_equal(dxl_rec_peek_size(buf, sizeof(buf)), 0);
+	memset(buf, 0, sizeof(buf)); /* no magic */
+	assert_int_equal(dxl_rec_peek_size(buf, sizeof(buf)), 0);
+}
+
 static void test_encode_rejects_bad_input(void **state)
 {
 	static uint8_t buf[256];
@@ -276,6 +294,7 @@ int main(void)
 		cmocka_unit_test(test_corruptions_have_clear_messages),
 		cmocka_unit_test(test_stale_record_from_earlier_lap),
 		cmocka_unit_test(test_skip_records),
+		cmocka_unit_test(test_peek_size),
 		cmocka_unit_test(test_encode_rejects_bad_input),
 		cmocka_unit_test(test_crc32c_known_vector),
 		cmocka_unit_test(test_hlc_monotonic),
