@@ -241,42 +241,40 @@ uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring)
 				     DXL_RING_WMARK_OFF);
 }
 
+static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
+		     uint64_t *at);
+
 int dxl_logstore_truncate(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq)
 {
-	struct dxl_ring_head h;
-	int ret = dxl_logstore_head(ls, ring, &h);
+	struct dxl_ring_iter it;
+	int ret = dxl_ring_iter_init(&it, ls, ring);
 	if (ret)
 		return ret;
 	uint8_t *buf = ls->data + dxl_logstore_buf_off(ls, ring);
-	const uint64_t size = ls->ring_size;
-	uint64_t p = h.pos, q = h.seq;
+	struct dxl_rec rec;
+	uint64_t at;
 	int found = 0, dropped = 0;
 	/* walk every record boundary, skips included */
-	while (p - h.pos <= size) {
-		if (p == pos && q == seq)
+	for (;;) {
+		if (it.pos == pos && it.seq == seq)
 			found = 1;
-		uint64_t off = p % size;
-		struct dxl_rec rec;
-		if (p - h.pos == size || dxl_rec_decode(buf + off, size - off, &rec) ||
-		    rec.seq != q || p - h.pos + rec.total_len > size)
+		if (!ring_step(&it, &rec, &at))
 			break;
 		if (found && rec.type == DXL_REC_DATA)
 			dropped++;
-		p += rec.total_len;
-		q++;
 	}
-	dxl_err_clear();
 	if (!found)
 		return dxl_err_set(DXL_E_INVAL,
 				   "ring %u: (pos %llu, seq %llu) is not a record boundary between the head (%llu) and the end (%llu)",
 				   ring, (unsigned long long)pos,
 				   (unsigned long long)seq,
-				   (unsigned long long)h.pos, (unsigned long long)p);
-	if (pos != p || dropped) {
+				   (unsigned long long)it.start_pos,
+				   (unsigned long long)it.pos);
+	if (pos != it.pos || dropped) {
 		/* invalidate the first line of the record at pos: the scan
 		 * stops there, so everything after it is gone */
-		uint8_t *line = buf + pos % size;
+		uint8_t *line = buf + pos % ls->ring_size;
 		memset(line, 0, DXL_REC_MIN_SIZE);
 		dxl_region_persist(ls->r, line, DXL_REC_MIN_SIZE);
 	}
@@ -359,30 +357,46 @@ int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
 	return dxl_ring_iter_init_at(it, ls, ring, h.pos, h.seq);
 }
 
+/*
+ * ring_step -- consume the record at it->pos, skip or data: 1 and the record
+ * (and its position in *at), or 0 at the end of the valid content (a torn,
+ * stale or never-written record, or a full lap), which ends the walk.
+ */
+static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
+		     uint64_t *at)
+{
+	const uint64_t size = it->ring_size;
+	if (it->done || it->pos - it->start_pos >= size) {
+		it->done = 1;
+		return 0;
+	}
+	uint64_t off = it->pos % size;
+	/* a failed decode is the end of the valid content, not an error: do
+	 * not leave its message behind */
+	if (dxl_rec_decode(it->buf + off, size - off, rec) != 0 ||
+	    rec->seq != it->seq || /* a record of an earlier lap */
+	    it->pos - it->start_pos + rec->total_len > size) {
+		dxl_err_clear();
+		it->done = 1;
+		return 0;
+	}
+	*at = it->pos;
+	it->pos += rec->total_len;
+	it->seq++;
+	return 1;
+}
+
 int dxl_ring_iter_next(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		       uint64_t *pos)
 {
-	const uint64_t size = it->ring_size;
-	while (!it->done && it->pos - it->start_pos < size) {
-		uint64_t off = it->pos % size;
-		/* a failed decode is the end of the valid content, not an
-		 * error: do not leave its message behind */
-		if (dxl_rec_decode(it->buf + off, size - off, rec) != 0 ||
-		    rec->seq != it->seq || /* a record of an earlier lap */
-		    it->pos - it->start_pos + rec->total_len > size) {
-			dxl_err_clear();
-			break;
-		}
-		uint64_t at = it->pos;
-		it->pos += rec->total_len;
-		it->seq++;
+	uint64_t at;
+	while (ring_step(it, rec, &at)) {
 		if (rec->type == DXL_REC_DATA) {
 			if (pos)
 				*pos = at;
 			return 1;
 		}
 	}
-	it->done = 1;
 	return 0;
 }
 
