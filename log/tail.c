@@ -51,6 +51,7 @@ struct dxl_tailer {
 	struct dxl_mr *mr;
 	uint64_t cursor;
 	int started; /* positions found from the heads and the cursor */
+	struct dxl_wr *wrs; /* a poll's chain: 2 READs per ring (set up once) */
 };
 
 int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
@@ -78,8 +79,9 @@ int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
 	uint64_t rs = targets[0].ring_size;
 	t->mem_len = DXL_ALIGN_UP((uint64_t)n * (CTL_READ + rs), 4096ull);
 	t->r = calloc(n, sizeof(*t->r));
+	t->wrs = calloc(2u * n, sizeof(*t->wrs));
 	int ret;
-	if (!t->r || posix_memalign((void **)&t->mem, 4096, t->mem_len)) {
+	if (!t->r || !t->wrs || posix_memalign((void **)&t->mem, 4096, t->mem_len)) {
 		ret = dxl_err_set(DXL_E_NOMEM, "tailer: out of memory (%zu bytes)",
 				  t->mem_len);
 		goto err;
@@ -101,6 +103,7 @@ int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
 err:
 	dxl_mr_dereg(&t->mr);
 	free(t->mem);
+	free(t->wrs);
 	free(t->r);
 	free(t);
 	return ret;
@@ -114,6 +117,7 @@ void dxl_tailer_delete(struct dxl_tailer **tp)
 	dxl_qp_delete(&t->qp);
 	dxl_mr_dereg(&t->mr);
 	free(t->mem);
+	free(t->wrs);
 	free(t->r);
 	free(t);
 	*tp = NULL;
@@ -135,9 +139,8 @@ static int fetch(struct dxl_tailer *t)
 {
 	const uint64_t rs = t->r[0].t.ring_size;
 	uint32_t lkey = dxl_mr_lkey(t->mr);
-	struct dxl_wr *w = calloc(3u * t->n, sizeof(*w));
-	if (!w)
-		return dxl_err_set(DXL_E_NOMEM, "tailer: out of memory");
+	struct dxl_wr *w = t->wrs;
+	memset(w, 0, 2u * t->n * sizeof(*w));
 	unsigned k = 0;
 	for (unsigned i = 0; i < t->n; i++) {
 		struct tring *r = &t->r[i];
@@ -174,7 +177,6 @@ static int fetch(struct dxl_tailer *t)
 			dxl_err_prefix("tailer: reading the log at %s", t->r[0].t.addr);
 		at = end;
 	}
-	free(w);
 	return ret;
 }
 
