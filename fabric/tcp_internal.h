@@ -358,6 +358,14 @@ struct tcp_persist_pend {
 	uintptr_t lo, hi;
 };
 
+/*
+ * tcp_few_cpus -- true on 2 CPUs or fewer (this thread's affinity): then a
+ * spinning thread steals the CPU the thread it waits for needs, so the NIC
+ * thread does not spin and pollers spin with sched_yield (tcp_nic.c,
+ * tcp_qp.c; docs/fabric-bench.md)
+ */
+bool tcp_few_cpus(void);
+
 /* tcp_pf_persist_locked -- a flush READ on conn: note the ranges conn
  * wrote in regions with a persist function (coalesced), to run with
  * tcp_pf_run_persist before the READ's answer leaves (NIC thread) */

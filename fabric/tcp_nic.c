@@ -803,10 +803,13 @@ static uint64_t nic_spin_ns(const struct dxl_fabric_cfg *cfg)
 	const char *env = getenv("DXL_TCP_NIC_SPIN");
 	if (env && *env)
 		return env[0] == '0' ? 0 : ns;
+	return tcp_few_cpus() ? 0 : ns;
+}
+
+bool tcp_few_cpus(void)
+{
 	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) <= 2)
-		return 0;
-	return ns;
+	return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) <= 2;
 }
 
 void *tcp_nic_main(void *arg)

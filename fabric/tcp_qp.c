@@ -969,9 +969,7 @@ int tcp_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out)
 	}
 	c->ep = epoll_create1(EPOLL_CLOEXEC);
 	c->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	cpu_set_t cpus;
-	c->spin_yield = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
-			CPU_COUNT(&cpus) <= 2 && !getenv("DXL_TCP_SPIN_RELAX");
+	c->spin_yield = tcp_few_cpus() && !getenv("DXL_TCP_SPIN_RELAX");
 	if (c->ep < 0 || c->evfd < 0) {
 		ret = dxl_err_errno(errno, "ctx_new: epoll/eventfd");
 		goto err;
