@@ -6,6 +6,7 @@
 #include "common/common.h"
 #include "common/endian.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 
 /*
  * Who may call: everything here runs on the thread that owns the ctx given
@@ -25,6 +26,9 @@
  */
 
 #define HEADS_READ (2 * DXL_RING_HEAD_SLOT_SIZE)
+/* discovery reads the control block up to the watermark's end */
+#define CTL_READ (DXL_RING_WMARK_OFF + DXL_RING_WMARK_SIZE)
+#define CHUNK (1u << 20) /* largest single READ/WRITE of ring bytes */
 
 struct target {
 	struct dxl_log_target t;
@@ -66,7 +70,11 @@ struct dxl_appender {
 	uint64_t next_token; /* next append */
 	uint64_t done_token; /* next result to deliver */
 	uint64_t tail_pos, tail_seq;
+	/* the floor of the next commit timestamp: the previous append's, and
+	 * at start the last record's, the head's and every watermark */
 	uint64_t last_ts;
+	uint64_t ref_last_ts; /* dxl_appender_last_ts */
+	struct dxl_repair_stats repair;
 	/* the commit timestamp of the first append that was not acknowledged:
 	 * the watermark never passes it (UINT64_MAX: none failed) */
 	uint64_t failed_floor;
@@ -126,10 +134,20 @@ static void note_head(struct target *t, const uint8_t *slots)
 	dxl_err_clear();
 }
 
-/* read target t's head and ring (nothing else in flight on ctx yet) and
- * find where this writer's records end */
+/* what discovery found in one target's ring */
+struct ring_view {
+	struct dxl_ring_head head;
+	uint64_t end_pos, end_seq; /* where the valid content ends */
+	uint64_t last_ts;          /* the last record's commit ts, else the head's */
+	uint64_t wmark;            /* 0: none */
+};
+
+/* claim target t's ring, read its control block and ring into buf
+ * (nothing else in flight on ctx yet) and find where this writer's records
+ * end. The control block is read first: the watermark read covers records
+ * in the buffer read after it. */
 static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
-		    uint32_t lkey, uint64_t *end_pos, uint64_t *end_seq)
+		    uint32_t lkey, struct ring_view *v)
 {
 	struct dxl_fatptr fp = data_fp(t);
 	uint8_t *hb = a->slots[0].heads;
@@ -144,25 +162,25 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 				   "ring %u at %s is owned by writer %llu, not %u",
 				   t->t.ring, t->t.addr,
 				   (unsigned long long)owner - 1, a->cfg.writer_id);
-	ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+	ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, CTL_READ,
 			     dxl_mr_lkey(a->mr));
 	if (ret)
 		return ret;
-	struct dxl_ring_head h;
-	if ((ret = dxl_ring_head_decode(hb, &h)))
+	memset(v, 0, sizeof(*v));
+	if ((ret = dxl_ring_head_decode(hb, &v->head)))
 		return ret;
-	t->head_gen = h.gen;
-	t->head_pos = h.pos;
-	if (h.last_ts > a->last_ts)
-		a->last_ts = h.last_ts;
-	for (uint64_t off = 0; off < t->t.ring_size; off += 1u << 20) {
-		uint32_t len = (uint32_t)DXL_MIN(1ull << 20, t->t.ring_size - off);
+	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
+	t->head_gen = v->head.gen;
+	t->head_pos = v->head.pos;
+	v->last_ts = v->head.last_ts;
+	for (uint64_t off = 0; off < t->t.ring_size; off += CHUNK) {
+		uint32_t len = (uint32_t)DXL_MIN(CHUNK, t->t.ring_size - off);
 		if ((ret = dxl_rdpma_read(t->qp, &fp, t->t.buf_off + off, buf + off,
 					  len, lkey)))
 			return ret;
 	}
 	struct dxl_ring_iter it;
-	dxl_ring_iter_init_buf(&it, buf, t->t.ring_size, h.pos, h.seq);
+	dxl_ring_iter_init_buf(&it, buf, t->t.ring_size, v->head.pos, v->head.seq);
 	struct dxl_rec rec;
 	while (dxl_ring_iter_next(&it, &rec, NULL)) {
 		if (rec.writer != a->cfg.writer_id)
@@ -170,11 +188,160 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 					   "ring %u at %s holds records of writer %u, not %u",
 					   t->t.ring, t->t.addr, rec.writer,
 					   a->cfg.writer_id);
-		if (rec.commit_ts > a->last_ts)
-			a->last_ts = rec.commit_ts;
+		if (rec.commit_ts > v->last_ts)
+			v->last_ts = rec.commit_ts;
 	}
-	*end_pos = it.pos;
-	*end_seq = it.seq;
+	v->end_pos = it.pos;
+	v->end_seq = it.seq;
+	return 0;
+}
+
+/* ---- repair: bring a target's ring to the reference's end ----------------- */
+
+enum repair_action { REPAIR_NONE, REPAIR_TRUNCATE, REPAIR_COPY };
+
+struct repair_plan {
+	enum repair_action action;
+	uint64_t from, to;  /* copy [from, to); truncate at to */
+	int zero_line;      /* zero the line at `to` */
+	uint32_t records;   /* data records copied or dropped */
+};
+
+static uint32_t rec_crc(const uint8_t *buf, uint64_t size, uint64_t pos)
+{
+	return dxl_get_le32(buf + pos % size + 20);
+}
+
+/* step it over records until it reaches position c exactly: 0, or -1 when
+ * c is not a record boundary of the valid content */
+static int walk_to(struct dxl_ring_iter *it, uint64_t c)
+{
+	struct dxl_rec rec;
+	uint64_t at;
+	while (it->pos < c)
+		if (!dxl_ring_iter_step(it, &rec, &at))
+			return -1;
+	return it->pos == c ? 0 : -1;
+}
+
+static int diverged(const struct target *t, uint64_t pos, const char *what)
+{
+	return dxl_err_set(DXL_E_STALE,
+			   "ring %u at %s diverged from the reference at position %llu (%s): its records are not the reference's",
+			   t->t.ring, t->t.addr, (unsigned long long)pos, what);
+}
+
+/*
+ * plan_repair -- decide what brings target t (view tv, ring bytes tbuf) to
+ * the reference's end (view rv, bytes rbuf), after checking that the
+ * records both hold are the same. Writes nothing.
+ */
+static int plan_repair(const struct dxl_appender *a, const struct target *t,
+		       const struct ring_view *rv, const uint8_t *rbuf,
+		       const struct ring_view *tv, const uint8_t *tbuf,
+		       struct repair_plan *p)
+{
+	const uint64_t size = a->ring_size;
+	memset(p, 0, sizeof(*p));
+	if (tv->end_pos < rv->head.pos)
+		return dxl_err_set(DXL_E_STALE,
+				   "replica at %s is too far behind (ends at %llu, the reference's head is at %llu): it must be caught up first (dxl_logstore_pull)",
+				   t->t.addr, (unsigned long long)tv->end_pos,
+				   (unsigned long long)rv->head.pos);
+	if (tv->head.pos > rv->end_pos)
+		return diverged(t, tv->head.pos,
+				"its head is past the reference's end");
+	if (tv->end_pos < rv->end_pos && rv->end_pos - tv->head.pos > size)
+		return dxl_err_set(DXL_E_STALE,
+				   "replica at %s is too far behind (ends at %llu, its head is at %llu: copying up to the reference's end %llu would overwrite records it has not reclaimed): it must be caught up first (dxl_logstore_pull)",
+				   t->t.addr, (unsigned long long)tv->end_pos,
+				   (unsigned long long)tv->head.pos,
+				   (unsigned long long)rv->end_pos);
+	/* compare the records both hold, [c, m) */
+	uint64_t c = DXL_MAX(rv->head.pos, tv->head.pos);
+	uint64_t m = DXL_MIN(rv->end_pos, tv->end_pos);
+	struct dxl_ring_iter ri, ti;
+	dxl_ring_iter_init_buf(&ri, rbuf, size, rv->head.pos, rv->head.seq);
+	dxl_ring_iter_init_buf(&ti, tbuf, size, tv->head.pos, tv->head.seq);
+	if (walk_to(&ri, c) || walk_to(&ti, c))
+		return diverged(t, c, "the later head is not a record boundary of both");
+	if (ri.seq != ti.seq)
+		return diverged(t, c, "other sequence numbers");
+	struct dxl_rec r, q;
+	uint64_t ra, qa;
+	while (ri.pos < m) {
+		if (!dxl_ring_iter_step(&ri, &r, &ra) ||
+		    !dxl_ring_iter_step(&ti, &q, &qa))
+			return diverged(t, ri.pos, "a record ends early");
+		if (ra != qa || r.type != q.type || r.total_len != q.total_len ||
+		    r.seq != q.seq || r.writer != q.writer ||
+		    r.commit_ts != q.commit_ts || r.txn_id != q.txn_id ||
+		    rec_crc(rbuf, size, ra) != rec_crc(tbuf, size, qa))
+			return diverged(t, ra, "another record");
+	}
+	if (ri.pos != m || ti.pos != m)
+		return diverged(t, m, "the earlier end is not a record boundary of both");
+	if (tv->end_pos == rv->end_pos) {
+		if (tv->end_seq != rv->end_seq)
+			return diverged(t, m, "other sequence numbers at the end");
+		return 0;
+	}
+	if (tv->end_pos > rv->end_pos) {
+		p->action = REPAIR_TRUNCATE;
+		p->to = rv->end_pos;
+		/* tv->end_pos - tv->head.pos <= size: the line at `to` is the
+		 * target's own first record past the reference's end */
+		p->zero_line = 1;
+		while (dxl_ring_iter_step(&ti, &q, &qa))
+			if (q.type == DXL_REC_DATA)
+				p->records++;
+		return 0;
+	}
+	p->action = REPAIR_COPY;
+	p->from = tv->end_pos;
+	p->to = rv->end_pos;
+	/* whatever the target holds at the reference's end (e.g. a record of
+	 * the reference's missing range that it did get) must not extend its
+	 * scan; when the copy fills the ring exactly, the lap limit ends it */
+	p->zero_line = rv->end_pos - tv->head.pos < size;
+	while (ri.pos < rv->end_pos && dxl_ring_iter_step(&ri, &r, &ra))
+		if (r.type == DXL_REC_DATA)
+			p->records++;
+	return 0;
+}
+
+/* carry out plan p on target t: WRITEs, then one flush READ (H9) */
+static int exec_repair(struct dxl_appender *a, struct target *t,
+		       const struct repair_plan *p, const uint8_t *rbuf,
+		       uint32_t rlkey)
+{
+	const uint64_t size = a->ring_size;
+	struct dxl_fatptr fp = data_fp(t);
+	int ret;
+	for (uint64_t pos = p->from; p->action == REPAIR_COPY && pos < p->to;) {
+		uint64_t off = pos % size;
+		uint32_t len = (uint32_t)DXL_MIN(DXL_MIN(p->to - pos, size - off),
+						 (uint64_t)CHUNK);
+		if ((ret = dxl_rdpma_write(t->qp, &fp, t->t.buf_off + off, rbuf + off,
+					   len, rlkey)))
+			return ret;
+		pos += len;
+	}
+	if (p->zero_line) {
+		/* a->mem starts with the first staging slot, unused so far */
+		uint8_t *zero = a->mem;
+		memset(zero, 0, DXL_REC_MIN_SIZE);
+		if ((ret = dxl_rdpma_write(t->qp, &fp, t->t.buf_off + p->to % size,
+					   zero, DXL_REC_MIN_SIZE,
+					   dxl_mr_lkey(a->mr))))
+			return ret;
+	}
+	/* H9: 000 L665 -- the READ after the WRITEs on this QP persists them */
+	uint8_t *hb = a->slots[0].heads;
+	if ((ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+				  dxl_mr_lkey(a->mr))))
+		return ret;
+	note_head(t, hb);
 	return 0;
 }
 
@@ -194,6 +361,115 @@ static int check_cfg(const struct dxl_appender_cfg *c, unsigned n)
 	if ((unsigned)c->mode > DXL_PWRITE_NOFLUSH)
 		return dxl_err_set(DXL_E_INVAL, "appender: bad mode %d", (int)c->mode);
 	return 0;
+}
+
+struct ringbuf {
+	uint8_t *p;
+	struct dxl_mr *mr;
+};
+
+static int ringbuf_new(struct dxl_fabric *f, uint64_t size, struct ringbuf *b)
+{
+	if (posix_memalign((void **)&b->p, 4096, size)) {
+		b->p = NULL;
+		return dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
+	}
+	int ret = dxl_mr_reg(f, b->p, size, DXL_MR_LOCAL_WRITE, &b->mr);
+	if (ret) {
+		free(b->p);
+		b->p = NULL;
+	}
+	return ret;
+}
+
+static void ringbuf_free(struct ringbuf *b)
+{
+	dxl_mr_dereg(&b->mr);
+	free(b->p);
+	b->p = NULL;
+}
+
+/*
+ * find_tail -- discover every target's ring. Without repair they must all
+ * end at the same place. With repair, target 0 is the reference: every
+ * other target is checked and planned against it first, and only when all
+ * of them can be repaired are the plans carried out.
+ */
+static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
+{
+	struct ringbuf rb = {0}, tb = {0};
+	struct ring_view rv, tv;
+	struct repair_plan plan[DXL_APPEND_MAX_TARGETS];
+	const struct dxl_log_target *t0 = &a->tg[0].t;
+	memset(plan, 0, sizeof(plan));
+	int ret = ringbuf_new(f, a->ring_size, &rb);
+	if (!ret && a->n > 1)
+		ret = ringbuf_new(f, a->ring_size, &tb);
+	if (!ret && (ret = discover(a, &a->tg[0], rb.p, dxl_mr_lkey(rb.mr), &rv)))
+		dxl_err_prefix("appender: ring %u at %s", t0->ring, t0->addr);
+	if (ret)
+		goto out;
+	a->tail_pos = rv.end_pos;
+	a->tail_seq = rv.end_seq;
+	a->ref_last_ts = rv.last_ts;
+	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
+	for (unsigned i = 1; i < a->n; i++) {
+		const struct dxl_log_target *ti = &a->tg[i].t;
+		if ((ret = discover(a, &a->tg[i], tb.p, dxl_mr_lkey(tb.mr), &tv))) {
+			dxl_err_prefix("appender: ring %u at %s", ti->ring, ti->addr);
+			goto out;
+		}
+		/* a watermark above the reference's still holds (it covers
+		 * acknowledged records only, which the reference has): never
+		 * append below it */
+		a->last_ts = DXL_MAX(a->last_ts, tv.wmark);
+		if (!a->cfg.repair) {
+			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
+				ret = dxl_err_set(DXL_E_STALE,
+						  "appender: ring %u ends at %llu (seq %llu) on %s but at %llu (seq %llu) on %s",
+						  ti->ring, (unsigned long long)a->tail_pos,
+						  (unsigned long long)a->tail_seq, t0->addr,
+						  (unsigned long long)tv.end_pos,
+						  (unsigned long long)tv.end_seq, ti->addr);
+				goto out;
+			}
+			a->last_ts = DXL_MAX(a->last_ts, tv.last_ts);
+			continue;
+		}
+		if ((ret = plan_repair(a, &a->tg[i], &rv, rb.p, &tv, tb.p, &plan[i]))) {
+			dxl_err_prefix("appender (writer %u, repair)", a->cfg.writer_id);
+			goto out;
+		}
+	}
+	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
+		const struct repair_plan *p = &plan[i];
+		if (p->action == REPAIR_NONE)
+			continue;
+		if ((ret = exec_repair(a, &a->tg[i], p, rb.p, dxl_mr_lkey(rb.mr)))) {
+			dxl_err_prefix("appender (writer %u): repairing ring %u at %s",
+				       a->cfg.writer_id, a->tg[i].t.ring,
+				       a->tg[i].t.addr);
+			goto out;
+		}
+		if (p->action == REPAIR_COPY) {
+			a->repair.copied |= 1u << i;
+			a->repair.bytes_copied += p->to - p->from;
+			a->repair.records_copied += p->records;
+		} else {
+			a->repair.truncated |= 1u << i;
+			a->repair.records_dropped += p->records;
+		}
+		DXL_INFO("appender (writer %u): ring %u at %s %s to end at %llu (seq %llu): %u records %s",
+			 a->cfg.writer_id, a->tg[i].t.ring, a->tg[i].t.addr,
+			 p->action == REPAIR_COPY ? "caught up" : "truncated",
+			 (unsigned long long)a->tail_pos,
+			 (unsigned long long)a->tail_seq, p->records,
+			 p->action == REPAIR_COPY ? "copied" : "dropped");
+	}
+out:
+	ringbuf_free(&tb);
+	ringbuf_free(&rb);
+	return ret;
 }
 
 int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
@@ -248,38 +524,7 @@ int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 			goto err_qps;
 	}
 
-	/* find the tail: every target's ring must end at the same place */
-	uint8_t *ringbuf = NULL;
-	struct dxl_mr *rmr = NULL;
-	if (posix_memalign((void **)&ringbuf, 4096, a->ring_size)) {
-		ret = dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
-		goto err_qps;
-	}
-	if ((ret = dxl_mr_reg(f, ringbuf, a->ring_size, DXL_MR_LOCAL_WRITE, &rmr))) {
-		free(ringbuf);
-		goto err_qps;
-	}
-	for (unsigned i = 0; i < n && !ret; i++) {
-		uint64_t pos = 0, seq = 0;
-		ret = discover(a, &a->tg[i], ringbuf, dxl_mr_lkey(rmr), &pos, &seq);
-		if (ret) {
-			dxl_err_prefix("appender: ring %u at %s", targets[i].ring,
-				       targets[i].addr);
-		} else if (i == 0) {
-			a->tail_pos = pos;
-			a->tail_seq = seq;
-		} else if (pos != a->tail_pos || seq != a->tail_seq) {
-			ret = dxl_err_set(DXL_E_STALE,
-					  "appender: ring %u ends at %llu (seq %llu) on %s but at %llu (seq %llu) on %s",
-					  targets[i].ring, (unsigned long long)a->tail_pos,
-					  (unsigned long long)a->tail_seq, targets[0].addr,
-					  (unsigned long long)pos, (unsigned long long)seq,
-					  targets[i].addr);
-		}
-	}
-	dxl_mr_dereg(&rmr);
-	free(ringbuf);
-	if (ret)
+	if ((ret = find_tail(a, f)))
 		goto err_qps;
 	*out = a;
 	return 0;
@@ -330,6 +575,31 @@ void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
 		*pos = a->tail_pos;
 	if (seq)
 		*seq = a->tail_seq;
+}
+
+uint64_t dxl_appender_last_ts(const struct dxl_appender *a)
+{
+	return a->ref_last_ts;
+}
+
+uint64_t dxl_appender_min_ts(const struct dxl_appender *a)
+{
+	return a->last_ts;
+}
+
+void dxl_appender_repair_stats(const struct dxl_appender *a,
+			       struct dxl_repair_stats *out)
+{
+	*out = a->repair;
+}
+
+void dxl_appender_repaired(const struct dxl_appender *a, uint64_t *bytes_copied,
+			   uint32_t *targets_truncated)
+{
+	if (bytes_copied)
+		*bytes_copied = a->repair.bytes_copied;
+	if (targets_truncated)
+		*targets_truncated = (uint32_t)__builtin_popcount(a->repair.truncated);
 }
 
 static int status_err(enum dxl_wc_status st)

@@ -26,4 +26,23 @@ struct dxl_qp;
 struct dxl_wr;
 int dxl_log_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id);
 
+/*
+ * dxl_ring_iter_step -- like dxl_ring_iter_next, but every record counts,
+ * skip records included: 1 and the record at it->pos (its position in *at),
+ * 0 at the end of the valid content. For walks that need every record
+ * boundary (truncation, repair).
+ */
+int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
+		       uint64_t *at);
+
+/*
+ * dxl_pull_set_test_hook -- fault injection for tests: dxl_logstore_pull
+ * calls fn(attempt, arg) after each attempt's READ of the ring buffer and
+ * before it READs the control block again (attempt counts from 1), so a
+ * test can move the source's head at that exact moment. NULL = none. Set
+ * and clear it from the thread that pulls.
+ */
+typedef void (*dxl_pull_hook_fn)(uint32_t attempt, void *arg);
+void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
+
 #endif /* DXL_LOG_INTERNAL_H */

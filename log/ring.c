@@ -386,6 +386,12 @@ static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 	return 1;
 }
 
+int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
+		       uint64_t *at)
+{
+	return ring_step(it, rec, at);
+}
+
 int dxl_ring_iter_next(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		       uint64_t *pos)
 {

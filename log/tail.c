@@ -51,6 +51,8 @@ struct dxl_tailer {
 	struct dxl_mr *mr;
 	uint64_t cursor;
 	int started; /* positions found from the heads and the cursor */
+	int caught_up; /* the last poll delivered everything below resolved */
+	uint64_t reclaimed_ts; /* largest head last_ts seen by the last poll */
 	struct dxl_wr *wrs; /* a poll's chain: 2 READs per ring (set up once) */
 };
 
@@ -126,6 +128,16 @@ void dxl_tailer_delete(struct dxl_tailer **tp)
 uint64_t dxl_tailer_cursor(const struct dxl_tailer *t)
 {
 	return t->cursor;
+}
+
+int dxl_tailer_caught_up(const struct dxl_tailer *t)
+{
+	return t->caught_up;
+}
+
+uint64_t dxl_tailer_reclaimed_ts(const struct dxl_tailer *t)
+{
+	return t->reclaimed_ts;
 }
 
 void dxl_tailer_set_live(struct dxl_tailer *t, uint64_t mask)
@@ -228,12 +240,14 @@ static void advance(struct tring *r)
 int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		    uint64_t *cursor)
 {
+	t->caught_up = 0;
 	int ret = fetch(t);
 	if (ret)
 		return ret;
 	/* heads, owners, watermarks, and the resolved timestamp */
 	uint64_t resolved = UINT64_MAX;
 	int any = 0;
+	t->reclaimed_ts = 0;
 	for (unsigned i = 0; i < t->n; i++) {
 		struct tring *r = &t->r[i];
 		struct dxl_ring_head h;
@@ -242,6 +256,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 					   "tailer: ring %u at %s has no valid head",
 					   i, r->t.addr);
 		uint64_t wm = dxl_ring_wmark_decode(r->ctl + DXL_RING_WMARK_OFF);
+		t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h.last_ts);
 		int live = t->cfg.live_given
 				   ? (i < 64 && ((t->cfg.live_mask >> i) & 1))
 				   : dxl_get_le64(r->ctl + DXL_RING_OWNER_OFF) != 0;
@@ -337,6 +352,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 	}
 	if (!cut && bound > t->cursor)
 		t->cursor = bound;
+	t->caught_up = !cut;
 	if (cursor)
 		*cursor = t->cursor;
 	return n;

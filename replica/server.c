@@ -3,6 +3,7 @@
  * (include/dxl/replica.h, docs/replica.md) */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,21 @@ struct dxl_replica_server {
 	bool published; /* nodes/<id> holds the current descriptors */
 	uint64_t reg_epoch; /* +1 per registration of the regions */
 	uint64_t last_retain_ms;
+	/* the configuration: the watch hands new versions to the loop */
+	struct dxl_cluster_config_watch *cw;
+	pthread_mutex_t mu;
+	struct dxl_cluster_config pend; /* guarded by mu */
+	bool pend_new;                  /* guarded by mu */
+	struct dxl_cluster_config conf; /* the one applied (loop only) */
+	uint64_t cfg_epoch;             /* its epoch, 0 = none yet */
+	enum dxl_shard_state st[DXL_REPLICA_MAX_SHARDS];
+	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
+	uint64_t last_pull_ms;
+	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
+	/* the configuration manager */
+	struct dxl_election *el;
+	uint64_t last_cm_ms;
+	uint64_t last_cand_ms;
 };
 
 /* ---- configuration ---------------------------------------------------------- */
@@ -37,6 +53,12 @@ static const char *const KEYS[] = {
 	"replica.shards", "0", "shards hosted: list of ids and ranges, e.g. 0,2,4-7",
 	"replica.service_ms", "10", "service loop period: lease checks, re-registration",
 	"replica.exist_wait_ms", "(session timeout)", "retry this long when the node id is held by another session",
+	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
+	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
+	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
+	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
+	"cm.check_ms", "100", "CM: period of its reconciliation rounds",
 	"log.writer_slots", "16", "rings per shard (one per writer slot); used when a shard is created",
 	"log.ring_size", "1M", "bytes per ring (multiple of 4096, >= 8K); used when a shard is created",
 	"log.retention_ms", "600000", "reclaim records older than this (and below the ring's watermark)",
@@ -73,6 +95,11 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->retention_check_ms = 1000;
 	cfg->service_ms = 10;
 	cfg->exist_wait_ms = UINT32_MAX;
+	cfg->cm = true;
+	dxl_cm_params_init(&cfg->cm_params);
+	cfg->cm_check_ms = 100;
+	cfg->pull_ms = 200;
+	cfg->sync_bytes = 256 << 10;
 	dxl_fabric_cfg_init(&cfg->fabric);
 	dxl_zk_cfg_init(&cfg->zk);
 }
@@ -121,7 +148,9 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	static const char *const known[] = {
 		"replica.node_id", "replica.data_dir", "replica.durability",
 		"replica.create", "replica.shards", "replica.service_ms",
-		"replica.exist_wait_ms", "log.writer_slots", "log.ring_size",
+		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
+		"replica.sync_bytes", "cm.min_replicas", "cm.replication",
+		"cm.check_ms", "log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
 		"log.retention_check_ms", "log.level", "fabric.*", "zk.*", NULL,
 	};
@@ -164,7 +193,15 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	U32("replica.exist_wait_ms", exist_wait_ms, 0, UINT32_MAX);
 	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
 	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
+	U32("replica.pull_ms", pull_ms, 1, 3600000);
+	U32("cm.check_ms", cm_check_ms, 1, 3600000);
+	U32("cm.min_replicas", cm_params.min_replicas, 1, DXL_CONFIG_MAX_REPLICAS);
+	U32("cm.replication", cm_params.replication, 1, DXL_CONFIG_MAX_REPLICAS);
 #undef U32
+	if ((ret = dxl_config_get_bool(conf, "replica.cm", cfg->cm, &cfg->cm)) ||
+	    (ret = dxl_config_get_size(conf, "replica.sync_bytes", cfg->sync_bytes, 0,
+				       1ull << 40, &cfg->sync_bytes)))
+		return ret;
 	if ((ret = dxl_config_get_size(conf, "log.ring_size", cfg->ring_size, 8192,
 				       1ull << 40, &cfg->ring_size)))
 		return ret;
@@ -195,7 +232,8 @@ static void stop_serving(struct dxl_replica_server *s, const char *why)
 		dxl_shard_deregister(s->shards[i]);
 	s->serving = false;
 	s->published = false;
-	DXL_LOG(strcmp(why, "shutdown") ? DXL_LOG_WARN : DXL_LOG_INFO,
+	DXL_LOG(strcmp(why, "shutdown") && strcmp(why, "new configuration epoch") ?
+			DXL_LOG_WARN : DXL_LOG_INFO,
 		"event=regions_deregistered node=%u reg_epoch=%" PRIu64 " reason=\"%s\"",
 		s->cfg.node_id, s->reg_epoch, why);
 }
@@ -230,11 +268,14 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	d->provider = dxl_fabric_provider(s->f);
 	d->ctx = 0;
 	d->reg_epoch = s->reg_epoch;
+	d->cfg_epoch = s->cfg_epoch;
 	d->durability = s->cfg.durability;
 	d->nshards = s->nshards;
 	int ret = 0;
-	for (uint32_t i = 0; !ret && i < s->nshards; i++)
+	for (uint32_t i = 0; !ret && i < s->nshards; i++) {
 		ret = dxl_shard_describe(s->shards[i], &d->shards[i]);
+		d->shards[i].state = s->st[i];
+	}
 	char *json = NULL;
 	if (!ret)
 		ret = dxl_replica_desc_encode(d, &json);
@@ -266,6 +307,200 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		 (uint64_t)dxl_zk_session_id(s->zk), dxl_zk_session_epoch(s->zk),
 		 s->reg_epoch);
 	return 0;
+}
+
+/* ---- the configuration: epochs and fencing ------------------------------------ */
+
+/* on_config -- the watch (event thread): hand the new version to the loop */
+static void on_config(void *arg, const struct dxl_cluster_config *cfg,
+		      int32_t version, int status)
+{
+	(void)version;
+	struct dxl_replica_server *s = arg;
+	if (status || !cfg)
+		return;
+	pthread_mutex_lock(&s->mu);
+	struct dxl_cluster_config c;
+	if (dxl_cluster_config_copy(&c, cfg) == 0) {
+		dxl_cluster_config_clear(&s->pend);
+		s->pend = c;
+		s->pend_new = true;
+	} else {
+		DXL_WARN("event=config_copy_failed msg=\"%s\"", dxl_errmsg());
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+static bool in_shard(const struct dxl_cluster_shard *sh, uint32_t id)
+{
+	if (!sh)
+		return false;
+	if (sh->primary == id)
+		return true;
+	for (uint32_t i = 0; i < sh->nbackups; i++)
+		if (sh->backups[i] == id)
+			return true;
+	return false;
+}
+
+/* apply_config -- a configuration with a newer epoch: re-register every
+ * region (new rkeys: writers and tailers of older epochs are fenced off by
+ * the fabric) and publish the new descriptors with cfg_epoch; a shard this
+ * node hosts but is not a member of goes to catch-up */
+static void apply_config(struct dxl_replica_server *s)
+{
+	struct dxl_cluster_config c;
+	pthread_mutex_lock(&s->mu);
+	bool have = s->pend_new;
+	if (have) {
+		c = s->pend;
+		dxl_cluster_config_init(&s->pend);
+		s->pend_new = false;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!have)
+		return;
+	if (c.epoch <= s->cfg_epoch) {
+		dxl_cluster_config_clear(&c);
+		return;
+	}
+	dxl_cluster_config_clear(&s->conf);
+	s->conf = c;
+	s->cfg_epoch = c.epoch;
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		const struct dxl_cluster_shard *sh =
+			dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
+		enum dxl_shard_state old = s->st[i];
+		if (in_shard(sh, s->cfg.node_id))
+			s->st[i] = DXL_SHARD_MEMBER;
+		else if (s->st[i] == DXL_SHARD_MEMBER)
+			s->st[i] = DXL_SHARD_CATCHING_UP;
+		if (old != s->st[i])
+			DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=%s was=%s",
+				 dxl_shard_id(s->shards[i]), s->cfg_epoch,
+				 dxl_shard_state_name(s->st[i]), dxl_shard_state_name(old));
+	}
+	s->last_pull_ms = 0; /* catch up at once */
+	if (s->serving) {
+		stop_serving(s, "new configuration epoch");
+		int ret = start_serving(s);
+		if (ret)
+			DXL_WARN("event=register_failed node=%u msg=\"%s\"", s->cfg.node_id,
+				 dxl_errmsg());
+	}
+	s->published = false; /* publish() in the loop, with cfg_epoch */
+	DXL_INFO("event=config_applied node=%u epoch=%" PRIu64 " reg_epoch=%" PRIu64,
+		 s->cfg.node_id, s->cfg_epoch, s->reg_epoch);
+}
+
+/* on_election -- (event thread) only logged: the loop asks
+ * dxl_election_is_leader and the lease before every CM round */
+static void on_election(void *arg, enum dxl_election_event ev)
+{
+	struct dxl_replica_server *s = arg;
+	if (ev == DXL_ELECTION_ELECTED)
+		DXL_INFO("event=cm_elected node=%u", s->cfg.node_id);
+	else
+		DXL_WARN("event=cm_lost node=%u", s->cfg.node_id);
+}
+
+/* ---- catch-up: state transfer for shards this node is not a member of -------- */
+
+/* pull_shard -- one copy pass of shard index i from source node src: every
+ * ring made an exact copy of the source's; *changed = bytes that differed */
+static int pull_shard(struct dxl_replica_server *s, uint32_t i, uint32_t src,
+		      uint64_t *changed)
+{
+	uint32_t shard = dxl_shard_id(s->shards[i]);
+	char *json = NULL;
+	int ret = dxl_member_get(s->zk, src, &json, NULL);
+	if (ret)
+		return ret;
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	if (!d) {
+		free(json);
+		return dxl_err_set(DXL_E_NOMEM, "catch-up");
+	}
+	ret = dxl_replica_desc_decode(json, strlen(json), d);
+	free(json);
+	struct dxl_qp *qp = NULL;
+	struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
+	const struct dxl_shard_desc *sd = ret ? NULL : dxl_replica_desc_shard(d, shard);
+	if (!ret && !sd)
+		ret = dxl_err_set(DXL_E_NOENT, "node %u does not host shard %u", src, shard);
+	if (!ret && (sd->nrings != dxl_logstore_nrings(ls) ||
+		     sd->ring_size != dxl_logstore_ring_size(ls)))
+		ret = dxl_err_set(DXL_E_CONFIG,
+				  "shard %u: node %u has %u rings of %" PRIu64
+				  " bytes, this node %u of %" PRIu64 " (log.writer_slots and log.ring_size must agree)",
+				  shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
+				  dxl_logstore_ring_size(ls));
+	if (!ret)
+		ret = dxl_qp_connect(s->pull_ctx, d->addr, d->ctx, &qp);
+	*changed = 0;
+	for (uint32_t r = 0; !ret && r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_log_target t;
+		struct dxl_pull_stats st;
+		if ((ret = dxl_replica_desc_target(d, shard, r, &t)))
+			break;
+		ret = dxl_logstore_pull(ls, r, qp, &t, &st);
+		*changed += st.changed;
+	}
+	dxl_qp_delete(&qp);
+	free(d);
+	return ret;
+}
+
+/* catch_up -- for every hosted shard that is not a member: copy it from a
+ * live member (the primary first), and say SYNCED once a pass changed
+ * little (the CM then adds it; writers repair the last gap when they
+ * reopen, docs/log.md). A SYNCED shard keeps copying, slower, until it is
+ * added. */
+static void catch_up(struct dxl_replica_server *s)
+{
+	bool republish = false;
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (s->st[i] == DXL_SHARD_MEMBER)
+			continue;
+		uint32_t shard = dxl_shard_id(s->shards[i]);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
+		enum dxl_shard_state old = s->st[i];
+		if (s->st[i] == DXL_SHARD_SYNCED && ++s->pull_skip[i] % 5)
+			continue; /* synced: one pass in five */
+		uint32_t m[DXL_CONFIG_MAX_REPLICAS], nm = 0;
+		if (sh) {
+			m[nm++] = sh->primary;
+			for (uint32_t k = 0; k < sh->nbackups; k++)
+				m[nm++] = sh->backups[k];
+		}
+		int ret = DXL_E_NOENT;
+		uint64_t changed = 0;
+		uint32_t src = 0;
+		for (uint32_t k = 0; k < nm && ret; k++) {
+			src = m[k];
+			ret = pull_shard(s, i, src, &changed);
+			if (ret && ret != DXL_E_NOENT)
+				DXL_DEBUG("event=catch_up_failed shard=%u source=%u msg=\"%s\"",
+					  shard, src, dxl_errmsg());
+		}
+		if (ret) {
+			s->st[i] = nm ? DXL_SHARD_CATCHING_UP : DXL_SHARD_UNASSIGNED;
+		} else {
+			s->st[i] = changed < s->cfg.sync_bytes ? DXL_SHARD_SYNCED :
+							       DXL_SHARD_CATCHING_UP;
+			if (changed)
+				DXL_DEBUG("event=catch_up_pass shard=%u source=%u changed=%" PRIu64,
+					  shard, src, changed);
+		}
+		if (old != s->st[i]) {
+			DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=%s was=%s",
+				 shard, s->cfg_epoch, dxl_shard_state_name(s->st[i]),
+				 dxl_shard_state_name(old));
+			republish = true;
+		}
+	}
+	if (republish)
+		s->published = false;
 }
 
 /* ---- retention ---------------------------------------------------------------- */
@@ -317,6 +552,8 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (s->st[i] != DXL_SHARD_MEMBER)
+			continue; /* a copy in progress: its heads are the source's */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
 			int n = retain_ring(s, ls, r, now_ms);
@@ -352,6 +589,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	struct dxl_replica_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return dxl_err_set(DXL_E_NOMEM, "replica server");
+	pthread_mutex_init(&s->mu, NULL);
 	s->cfg = *cfg;
 	s->cfg.fabric.node_id = cfg->node_id;
 	const char *cluster = cfg->zk.cluster[0] ? cfg->zk.cluster : "default";
@@ -364,7 +602,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		goto fail;
 	/* 2. the fabric and ctx 0 */
 	if ((ret = dxl_fabric_new(&s->cfg.fabric, &s->f)) ||
-	    (ret = dxl_ctx_new(s->f, 0, &s->ctx)))
+	    (ret = dxl_ctx_new(s->f, 0, &s->ctx)) ||
+	    (ret = dxl_ctx_new(s->f, 1, &s->pull_ctx)))
 		goto fail;
 	/* 3. the shards (registered: ready to serve once published) */
 	for (uint32_t i = 0; i < cfg->nshards; i++) {
@@ -388,6 +627,10 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		goto fail;
 	if ((ret = publish(s, true)))
 		goto fail;
+	/* 5. follow the configuration; stand for the CM */
+	if ((ret = dxl_cluster_config_watch_new(s->zk, on_config, s, &s->cw)))
+		goto fail;
+	/* (the CM candidacy starts in the service loop) */
 	s->last_retain_ms = dxl_now_ms();
 	*out = s;
 	return 0;
@@ -427,6 +670,8 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		if (lease && dxl_zk_session_epoch(s->zk) != last_epoch) {
 			last_epoch = dxl_zk_session_epoch(s->zk);
 			s->published = false;
+			/* the old session's candidacy ended with it */
+			dxl_election_delete(&s->el);
 			DXL_INFO("event=new_session node=%u session_epoch=%" PRIu64,
 				 s->cfg.node_id, last_epoch);
 		}
@@ -446,7 +691,30 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=publish_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
+		if (lease)
+			apply_config(s);
+		if (lease && s->cfg.cm && !s->el && dxl_now_ms() - s->last_cand_ms >= 1000) {
+			char data[64];
+			s->last_cand_ms = dxl_now_ms();
+			snprintf(data, sizeof(data), "{\"node_id\":%u}", s->cfg.node_id);
+			if (dxl_election_new(s->zk, DXL_ELECTION_CM, data, on_election, s, &s->el))
+				DXL_WARN("event=cm_candidacy_failed node=%u msg=\"%s\"",
+					 s->cfg.node_id, dxl_errmsg());
+		}
 		uint64_t now = dxl_now_ms();
+		if (lease && s->serving && s->published &&
+		    now - s->last_pull_ms >= s->cfg.pull_ms) {
+			s->last_pull_ms = now;
+			catch_up(s);
+		}
+		if (lease && s->el && dxl_election_is_leader(s->el) &&
+		    now - s->last_cm_ms >= s->cfg.cm_check_ms) {
+			s->last_cm_ms = now;
+			int r = dxl_cm_reconcile(s->zk, &s->cfg.cm_params, NULL);
+			if (r < 0)
+				DXL_WARN("event=cm_round_failed node=%u msg=\"%s\"",
+					 s->cfg.node_id, dxl_errmsg());
+		}
 		if (now - s->last_retain_ms >= s->cfg.retention_check_ms) {
 			s->last_retain_ms = now;
 			dxl_replica_server_retain(s, dxl_wall_ms());
@@ -464,6 +732,27 @@ bool dxl_replica_server_serving(const struct dxl_replica_server *s)
 uint64_t dxl_replica_server_reg_epoch(const struct dxl_replica_server *s)
 {
 	return s->reg_epoch;
+}
+
+uint64_t dxl_replica_server_cfg_epoch(const struct dxl_replica_server *s)
+{
+	return s->cfg_epoch;
+}
+
+int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
+				   uint32_t shard, enum dxl_shard_state *st)
+{
+	for (uint32_t i = 0; i < s->nshards; i++)
+		if (dxl_shard_id(s->shards[i]) == shard) {
+			*st = s->st[i];
+			return 0;
+		}
+	return dxl_err_set(DXL_E_NOENT, "shard %u is not hosted here", shard);
+}
+
+bool dxl_replica_server_is_cm(const struct dxl_replica_server *s)
+{
+	return s->el && dxl_election_is_leader(s->el) && dxl_zk_lease_valid(s->zk);
 }
 
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s)
@@ -497,16 +786,22 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 	/* 2. a last retention pass; heads are persisted as they move */
 	if (s->nshards && s->f)
 		dxl_replica_server_retain(s, dxl_wall_ms());
-	/* 3. leave ZooKeeper: nodes/<id> goes at once */
+	/* 3. leave ZooKeeper: the CM role and nodes/<id> go at once */
+	dxl_cluster_config_watch_delete(&s->cw);
+	dxl_election_delete(&s->el);
 	if (s->zk && was_published)
 		dxl_member_deregister(s->zk, s->cfg.node_id);
 	dxl_zk_delete(&s->zk);
 	/* 4. close the regions, the fabric, unlock the data directory */
 	for (uint32_t i = 0; i < s->nshards; i++)
 		dxl_shard_close(&s->shards[i]);
+	dxl_ctx_delete(&s->pull_ctx);
 	dxl_ctx_delete(&s->ctx);
 	dxl_fabric_delete(&s->f);
 	dxl_datadir_close(&s->dd);
+	dxl_cluster_config_clear(&s->pend);
+	dxl_cluster_config_clear(&s->conf);
+	pthread_mutex_destroy(&s->mu);
 	free(s);
 	*sp = NULL;
 }

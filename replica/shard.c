@@ -173,6 +173,24 @@ int dxl_shard_describe(const struct dxl_shard *s, struct dxl_shard_desc *out)
 
 /* ---- JSON ------------------------------------------------------------------ */
 
+static const char *const STATE_NAMES[] = {"member", "catching_up", "synced",
+					   "unassigned"};
+
+const char *dxl_shard_state_name(enum dxl_shard_state st)
+{
+	return (unsigned)st < DXL_ARRAY_SIZE(STATE_NAMES) ? STATE_NAMES[st] : "?";
+}
+
+int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out)
+{
+	for (unsigned i = 0; i < DXL_ARRAY_SIZE(STATE_NAMES); i++)
+		if (!strcmp(s, STATE_NAMES[i])) {
+			*out = (enum dxl_shard_state)i;
+			return 0;
+		}
+	return dxl_err_set(DXL_E_INVAL, "unknown shard state '%s'", s);
+}
+
 #define SETN(o, k, v) (json_object_set_new((o), (k), (v)) == 0)
 
 int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
@@ -187,6 +205,7 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 	ok = ok && SETN(o, "ctx", json_integer(d->ctx));
 	ok = ok && SETN(o, "reg_epoch", json_integer((json_int_t)d->reg_epoch));
 	ok = ok && SETN(o, "durability", json_string(dxl_durability_name(d->durability)));
+	ok = ok && SETN(o, "cfg_epoch", json_integer((json_int_t)d->cfg_epoch));
 	for (uint32_t i = 0; ok && i < d->nshards; i++) {
 		const struct dxl_shard_desc *sd = &d->shards[i];
 		char addr[32];
@@ -205,6 +224,7 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 		ok = ok && SETN(sh, "ctl_off", json_integer((json_int_t)sd->ctl_off));
 		ok = ok && SETN(sh, "ring_stride", json_integer((json_int_t)sd->ring_stride));
 		ok = ok && SETN(sh, "buf_delta", json_integer((json_int_t)sd->buf_delta));
+		ok = ok && SETN(sh, "state", json_string(dxl_shard_state_name(sd->state)));
 		ok = ok && json_array_append_new(arr, sh) == 0;
 		sh = NULL;
 		json_decref(r);
@@ -272,7 +292,7 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 {
 	static const char *const skeys[] = {"id", "region", "nrings", "ring_size",
 					    "ctl_off", "ring_stride", "buf_delta",
-					    NULL};
+					    "state", NULL};
 	static const char *const rkeys[] = {"addr", "len", "rkey", "node", NULL};
 	char where[64];
 	snprintf(where, sizeof(where), "shards[%u]", i);
@@ -319,6 +339,14 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 	if ((ret = get_u64(r, rwhere, "node", UINT32_MAX, &u)))
 		return ret;
 	sd->region.node = (uint32_t)u;
+	sd->state = DXL_SHARD_MEMBER; /* descriptors of before the state field */
+	if (json_object_get(sh, "state")) {
+		const char *st;
+		if ((ret = get_str(sh, where, "state", &st)))
+			return ret;
+		if (dxl_shard_state_parse(st, &sd->state))
+			return dxl_err_set(DXL_E_CORRUPT, "%s: unknown state '%s'", where, st);
+	}
 	/* geometry: every ring inside the region */
 	if (sd->ring_size < 8192 || sd->ring_size % 4096 ||
 	    sd->buf_delta < DXL_RING_CTL_SIZE ||
@@ -341,6 +369,7 @@ int dxl_replica_desc_decode(const char *json, size_t len,
 {
 	static const char *const keys[] = {"format", "addr", "provider", "ctx",
 					   "reg_epoch", "durability", "shards",
+					   "cfg_epoch",
 					   /* added by membership */
 					   "node_id", "pid", "host", "session",
 					   "registered_ms", NULL};
@@ -391,6 +420,9 @@ int dxl_replica_desc_decode(const char *json, size_t len,
 		goto out;
 	out->ctx = (uint32_t)u;
 	if ((ret = get_u64(o, w, "reg_epoch", INT64_MAX, &out->reg_epoch)))
+		goto out;
+	if (json_object_get(o, "cfg_epoch") &&
+	    (ret = get_u64(o, w, "cfg_epoch", INT64_MAX, &out->cfg_epoch)))
 		goto out;
 	if (json_object_get(o, "node_id")) {
 		if ((ret = get_u64(o, w, "node_id", UINT32_MAX, &u)))

@@ -2,6 +2,7 @@
 #ifndef DXL_LOG_H
 #define DXL_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -661,6 +662,11 @@ struct dxl_appender_cfg {
 	uint32_t max_record;     /* largest encoded record; default 65536 */
 	enum dxl_pwrite_mode mode; /* default DXL_PWRITE_H9 */
 	uint32_t full_wait_ms;   /* wait for ring space at most; default 2000 */
+	/* default false: targets whose rings end at different places are
+	 * refused (DXL_E_STALE). true: targets[0] is the reference and every
+	 * other target's ring is repaired to its content at start-up (see
+	 * "Repair" below). */
+	bool repair;
 };
 
 void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg);
@@ -684,13 +690,55 @@ struct dxl_appender;
 /*
  * dxl_appender_new -- connect ctx to every target, claim each ring for
  * cfg.writer_id (a CAS on its owner word), read its head and contents to
- * find where this writer's records end (its tail), and get ready to append. The appender owns ctx's completions from now on: do not
- * post on or poll ctx elsewhere while it lives.
- * Errors: DXL_E_INVAL (n 0 or over DXL_APPEND_MAX_TARGETS, bad cfg),
- * DXL_E_STALE (a ring is owned by or holds records of another writer, or
- * the targets' rings end at different places: they must be repaired first),
- * DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT (unreadable head),
- * DXL_E_NOMEM.
+ * find where this writer's records end (its tail), and get ready to append.
+ * The appender owns ctx's completions from now on: do not post on or poll
+ * ctx elsewhere while it lives.
+ *
+ * The next append's commit timestamp may not go below the last record's,
+ * the head's last_ts, nor any target's watermark (the writer promised
+ * never to append below it): dxl_appender_min_ts().
+ *
+ * Repair (cfg.repair). targets[0] is the REFERENCE: the shard's primary,
+ * which holds every acknowledged record (an append is acknowledged only
+ * when it is persistent on every target of the configuration, so every
+ * surviving replica holds all of them and they differ at most in
+ * unacknowledged suffixes, or lag behind). Every other target's ring is
+ * made to end exactly where the reference's does (position and sequence):
+ *  - ahead (it holds records the reference lacks: never acknowledged): the
+ *    first line at the reference's end is zeroed and persisted, so its
+ *    scan stops there (as dxl_logstore_truncate does locally);
+ *  - behind: the reference's missing bytes are copied to it with
+ *    one-sided WRITEs (two pieces across the ring's wrap), the line after
+ *    them is zeroed, all persisted by a flush READ (H9). Only possible
+ *    when it ends at or after the reference's head (bytes below it may be
+ *    gone) and the copy would not overwrite records it has not reclaimed.
+ * Before anything is written, the records both rings hold (from the later
+ * of the two heads to the earlier of the two ends) are compared one by one
+ * (position, sequence, type, length, checksum, commit timestamp); any
+ * difference is DXL_E_STALE "diverged" (a bug or a foreign ring, never
+ * silently repaired). Every target is checked before any is changed: an
+ * error leaves every ring as it was. Watermarks are left as they are (a
+ * watermark above the reference's still holds: it only covers
+ * acknowledged records, which the reference has; the appender does not
+ * append below it). The previous appender of this writer must be gone
+ * (deleted, or its process dead), or its late WRITEs could land after the
+ * repair.
+ *
+ * The writer's contract after a failure: a writer whose appender failed
+ * with appends in flight (their outcome unknown) opens a new appender with
+ * repair on the new configuration. Every record in the reference ring is
+ * then on every target, hence acknowledged. dxl_appender_last_ts() says
+ * which of its records those are: the ones with commit_ts <= last_ts; the
+ * ones above it are not in the log and must be appended again. This needs
+ * the writer's commit timestamps to strictly increase (dxl_hlc_now does).
+ *
+ * Errors: DXL_E_INVAL (n 0 or over DXL_APPEND_MAX_TARGETS, bad cfg, rings
+ * of different sizes), DXL_E_STALE (a ring is owned by or holds records of
+ * another writer; without repair: the targets' rings end at different
+ * places; with repair: a target is too far behind ("it must be caught up
+ * first (dxl_logstore_pull)") or its records differ from the reference's
+ * ("diverged")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
+ * (unreadable head), DXL_E_NOMEM.
  */
 int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 		     const struct dxl_log_target *targets, unsigned n,
@@ -757,6 +805,108 @@ uint32_t dxl_appender_failed_targets(const struct dxl_appender *a);
 void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
 		       uint64_t *seq);
 
+/*
+ * dxl_appender_last_ts -- as found by dxl_appender_new (after repair): the
+ * commit timestamp of the last record in the reference ring (targets[0]),
+ * or the head's last_ts if no record is left above the head; 0 if this
+ * ring never held a record. Does not change with later appends. See the
+ * writer's contract above.
+ */
+uint64_t dxl_appender_last_ts(const struct dxl_appender *a);
+
+/*
+ * dxl_appender_min_ts -- the smallest commit timestamp the next append (or
+ * heartbeat) may carry: the largest of the previous append's, last_ts and
+ * every target's watermark. A writer whose clock is behind observes it
+ * (dxl_hlc_observe) before taking timestamps.
+ */
+uint64_t dxl_appender_min_ts(const struct dxl_appender *a);
+
+/* What the repair of dxl_appender_new did (all 0 without cfg.repair). */
+struct dxl_repair_stats {
+	uint32_t copied;          /* bit i: target i was behind, bytes copied */
+	uint32_t truncated;       /* bit i: target i was ahead, cut */
+	uint64_t bytes_copied;    /* ring bytes written, over all targets */
+	uint32_t records_copied;  /* data records among them */
+	uint32_t records_dropped; /* data records cut off, over all targets */
+};
+
+void dxl_appender_repair_stats(const struct dxl_appender *a,
+			       struct dxl_repair_stats *out);
+
+/* the short form (for logs): bytes copied and how many targets were
+ * truncated; either pointer may be NULL */
+void dxl_appender_repaired(const struct dxl_appender *a, uint64_t *bytes_copied,
+			   uint32_t *targets_truncated);
+
+/* ---- state transfer: pulling a ring from another replica ------------------- */
+
+/*
+ * dxl_logstore_pull makes ring `ring` of the local log ls an exact copy of
+ * the remote ring src (typically the same ring of the shard's primary): its
+ * control block (both head slots, owner word, watermark, the rest) and its
+ * whole buffer, with one-sided READs on qp (connected to src->addr /
+ * src->remote_ctx; nothing else may be in flight on its ctx). It is how a
+ * replica that rejoins a shard catches up before an appender with repair
+ * (which can only copy what lies above the reference's head) takes it in.
+ *
+ * The source's writer may keep appending and its replica keep advancing
+ * the head meanwhile. The pull READs the control block, then the buffer,
+ * then the control block again. The watermark and owner are taken from
+ * the first READ (every record below that watermark is in the buffer read
+ * after it). If the head moved between the two, the buffer below the new
+ * head may have been overwritten by the writer's next lap: the pull tries
+ * again, up to DXL_PULL_MAX_ATTEMPTS copies; if the head still moves, the
+ * last copy is kept with the head of its second READ, which is consistent
+ * too (the writer never writes at or above a position the head has not
+ * passed, so from the new head on the copy is intact). A record an append
+ * was writing during the copy is either whole or ends the copy's valid
+ * content (checksum, sequence number): the copy is always a valid prefix
+ * of what the source held.
+ *
+ * Preconditions: nobody writes the local ring meanwhile -- the replica
+ * does not serve this shard's writers while it pulls (it is not in the
+ * configuration), and its own CPU does not move the ring's head. The
+ * local owner word is NIC-owned (H8) in normal operation; the pull writes
+ * it with the CPU, which is only right because of this. A crash during a
+ * pull leaves the ring in an unspecified state: pull again before using it.
+ *
+ * dxl_logstore_pull allocates and registers (on qp's fabric) a bounce
+ * buffer of dxl_logstore_pull_bounce_bytes(ring size) bytes for the call;
+ * dxl_logstore_pull_buf uses the caller's (registered DXL_MR_LOCAL_WRITE,
+ * at least that long; NULL = allocate as dxl_logstore_pull).
+ *
+ * Only bytes that differ are written locally (by page, persisted with
+ * dxl_region_memcpy_persist): the buffer first, the control block last.
+ *
+ * Errors: DXL_E_INVAL (ring out of range, src's ring size is not ls's,
+ * bounce too small), DXL_E_CORRUPT (no valid head slot at the source),
+ * DXL_E_NOMEM, and the READs' errors (DXL_E_UNREACHABLE, DXL_E_ACCESS,
+ * DXL_E_STATE).
+ */
+#define DXL_PULL_MAX_ATTEMPTS 4
+
+struct dxl_pull_stats {
+	uint64_t changed;       /* local bytes whose value the pull changed
+				   (0: the local ring was already the copy) */
+	uint64_t bytes_read;    /* READ from the source, over all attempts */
+	uint32_t attempts;      /* copies made (more: the head moved) */
+	uint32_t records;       /* data records in the copy, head to end */
+	struct dxl_ring_head head; /* the head copied */
+	uint64_t end_pos;       /* where the copy's valid content ends */
+	uint64_t end_seq;       /* (a writer's next position and sequence) */
+	uint64_t watermark;     /* the watermark copied (0: none) */
+};
+
+uint64_t dxl_logstore_pull_bounce_bytes(uint64_t ring_size);
+
+/* st may be NULL; it is zeroed first, so it is valid on error too */
+int dxl_logstore_pull(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
+		      const struct dxl_log_target *src, struct dxl_pull_stats *st);
+int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
+			  struct dxl_qp *qp, const struct dxl_log_target *src,
+			  struct dxl_mr *bounce, struct dxl_pull_stats *st);
+
 /* ---- tailing: change capture from one replica ------------------------------ */
 
 /*
@@ -819,6 +969,23 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 
 /* the cursor: the commit timestamp of the next record to deliver */
 uint64_t dxl_tailer_cursor(const struct dxl_tailer *t);
+
+/*
+ * dxl_tailer_caught_up -- 1 if the last poll delivered every record below
+ * the resolved timestamp it read (no ring ran out of fetched bytes: the
+ * cursor is that resolved timestamp); 0 before the first poll, after a
+ * failed poll, after a poll that fn stopped or that must read further (poll
+ * again at once).
+ */
+int dxl_tailer_caught_up(const struct dxl_tailer *t);
+
+/*
+ * dxl_tailer_reclaimed_ts -- the largest commit timestamp the replica had
+ * reclaimed (over the rings' heads, as the last poll read them; 0 = nothing
+ * reclaimed): records up to it may be gone, the oldest retained record is
+ * later. What a DXL_E_STALE error is about.
+ */
+uint64_t dxl_tailer_reclaimed_ts(const struct dxl_tailer *t);
 
 /* dxl_tailer_set_live -- from the next poll on, the live rings are `mask`
  * (as dxl_tail_cfg.live_mask with live_given set), e.g. refreshed from the

@@ -102,8 +102,31 @@ int dxl_shard_targets(const struct dxl_shard *s, const char *addr,
 #define DXL_REPLICA_FORMAT 1
 #define DXL_REPLICA_MAX_SHARDS 64
 
+/*
+ * What a replica node says about a shard it hosts (nodes/<id>, "state"):
+ * MEMBER       it is a replica of the shard in the configuration (cfg_epoch)
+ *              and serves it;
+ * CATCHING_UP  it hosts the shard but is not in its replica set: it copies
+ *              the shard's rings from a member (state transfer) and is not
+ *              yet close enough to join;
+ * SYNCED       not in the replica set, and a copy pass just found it within
+ *              a small distance of a member: the CM may add it as a backup
+ *              (writers repair the rest when they reopen, docs/log.md);
+ * UNASSIGNED   not in the replica set and nothing to copy from (the shard
+ *              has no live member, or is not in the configuration).
+ */
+enum dxl_shard_state {
+	DXL_SHARD_MEMBER = 0,
+	DXL_SHARD_CATCHING_UP = 1,
+	DXL_SHARD_SYNCED = 2,
+	DXL_SHARD_UNASSIGNED = 3,
+};
+const char *dxl_shard_state_name(enum dxl_shard_state st);
+int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out);
+
 struct dxl_shard_desc {
 	uint32_t shard;
+	enum dxl_shard_state state;
 	struct dxl_mr_desc region; /* the registered data area */
 	uint32_t nrings;
 	uint64_t ring_size;
@@ -118,6 +141,10 @@ struct dxl_replica_desc {
 	enum dxl_fabric_provider provider;
 	uint32_t ctx;        /* the ctx index writers connect to */
 	uint64_t reg_epoch;  /* grows with every re-registration of regions */
+	uint64_t cfg_epoch;  /* the configuration epoch these registrations
+				were made for (0: none seen yet). Writers of
+				epoch E use a descriptor only once cfg_epoch
+				>= E: older rkeys are fenced off. */
 	enum dxl_durability durability;
 	uint32_t nshards;
 	struct dxl_shard_desc shards[DXL_REPLICA_MAX_SHARDS];
@@ -153,6 +180,173 @@ dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard);
 int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
 			    uint32_t ring, struct dxl_log_target *out);
 
+/* ==== the configuration manager (CM) ===================================== */
+
+/*
+ * One replica process of the cluster is the CM (ZooKeeper election "cm",
+ * among the dxl-replica processes with replica.cm = true). It watches
+ * nodes/ and changes the configuration only by a versioned compare-and-set,
+ * epoch + 1 each time (docs/operations.md, "Failover"):
+ *
+ * - a member of a shard whose nodes/<id> is gone (its ZooKeeper session
+ *   ended: the failure detector) is removed, if at least min_replicas
+ *   members would remain (counting caught-up replacements); otherwise the
+ *   shard stays as it is and is unavailable until a member comes back;
+ * - a dead primary is replaced by the first live backup: an append is
+ *   acknowledged only when persistent on every member, so every surviving
+ *   member holds every acknowledged record (they differ at most in
+ *   unacknowledged suffixes, which writers repair when they reopen);
+ * - a live node that hosts the shard, is not a member and says SYNCED
+ *   (it copied the shard from a member) is added as a backup while the
+ *   shard has fewer than `replication` members.
+ */
+struct dxl_cm_params {
+	uint32_t min_replicas; /* cm.min_replicas, default 2 */
+	uint32_t replication;  /* cm.replication: members to keep, default 3 */
+};
+
+void dxl_cm_params_init(struct dxl_cm_params *p);
+
+/*
+ * dxl_cm_plan -- the policy above as a pure function: from the current
+ * configuration and the descriptors of the live nodes (node_id filled),
+ * compute the next configuration (epoch + 1) into *next (initialised by
+ * this call when it returns 1; untouched otherwise). why (may be NULL)
+ * receives a human-readable summary of the decision, also when nothing
+ * changes (e.g. "shard 0: 1 of 3 members alive, below cm.min_replicas 2").
+ * Returns 1 (changed), 0 (no change) or an error (DXL_E_INVAL, DXL_E_NOMEM).
+ */
+int dxl_cm_plan(const struct dxl_cluster_config *cur,
+		const struct dxl_replica_desc *live, uint32_t nlive,
+		const struct dxl_cm_params *p, struct dxl_cluster_config *next,
+		char *why, size_t whycap);
+
+/*
+ * dxl_cm_reconcile -- one CM round: read the configuration and nodes/, plan,
+ * and commit a change by CAS. Returns 1 if a new configuration was
+ * committed (*new_epoch set when not NULL), 0 if nothing changed (or
+ * someone else changed it first: the next round sees it), or an error.
+ * Only the elected CM with a valid lease may call it.
+ */
+int dxl_cm_reconcile(struct dxl_zk *zk, const struct dxl_cm_params *p,
+		     uint64_t *new_epoch);
+
+/* ==== writers: appending to a shard that follows the configuration ======= */
+
+/*
+ * A log writer appends to one shard from one thread. It leases a writer
+ * slot in ZooKeeper (writers/<shard>/<k>: its writer id and ring k on every
+ * member), opens an appender to every member of the shard's current
+ * configuration (primary first) once each has registered its regions for
+ * that epoch, and keeps going across failovers:
+ *
+ * - an append that is not acknowledged (a member died, or its rkeys were
+ *   re-registered for a new epoch: fencing) breaks the appender; the writer
+ *   lets what is in flight finish, then reopens with the configuration of
+ *   the moment, **with repair** (the primary's ring is the reference; the
+ *   others are truncated or completed to it: docs/log.md);
+ * - the records that were in flight are resolved by the ring's last
+ *   timestamp after repair: those at or below it are in the log on every
+ *   member (reported acknowledged), the others are appended again, with
+ *   their original timestamp: no record is lost or duplicated by a retry;
+ * - while the shard cannot be opened (a member not registered, fewer live
+ *   members than the CM's min_replicas, ...) the writer retries every
+ *   retry_ms; after unavail_ms its unfinished records fail with
+ *   DXL_E_UNAVAIL and dxl_log_writer_why() says why. Later appends try
+ *   again.
+ * - when the ZooKeeper session holding the slot ends, another writer may
+ *   take the slot: this writer stops for good (DXL_E_STATE); its records in
+ *   flight may or may not be in the log.
+ *
+ * Results come in append order from dxl_log_writer_poll. When idle the
+ * writer heartbeats every heartbeat_ms so tailers' resolved timestamps
+ * advance.
+ */
+struct dxl_log_writer_cfg {
+	uint32_t shard;
+	uint32_t max_inflight;  /* appends in flight (16; 1..256) */
+	uint32_t max_queue;     /* records accepted and not yet reported (4096) */
+	uint32_t max_record;    /* largest encoded record (65536) */
+	uint32_t unavail_ms;    /* give unfinished records up after (30000) */
+	uint32_t retry_ms;      /* between reopen attempts (20) */
+	uint32_t heartbeat_ms;  /* idle watermark heartbeat period (100) */
+	uint32_t fabric_timeout_ms; /* dead-member detection (1000) */
+};
+
+void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
+
+struct dxl_log_writer_result {
+	uint64_t ts;     /* the record's commit timestamp */
+	uint64_t txn_id;
+	int status;      /* 0: acknowledged (persistent on every member) */
+};
+
+struct dxl_log_writer_info {
+	uint32_t shard, slot;
+	uint64_t epoch;          /* of the configuration appended to */
+	uint32_t primary;
+	uint32_t nreplicas;
+	uint32_t replicas[DXL_CONFIG_MAX_REPLICAS]; /* primary first */
+	bool available;          /* an appender is open and not broken */
+	uint64_t reopens;        /* appenders opened (1 + reopens) */
+	uint64_t outages;        /* breaks that ended in a reopen */
+	uint64_t last_outage_ms; /* the last one's length: break to reopen */
+};
+
+struct dxl_log_writer;
+
+/*
+ * dxl_log_writer_new -- lease a slot of shard cfg.shard and open it (waiting
+ * up to cfg.unavail_ms while the shard is unavailable). zk is borrowed and
+ * must outlive the writer. Errors: DXL_E_NOENT (no configuration, unknown
+ * shard: the message lists the shards), DXL_E_FULL (every slot taken),
+ * DXL_E_UNAVAIL (the shard stayed unavailable; the message says why),
+ * DXL_E_CONFIG, DXL_E_INVAL, and ZooKeeper's errors.
+ */
+int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
+		       struct dxl_log_writer **out);
+
+/* dxl_log_writer_delete -- abandon what is unfinished, release the slot */
+void dxl_log_writer_delete(struct dxl_log_writer **w);
+
+/*
+ * dxl_log_writer_append -- queue one record (the payload is copied); its
+ * commit timestamp (hybrid clock, strictly increasing) in *ts. txn_id 0 =
+ * the timestamp. Posted by the next poll. Errors: DXL_E_AGAIN (max_queue
+ * records unreported: poll), DXL_E_TOOBIG (over max_record), DXL_E_INVAL
+ * (empty), DXL_E_STATE (the writer lost its slot).
+ */
+int dxl_log_writer_append(struct dxl_log_writer *w, const void *payload, uint32_t len,
+			  uint64_t txn_id, uint64_t *ts);
+
+/*
+ * dxl_log_writer_poll -- make progress (post, collect, reopen) for up to
+ * timeout_ms (0: once) and return up to max finished records, in append
+ * order; returns as soon as at least one is there. status 0 = acknowledged;
+ * DXL_E_UNAVAIL (gave up after unavail_ms), DXL_E_NOENT (the shard left the
+ * configuration), DXL_E_TOOBIG/DXL_E_INVAL (rejected by the appender),
+ * DXL_E_STATE (slot lost: may or may not be in the log).
+ */
+int dxl_log_writer_poll(struct dxl_log_writer *w, struct dxl_log_writer_result *res,
+			int max, int timeout_ms);
+
+/* records appended and not yet returned by poll */
+uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);
+
+/*
+ * dxl_log_writer_flush -- with nothing pending: a watermark heartbeat at
+ * the current time, waited for, so tailers deliver everything appended.
+ * Errors: DXL_E_BUSY (records not yet reported by poll), DXL_E_TIMEDOUT,
+ * DXL_E_UNREACHABLE, DXL_E_STATE.
+ */
+int dxl_log_writer_flush(struct dxl_log_writer *w, int timeout_ms);
+
+void dxl_log_writer_get_info(const struct dxl_log_writer *w,
+			     struct dxl_log_writer_info *info);
+
+/* why the shard is or was last unavailable ("" if never) */
+const char *dxl_log_writer_why(const struct dxl_log_writer *w);
+
 /* ==== the replica server ================================================= */
 
 struct dxl_config;
@@ -173,6 +367,13 @@ struct dxl_replica_cfg {
 	uint32_t exist_wait_ms;  /* replica.exist_wait_ms: retry a node id
 				    held by another session (default: the
 				    session timeout) ; UINT32_MAX = default */
+	bool cm;                 /* replica.cm: stand for the CM (true) */
+	struct dxl_cm_params cm_params; /* cm.min_replicas, cm.replication */
+	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (100) */
+	uint32_t pull_ms;        /* replica.pull_ms: catch-up pass period (200) */
+	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
+				    changed fewer bytes than this makes the
+				    shard SYNCED (256K) */
 	struct dxl_fabric_cfg fabric; /* fabric.* */
 	struct dxl_zk_cfg zk;         /* zk.* (zk.cluster = the cluster) */
 };
@@ -237,6 +438,13 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms);
 /* serving state, for tests and diagnostics */
 bool dxl_replica_server_serving(const struct dxl_replica_server *s);
 uint64_t dxl_replica_server_reg_epoch(const struct dxl_replica_server *s);
+/* the configuration epoch the regions are registered for (0: none yet) */
+uint64_t dxl_replica_server_cfg_epoch(const struct dxl_replica_server *s);
+/* the state of a hosted shard (DXL_E_NOENT if not hosted) */
+int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
+				   uint32_t shard, enum dxl_shard_state *st);
+/* this process is the elected CM with a valid lease */
+bool dxl_replica_server_is_cm(const struct dxl_replica_server *s);
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s);
 struct dxl_zk *dxl_replica_server_zk(const struct dxl_replica_server *s);
 struct dxl_shard *dxl_replica_server_shard(const struct dxl_replica_server *s,

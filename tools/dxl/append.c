@@ -27,28 +27,63 @@ static void append_usage(FILE *out)
 {
 	fprintf(out,
 "Usage: dxl log append --shard S [--dir DIR | --zk CONNECT --cluster NAME]\n"
-"                      [RECORD...]\n"
+"                      [--unavail-ms MS] [RECORD...]\n"
 "\n"
 "Append records to shard S: each RECORD argument is one record; without\n"
 "arguments every line of stdin is one (newline removed, empty lines\n"
 "skipped). Leases the first free writer slot k of the shard (the ephemeral\n"
-"znode writers/<S>/<k>; the writer id is k), appends to ring k of every\n"
-"replica of the shard (from their nodes/<id> descriptors), with commit\n"
-"timestamps from a hybrid logical clock, and prints one line per record:\n"
+"znode writers/<S>/<k>; the writer id is k) and appends to ring k of every\n"
+"member of the shard in the current configuration, with commit timestamps\n"
+"from a hybrid logical clock. It prints one line per record, in order, as\n"
+"soon as the record is acknowledged (persistent on every member):\n"
 "\n"
-"    <commit_ts>\\tok\n"
-"    <commit_ts>\\tFAILED <error>: not on replica(s) <ids>\n"
+"    <commit_ts>\tok\n"
+"    <commit_ts>\tFAILED <error>: <why>\n"
 "\n"
-"then writes a final watermark (heartbeat) so tailers deliver everything,\n"
-"and releases the slot.\n"
+"Across a failover (a member dies, the configuration manager installs a new\n"
+"epoch) the records in flight are not lost or duplicated: the writer\n"
+"reopens on the new members, repairs the rings from the primary, counts the\n"
+"records it finds there as acknowledged and appends the others again. A\n"
+"record fails only when the shard stays unavailable for --unavail-ms.\n"
+"At the end it writes a watermark (heartbeat) so tailers deliver everything\n"
+"appended, and releases the slot.\n"
 "\n"
 "  --shard S          the shard (required)\n"
 "  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
 "  --zk CONNECT       ZooKeeper connect string (instead of DIR/cluster.json)\n"
 "  --cluster NAME     cluster name with --zk [default]\n"
+"  --unavail-ms MS    give a record up after the shard was unavailable this\n"
+"                     long [30000]\n"
 "  -h, --help         this text\n"
 "\n" EXIT_CODES_HELP
-"    (append exits 1 if any record was not acknowledged by every replica)\n");
+"    (append exits 1 if any record was not acknowledged)\n");
+}
+
+/* writer_err_exit -- the exit code for an error opening a writer */
+int writer_err_exit(int ret)
+{
+	switch (ret) {
+	case DXL_E_NOENT: return EX_CLUSTER;
+	case DXL_E_INVAL: return EX_USAGE;
+	default: return EX_FAIL;
+	}
+}
+
+static uint32_t report(struct dxl_log_writer *w, int timeout_ms)
+{
+	struct dxl_log_writer_result res[64];
+	uint32_t failed = 0;
+	int k = dxl_log_writer_poll(w, res, 64, timeout_ms);
+	for (int j = 0; j < k; j++) {
+		if (res[j].status == 0) {
+			printf("%llu\tok\n", (unsigned long long)res[j].ts);
+			continue;
+		}
+		failed++;
+		printf("%llu\tFAILED %s: %s\n", (unsigned long long)res[j].ts,
+		       dxl_errname(res[j].status), dxl_log_writer_why(w));
+	}
+	return failed;
 }
 
 int cmd_log_append(int argc, char **argv)
@@ -61,11 +96,12 @@ int cmd_log_append(int argc, char **argv)
 		{"dir", required_argument, NULL, 'd'},
 		{"zk", required_argument, NULL, 'z'},
 		{"cluster", required_argument, NULL, 'C'},
+		{"unavail-ms", required_argument, NULL, 'U'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *dir = "./dxl-cluster", *zkc = NULL, *cl = NULL;
-	uint32_t shard = 0;
+	uint32_t shard = 0, unavail = 30000;
 	bool have_shard = false;
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -80,6 +116,12 @@ int cmd_log_append(int argc, char **argv)
 		case 'd': dir = optarg; break;
 		case 'z': zkc = optarg; break;
 		case 'C': cl = optarg; break;
+		case 'U':
+			if (parse_u32(optarg, &unavail) || !unavail) {
+				errf("--unavail-ms '%s': milliseconds, > 0", optarg);
+				return EX_USAGE;
+			}
+			break;
 		case 'h': append_usage(stdout); return EX_OK;
 		default: append_usage(stderr); return EX_USAGE;
 		}
@@ -100,206 +142,75 @@ int cmd_log_append(int argc, char **argv)
 	struct dxl_zk *zk = NULL;
 	if ((ret = zk_connect(&cn, &zk)))
 		return ret;
-	struct shard_view v;
-	if ((ret = shard_view(zk, &cn, shard, &v))) {
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = shard;
+	wc.unavail_ms = unavail;
+	struct dxl_log_writer *w = NULL;
+	if ((ret = dxl_log_writer_new(zk, &wc, &w))) {
+		errf("%s", dxl_errmsg());
 		dxl_zk_delete(&zk);
-		return ret;
+		return writer_err_exit(ret);
 	}
-	static struct dxl_replica_desc d[MAX_REPLICAS];
-	uint32_t nslots = DXL_SHARD_MAX_RINGS;
-	for (uint32_t i = 0; i < v.n; i++) {
-		int r = get_desc(zk, v.ids[i], &d[i]);
-		if (r > 0)
-			errf("replica %u of shard %u is not registered in nodes/ (down?)", v.ids[i],
-			     shard);
-		const struct dxl_shard_desc *sd = r ? NULL : dxl_replica_desc_shard(&d[i], shard);
-		if (!r && !sd)
-			errf("replica %u does not host shard %u", v.ids[i], shard);
-		if (r || !sd) {
-			dxl_zk_delete(&zk);
-			return r < 0 ? EX_FAIL : EX_CLUSTER;
-		}
-		if (sd->nrings < nslots)
-			nslots = sd->nrings;
-	}
-	uint32_t slot = 0;
-	if ((ret = dxl_writer_slot_lease(zk, shard, nslots, &slot))) {
-		errf("leasing a writer slot of shard %u: %s", shard, dxl_errmsg());
-		dxl_zk_delete(&zk);
-		return ret == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
-	}
-	struct dxl_log_target t[MAX_REPLICAS];
-	struct dxl_fabric *f = NULL;
-	struct dxl_ctx *ctx = NULL;
-	struct dxl_appender *ap = NULL;
-	struct dxl_fabric_cfg fc;
-	dxl_fabric_cfg_init(&fc);
-	fc.provider = d[0].provider;
-	int r = 0;
-	for (uint32_t i = 0; !r && i < v.n; i++)
-		r = dxl_replica_desc_target(&d[i], shard, slot, &t[i]);
-	if (!r)
-		r = dxl_fabric_new(&fc, &f);
-	if (!r)
-		r = dxl_ctx_new(f, 0, &ctx);
-	if (!r) {
-		struct dxl_appender_cfg ac;
-		dxl_appender_cfg_init(&ac);
-		ac.writer_id = slot;
-		ac.epoch = (uint32_t)v.epoch;
-		r = dxl_appender_new(ctx, &ac, t, v.n, &ap);
-	}
-	if (r) {
-		errf("opening writer slot %u of shard %u: %s", slot, shard, dxl_errmsg());
-		dxl_fabric_delete(&f);
-		dxl_writer_slot_release(zk, shard, slot);
-		dxl_zk_delete(&zk);
-		return EX_FAIL;
-	}
-
-	/* append: pipelined; results arrive in append order */
-	struct dxl_hlc clk;
-	dxl_hlc_init(&clk);
-	size_t cap = 1024, posted = 0, done = 0;
-	uint64_t *ts = malloc(cap * sizeof(*ts));
 	uint32_t failed = 0, nrec = 0;
 	char *line = NULL;
 	size_t lcap = 0;
 	int ai = optind;
-	bool from_stdin = optind >= argc, eof = false;
-	struct dxl_append_result res[16];
-	while (ts) {
-		/* the next record */
+	bool from_stdin = optind >= argc;
+	for (;;) {
 		const char *p = NULL;
 		size_t plen = 0;
-		if (!eof) {
-			if (!from_stdin) {
-				if (ai < argc) {
-					p = argv[ai++];
-					plen = strlen(p);
-				}
-			} else {
-				ssize_t n;
-				while ((n = getline(&line, &lcap, stdin)) >= 0) {
-					while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-						line[--n] = 0;
-					if (n > 0)
-						break;
-				}
-				if (n > 0) {
-					p = line;
-					plen = (size_t)n;
-				}
+		if (!from_stdin) {
+			if (ai < argc) {
+				p = argv[ai++];
+				plen = strlen(p);
 			}
-			if (!p)
-				eof = true;
+		} else {
+			ssize_t n;
+			while ((n = getline(&line, &lcap, stdin)) >= 0) {
+				while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+					line[--n] = 0;
+				if (n > 0)
+					break;
+			}
+			if (n > 0) {
+				p = line;
+				plen = (size_t)n;
+			}
 		}
-		if (p) {
-			if (posted == cap) {
-				uint64_t *nt = realloc(ts, cap * 2 * sizeof(*ts));
-				if (!nt)
-					break;
-				ts = nt;
-				cap *= 2;
-			}
-			uint64_t now = dxl_hlc_now(&clk);
-			struct dxl_rec rec = {.txn_id = now, .commit_ts = now, .payload = p,
-					      .payload_len = (uint32_t)plen};
-			uint64_t tok;
-			for (;;) {
-				r = dxl_appender_append(ap, &rec, NULL, &tok);
-				if (r != DXL_E_AGAIN)
-					break;
-				dxl_appender_wait(ap, 100);
-				int k = dxl_appender_poll(ap, res, 16);
-				for (int j = 0; j < k; j++, done++) {
-					/* printed below: same code path */
-					if (res[j].status == 0) {
-						printf("%llu\tok\n", (unsigned long long)ts[done]);
-						continue;
-					}
-					failed++;
-					printf("%llu\tFAILED %s: not on replica(s)",
-					       (unsigned long long)ts[done], dxl_errname(res[j].status));
-					for (uint32_t q = 0; q < v.n; q++)
-						if (!(res[j].acked & (1u << q)))
-							printf(" %u", v.ids[q]);
-					printf("\n");
-				}
-			}
-			nrec++;
-			if (r) {
-				/* not posted: report it in order once earlier ones are in */
-				while (done < posted) {
-					dxl_appender_wait(ap, 100);
-					int k = dxl_appender_poll(ap, res, 16);
-					for (int j = 0; j < k; j++, done++) {
-						if (!res[j].status) {
-							printf("%llu\tok\n", (unsigned long long)ts[done]);
-							continue;
-						}
-						failed++;
-						printf("%llu\tFAILED %s\n", (unsigned long long)ts[done],
-						       dxl_errname(res[j].status));
-					}
-				}
-				failed++;
-				printf("%llu\tFAILED %s: %s\n", (unsigned long long)now,
-				       dxl_errname(r), dxl_errmsg());
-				if (r == DXL_E_UNAVAIL || r == DXL_E_FULL) {
-					errf("stopping: %s", dxl_errmsg());
-					break;
-				}
-				continue;
-			}
-			ts[posted++] = now;
+		if (!p)
+			break;
+		nrec++;
+		uint64_t ts = 0;
+		for (;;) {
+			ret = dxl_log_writer_append(w, p, (uint32_t)DXL_MIN(plen, UINT32_MAX), 0, &ts);
+			if (ret != DXL_E_AGAIN)
+				break;
+			failed += report(w, 100);
+		}
+		if (ret) {
+			/* not queued: report it in order once earlier ones are in */
+			while (dxl_log_writer_pending(w))
+				failed += report(w, 100);
+			failed++;
+			printf("-\tFAILED %s: %s\n", dxl_errname(ret), dxl_errmsg());
+			if (ret == DXL_E_STATE)
+				break;
 			continue;
 		}
-		/* no more records: collect the rest */
-		if (done >= posted)
-			break;
-		dxl_appender_wait(ap, 100);
-		int k = dxl_appender_poll(ap, res, 16);
-		for (int j = 0; j < k; j++, done++) {
-			if (res[j].status == 0) {
-				printf("%llu\tok\n", (unsigned long long)ts[done]);
-				continue;
-			}
-			failed++;
-			printf("%llu\tFAILED %s: not on replica(s)", (unsigned long long)ts[done],
-			       dxl_errname(res[j].status));
-			for (uint32_t q = 0; q < v.n; q++)
-				if (!(res[j].acked & (1u << q)))
-					printf(" %u", v.ids[q]);
-			printf("\n");
-		}
+		failed += report(w, 0);
 	}
 	free(line);
-	if (!ts) {
-		errf("out of memory");
-		failed++;
-	}
-	free(ts);
+	while (dxl_log_writer_pending(w))
+		failed += report(w, 100);
 	/* the final watermark, so tailers deliver everything appended */
-	r = dxl_appender_heartbeat(ap, dxl_hlc_now(&clk));
-	if (r) {
+	if ((ret = dxl_log_writer_flush(w, 5000)))
 		errf("final heartbeat: %s", dxl_errmsg());
-	} else {
-		uint64_t end = dxl_now_ms() + 5000;
-		while (dxl_appender_inflight(ap) && dxl_now_ms() < end) {
-			dxl_appender_wait(ap, 100);
-			dxl_appender_poll(ap, res, 16);
-		}
-	}
 	fflush(stdout);
-	dxl_appender_delete(&ap);
-	dxl_fabric_delete(&f);
-	if (dxl_writer_slot_release(zk, shard, slot))
-		errf("releasing writer slot %u of shard %u: %s", slot, shard, dxl_errmsg());
+	dxl_log_writer_delete(&w);
 	dxl_zk_delete(&zk);
 	if (failed)
-		errf("%u of %u records not acknowledged by every replica of shard %u", failed, nrec,
+		errf("%u of %u records not acknowledged by every member of shard %u", failed, nrec,
 		     shard);
 	return failed ? EX_FAIL : EX_OK;
 }
-

@@ -56,7 +56,13 @@ struct state {                  /* DIR/cluster.json */
 	uint32_t nreplicas, nshards;
 	uint32_t ids[MAX_REPLICAS];
 	pid_t pids[MAX_REPLICAS];
+	/* how the replicas were started, for 'cluster restart' */
+	char provider[16], durability[16];
+	uint32_t nopts;
+	char opts[32][160]; /* -o key=value for every replica */
 };
+
+#define STATE_MAX_OPTS 32
 
 int state_write(const char *dir, const struct state *s);
 int state_read(const char *dir, struct state *s);
@@ -77,7 +83,11 @@ int get_desc(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *d);
 int cmd_cluster_up(int argc, char **argv);
 int cmd_cluster_status(int argc, char **argv);
 int cmd_cluster_down(int argc, char **argv);
+int cmd_cluster_kill(int argc, char **argv);
+int cmd_cluster_restart(int argc, char **argv);
 int cmd_log_append(int argc, char **argv);
+int cmd_log_load(int argc, char **argv);
+int writer_err_exit(int ret);
 int cmd_tail(int argc, char **argv);
 
 #endif /* DXL_TOOLS_CLI_H */

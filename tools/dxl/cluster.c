@@ -31,11 +31,13 @@ static void up_usage(FILE *out)
 "Usage: dxl cluster up [--dir DIR] [--replicas N] [--shards S] [--zk CONNECT]\n"
 "                      [--cluster NAME] [--provider tcp] [--durability MODE]\n"
 "                      [--ring-size BYTES] [--writer-slots W]\n"
+"                      [--session-timeout MS] [--min-replicas M] [-o KEY=VALUE]...\n"
 "\n"
 "Start a local cluster: N dxl-replica processes (node ids 1..N) each hosting\n"
-"shards 0..S-1 (static placement: every shard on every replica, replica 1\n"
-"primary), registered in ZooKeeper, and the cluster configuration in\n"
-"/dxl/NAME/config (created, or replaced with the next epoch).\n"
+"shards 0..S-1 (every shard on every replica, replica 1 primary), registered\n"
+"in ZooKeeper, and the cluster configuration in /dxl/NAME/config (created, or\n"
+"replaced with the next epoch). From then on the configuration manager (one\n"
+"of the replicas, elected) changes it on failures: see docs/operations.md.\n"
 "\n"
 "  --dir DIR          state directory [./dxl-cluster]: DIR/cluster.json (pids,\n"
 "                     connect string), DIR/logs/replica-<id>.log, DIR/data/<id>,\n"
@@ -50,16 +52,21 @@ static void up_usage(FILE *out)
 "  --durability MODE  pmem | msync | process [process]\n"
 "  --ring-size BYTES  log.ring_size of new shards (e.g. 256K) [1M]\n"
 "  --writer-slots W   log.writer_slots of new shards [16]\n"
+"  --session-timeout MS  ZooKeeper session timeout of the replicas = failure\n"
+"                     detection time [2000]\n"
+"  --min-replicas M   cm.min_replicas: the CM never shrinks a shard below M\n"
+"                     live members (it reports it unavailable instead)\n"
+"                     [2 with 3+ replicas, else 1]\n"
+"  -o KEY=VALUE       any dxl-replica config key, for every replica\n"
+"                     (dxl-replica --help lists them); repeatable\n"
 "  -h, --help         this text\n"
 "\n" EXIT_CODES_HELP, MAX_REPLICAS, DXL_REPLICA_MAX_SHARDS);
 }
 
-static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id,
-			   const char *provider, const char *durability,
-			   const char *ring_size, const char *slots)
+static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id)
 {
 	char bin[PATH_MAX + 16], data[PATH_MAX + 32], log[PATH_MAX + 64], nid[16],
-		shards[32], rs[64], ws[64];
+		shards[32];
 	snprintf(bin, sizeof(bin), "%s/dxl-replica", g_self_dir);
 	snprintf(data, sizeof(data), "%s/data/%u", dir, id);
 	snprintf(log, sizeof(log), "%s/logs/replica-%u.log", dir, id);
@@ -68,7 +75,7 @@ static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id,
 		snprintf(shards, sizeof(shards), "0");
 	else
 		snprintf(shards, sizeof(shards), "0-%u", s->nshards - 1);
-	const char *argv[32];
+	const char *argv[32 + 2 * STATE_MAX_OPTS];
 	int a = 0;
 	argv[a++] = bin;
 	argv[a++] = "--node-id";
@@ -80,20 +87,14 @@ static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id,
 	argv[a++] = "--cluster";
 	argv[a++] = s->c.cluster;
 	argv[a++] = "--provider";
-	argv[a++] = provider;
+	argv[a++] = s->provider;
 	argv[a++] = "--durability";
-	argv[a++] = durability;
+	argv[a++] = s->durability;
 	argv[a++] = "--shards";
 	argv[a++] = shards;
-	if (ring_size) {
-		snprintf(rs, sizeof(rs), "log.ring_size=%s", ring_size);
+	for (uint32_t i = 0; i < s->nopts; i++) {
 		argv[a++] = "-o";
-		argv[a++] = rs;
-	}
-	if (slots) {
-		snprintf(ws, sizeof(ws), "log.writer_slots=%s", slots);
-		argv[a++] = "-o";
-		argv[a++] = ws;
+		argv[a++] = s->opts[i];
 	}
 	argv[a] = NULL;
 	if (access(bin, X_OK) != 0) {
@@ -114,6 +115,10 @@ static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id,
 	}
 	if (p == 0) {
 		setsid();
+		/* 'dxl cluster kill --power-fail' = SIGUSR2: the tcp provider's
+		 * power-failure model (docs/fabric.md) */
+		if (!strcmp(s->provider, "tcp") && !getenv("DXL_FABRIC_PF"))
+			setenv("DXL_FABRIC_PF", "USR2:random", 1);
 		int nul = open("/dev/null", O_RDONLY);
 		if (nul >= 0)
 			dup2(nul, 0);
@@ -219,17 +224,52 @@ int cmd_cluster_up(int argc, char **argv)
 		{"durability", required_argument, NULL, 'D'},
 		{"ring-size", required_argument, NULL, 'R'},
 		{"writer-slots", required_argument, NULL, 'W'},
+		{"session-timeout", required_argument, NULL, 'T'},
+		{"min-replicas", required_argument, NULL, 'm'},
+		{"option", required_argument, NULL, 'o'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *dir0 = "./dxl-cluster", *zkc = NULL, *cluster = "default";
+	const char *session_timeout = "2000", *min_replicas = NULL;
+	const char *extra[STATE_MAX_OPTS];
+	uint32_t nextra = 0;
 	const char *provider = "tcp", *durability = "process", *ring_size = NULL,
 		   *slots = NULL;
 	uint32_t n = 3, ns = 2;
 	int c;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir0 = optarg; break;
+		case 'T': {
+			uint32_t v;
+			if (parse_u32(optarg, &v) || v < 100) {
+				errf("--session-timeout '%s': milliseconds, >= 100", optarg);
+				return EX_USAGE;
+			}
+			session_timeout = optarg;
+			break;
+		}
+		case 'm': {
+			uint32_t v;
+			if (parse_u32(optarg, &v) || v < 1 || v > MAX_REPLICAS) {
+				errf("--min-replicas '%s': want 1..%d", optarg, MAX_REPLICAS);
+				return EX_USAGE;
+			}
+			min_replicas = optarg;
+			break;
+		}
+		case 'o':
+			if (!strchr(optarg, '=') || strlen(optarg) >= sizeof(((struct state *)0)->opts[0])) {
+				errf("-o '%s': want key=value (a dxl-replica config key)", optarg);
+				return EX_USAGE;
+			}
+			if (nextra + 4 >= STATE_MAX_OPTS) {
+				errf("-o: at most %d options", STATE_MAX_OPTS - 4);
+				return EX_USAGE;
+			}
+			extra[nextra++] = optarg;
+			break;
 		case 'r':
 			if (parse_u32(optarg, &n) || n < 1 || n > MAX_REPLICAS) {
 				errf("--replicas '%s': want 1..%d", optarg, MAX_REPLICAS);
@@ -314,6 +354,18 @@ int cmd_cluster_up(int argc, char **argv)
 	snprintf(s.c.cluster, sizeof(s.c.cluster), "%s", cluster);
 	s.nshards = ns;
 	s.nreplicas = n;
+	snprintf(s.provider, sizeof(s.provider), "%s", provider);
+	snprintf(s.durability, sizeof(s.durability), "%s", durability);
+	snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "zk.session_timeout_ms=%s", session_timeout);
+	snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "cm.replication=%u", n);
+	snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "cm.min_replicas=%s",
+		 min_replicas ? min_replicas : (n >= 3 ? "2" : "1"));
+	if (ring_size)
+		snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "log.ring_size=%s", ring_size);
+	if (slots)
+		snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "log.writer_slots=%s", slots);
+	for (uint32_t i = 0; i < nextra; i++)
+		snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "%s", extra[i]);
 	int ret;
 	if (zkc)
 		snprintf(s.c.zk, sizeof(s.c.zk), "%s", zkc);
@@ -321,7 +373,7 @@ int cmd_cluster_up(int argc, char **argv)
 		return ret;
 	for (uint32_t i = 0; i < n; i++) {
 		s.ids[i] = i + 1;
-		s.pids[i] = spawn_replica(dir, &s, i + 1, provider, durability, ring_size, slots);
+		s.pids[i] = spawn_replica(dir, &s, i + 1);
 		if (s.pids[i] < 0) {
 			s.nreplicas = i;
 			state_write(dir, &s);
@@ -598,3 +650,244 @@ int cmd_cluster_down(int argc, char **argv)
 }
 
 /* ---- dxl log append --------------------------------------------------------- */
+
+/* ---- dxl cluster kill / restart --------------------------------------------- */
+
+static void kill_usage(FILE *out)
+{
+	fprintf(out,
+"Usage: dxl cluster kill NODE [--signal KILL|TERM|STOP|CONT] [--power-fail]\n"
+"                        [--dir DIR]\n"
+"\n"
+"Send a signal to replica NODE of the cluster started by 'dxl cluster up\n"
+"--dir DIR', to exercise failure handling:\n"
+"\n"
+"  KILL  (default) the process dies at once; its ZooKeeper session expires\n"
+"        after the session timeout and the configuration manager removes it\n"
+"        from its shards (epoch + 1), promoting a backup where it was primary\n"
+"  TERM  clean shutdown: its registration goes at once (faster failover)\n"
+"  STOP  freeze it: past the session timeout it is removed like a dead one;\n"
+"        after CONT it finds its lease lapsed, stops serving, and comes back\n"
+"        as a new member after catching up (it is fenced: nothing it does\n"
+"        after its removal reaches the log)\n"
+"  CONT  resume a stopped replica\n"
+"\n"
+"  --power-fail       simulate a power failure instead (tcp provider): the\n"
+"                     writes not yet flushed to its persistent regions are\n"
+"                     lost line by line at random, then it dies (SIGUSR2,\n"
+"                     docs/fabric.md 'power-failure model')\n"
+"  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
+"  -h, --help         this text\n"
+"\n"
+"Bring it back with 'dxl cluster restart NODE'.\n"
+"\n" EXIT_CODES_HELP);
+}
+
+static int find_node(const struct state *s, const char *arg, uint32_t *idx)
+{
+	uint32_t id;
+	if (parse_u32(arg, &id)) {
+		errf("'%s' is not a node id", arg);
+		return EX_USAGE;
+	}
+	for (uint32_t i = 0; i < s->nreplicas; i++)
+		if (s->ids[i] == id) {
+			*idx = i;
+			return 0;
+		}
+	errf("no replica %u in this cluster (it has node ids 1..%u)", id, s->nreplicas);
+	return EX_CLUSTER;
+}
+
+int cmd_cluster_kill(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"signal", required_argument, NULL, 's'},
+		{"power-fail", no_argument, NULL, 'P'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = "./dxl-cluster";
+	int sig = SIGKILL;
+	bool pf = false, have_sig = false;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir = optarg; break;
+		case 's': {
+			const char *n = optarg;
+			if (!strncasecmp(n, "SIG", 3))
+				n += 3;
+			if (!strcasecmp(n, "KILL"))
+				sig = SIGKILL;
+			else if (!strcasecmp(n, "TERM"))
+				sig = SIGTERM;
+			else if (!strcasecmp(n, "STOP"))
+				sig = SIGSTOP;
+			else if (!strcasecmp(n, "CONT"))
+				sig = SIGCONT;
+			else {
+				errf("--signal '%s': want KILL, TERM, STOP or CONT", optarg);
+				return EX_USAGE;
+			}
+			have_sig = true;
+			break;
+		}
+		case 'P': pf = true; break;
+		case 'h': kill_usage(stdout); return EX_OK;
+		default: kill_usage(stderr); return EX_USAGE;
+		}
+	}
+	if (optind + 1 != argc) {
+		errf(optind >= argc ? "which NODE? (see --help)" : "one NODE only (see --help)");
+		return EX_USAGE;
+	}
+	if (pf && have_sig) {
+		errf("--power-fail and --signal exclude each other");
+		return EX_USAGE;
+	}
+	struct state s;
+	int ret = state_read(dir, &s);
+	if (ret)
+		return ret;
+	uint32_t i;
+	if ((ret = find_node(&s, argv[optind], &i)))
+		return ret;
+	if (pf && strcmp(s.provider, "tcp")) {
+		errf("--power-fail needs the tcp provider (this cluster uses %s)", s.provider);
+		return EX_USAGE;
+	}
+	pid_t pid = s.pids[i];
+	if (!pid_alive(pid) || !is_replica(pid)) {
+		errf("replica %u (pid %d) is not running", s.ids[i], (int)pid);
+		return EX_FAIL;
+	}
+	if (pf)
+		sig = SIGUSR2;
+	if (kill(pid, sig)) {
+		errf("kill %d: %s", (int)pid, strerror(errno));
+		return EX_FAIL;
+	}
+	const char *what = pf ? "power failure (SIGUSR2)" : strsignal(sig);
+	if (sig == SIGKILL || sig == SIGTERM || pf) {
+		uint64_t end = dxl_now_ms() + 15000;
+		while (pid_alive(pid) && dxl_now_ms() < end)
+			usleep(10000);
+		if (pid_alive(pid)) {
+			errf("replica %u (pid %d) still running 15 s after %s", s.ids[i], (int)pid,
+			     what);
+			return EX_FAIL;
+		}
+		printf("replica %u (pid %d): %s; it is gone\n", s.ids[i], (int)pid, what);
+	} else {
+		printf("replica %u (pid %d): %s\n", s.ids[i], (int)pid, what);
+	}
+	return EX_OK;
+}
+
+static void restart_usage(FILE *out)
+{
+	fprintf(out,
+"Usage: dxl cluster restart NODE [--dir DIR] [--no-wait]\n"
+"\n"
+"Start replica NODE of the cluster started by 'dxl cluster up --dir DIR'\n"
+"again, on its data directory and with its original options, and wait until\n"
+"it is registered in ZooKeeper (the node id of a killed process stays taken\n"
+"until its session expires: up to the session timeout). It recovers its\n"
+"shards from its logs; a shard it is still a member of is served at once,\n"
+"one it was removed from is copied from a member and the configuration\n"
+"manager adds it back as a backup (dxl cluster status shows the states).\n"
+"\n"
+"  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
+"  --no-wait          do not wait for the registration\n"
+"  -h, --help         this text\n"
+"\n" EXIT_CODES_HELP);
+}
+
+int cmd_cluster_restart(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"no-wait", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir0 = "./dxl-cluster";
+	bool wait_reg = true;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir0 = optarg; break;
+		case 'n': wait_reg = false; break;
+		case 'h': restart_usage(stdout); return EX_OK;
+		default: restart_usage(stderr); return EX_USAGE;
+		}
+	}
+	if (optind + 1 != argc) {
+		errf(optind >= argc ? "which NODE? (see --help)" : "one NODE only (see --help)");
+		return EX_USAGE;
+	}
+	char dir[PATH_MAX];
+	if (!realpath(dir0, dir)) {
+		errf("%s: %s", dir0, strerror(errno));
+		return EX_CLUSTER;
+	}
+	struct state s;
+	int ret = state_read(dir, &s);
+	if (ret)
+		return ret;
+	uint32_t i;
+	if ((ret = find_node(&s, argv[optind], &i)))
+		return ret;
+	if (pid_alive(s.pids[i]) && is_replica(s.pids[i])) {
+		errf("replica %u is running (pid %d): 'dxl cluster kill %u' first", s.ids[i],
+		     (int)s.pids[i], s.ids[i]);
+		return EX_FAIL;
+	}
+	pid_t pid = spawn_replica(dir, &s, s.ids[i]);
+	if (pid < 0)
+		return EX_FAIL;
+	s.pids[i] = pid;
+	if (state_write(dir, &s))
+		return EX_FAIL;
+	printf("replica %u: started, pid %d\n", s.ids[i], (int)pid);
+	if (!wait_reg)
+		return EX_OK;
+	struct dxl_zk *zk = NULL;
+	if ((ret = zk_connect(&s.c, &zk)))
+		return ret;
+	uint64_t start = dxl_now_ms(), end = start + 60000;
+	ret = EX_FAIL;
+	while (dxl_now_ms() < end) {
+		struct dxl_replica_desc d;
+		char *json = NULL;
+		int64_t sess = 0;
+		if (dxl_member_get(zk, s.ids[i], &json, &sess) == 0) {
+			json_t *o = json_loads(json, 0, NULL);
+			json_int_t p = 0;
+			json_unpack(o, "{s?I}", "pid", &p);
+			json_decref(o);
+			int r = dxl_replica_desc_decode(json, strlen(json), &d);
+			free(json);
+			if (r == 0 && p == pid) {
+				printf("replica %u: registered after %.1f s, addr %s, config epoch %llu\n",
+				       s.ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr,
+				       (unsigned long long)d.cfg_epoch);
+				ret = EX_OK;
+				break;
+			}
+		}
+		if (!pid_alive(pid)) {
+			errf("replica %u (pid %d) exited during start-up", s.ids[i], (int)pid);
+			log_tail(dir, s.ids[i]);
+			break;
+		}
+		usleep(50000);
+	}
+	if (ret && pid_alive(pid))
+		errf("replica %u did not register within 60 s (see %s/logs/replica-%u.log)",
+		     s.ids[i], dir, s.ids[i]);
+	dxl_zk_delete(&zk);
+	return ret;
+}

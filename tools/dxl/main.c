@@ -35,7 +35,11 @@ static void usage(FILE *out)
 "                   the cluster configuration\n"
 "  cluster status   configuration, registered nodes, replicas' liveness\n"
 "  cluster down     stop what 'cluster up' started\n"
+"  cluster kill     kill (or stop, or power-fail) one replica\n"
+"  cluster restart  start a killed replica again on its data\n"
 "  log append       append records to a shard (arguments or stdin lines)\n"
+"  log load         a steady append stream with a progress line, failover\n"
+"                   reports and verification by tailing\n"
 "  tail             print a shard's records in commit-timestamp order\n"
 "\n"
 "Most commands find the cluster through DIR/cluster.json (--dir, default\n"
@@ -58,7 +62,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "cluster") || !strcmp(argv[1], "log")) {
 		if (argc < 3) {
 			fprintf(stderr, "dxl %s: missing subcommand (%s)\n", argv[1],
-				!strcmp(argv[1], "cluster") ? "up, status or down" : "append");
+				!strcmp(argv[1], "cluster") ? "up, status, down, kill or restart" : "append or load");
 			return EX_USAGE;
 		}
 		snprintf(cmdname, sizeof(cmdname), "dxl %s %s", argv[1], argv[2]);
@@ -72,8 +76,14 @@ int main(int argc, char **argv)
 				return cmd_cluster_status(sub_argc, sub_argv);
 			if (!strcmp(argv[2], "down"))
 				return cmd_cluster_down(sub_argc, sub_argv);
+			if (!strcmp(argv[2], "kill"))
+				return cmd_cluster_kill(sub_argc, sub_argv);
+			if (!strcmp(argv[2], "restart"))
+				return cmd_cluster_restart(sub_argc, sub_argv);
 		} else if (!strcmp(argv[2], "append")) {
 			return cmd_log_append(sub_argc, sub_argv);
+		} else if (!strcmp(argv[2], "load")) {
+			return cmd_log_load(sub_argc, sub_argv);
 		}
 		fprintf(stderr, "dxl %s: unknown subcommand '%s' (see dxl --help)\n", argv[1],
 			argv[2]);

@@ -115,7 +115,7 @@ bool is_replica(pid_t pid)
 
 int state_write(const char *dir, const struct state *s)
 {
-	json_t *reps = json_array();
+	json_t *reps = json_array(), *opts = json_array();
 	for (uint32_t i = 0; i < s->nreplicas; i++) {
 		char log[PATH_MAX + 64], data[PATH_MAX + 64];
 		snprintf(log, sizeof(log), "%s/logs/replica-%u.log", dir, s->ids[i]);
@@ -125,10 +125,14 @@ int state_write(const char *dir, const struct state *s)
 						      (json_int_t)s->pids[i], "log", log,
 						      "data", data));
 	}
-	json_t *o = json_pack("{s:i,s:s,s:s,s:s?,s:i,s:o}", "format", 1, "cluster",
+	for (uint32_t i = 0; i < s->nopts; i++)
+		json_array_append_new(opts, json_string(s->opts[i]));
+	json_t *o = json_pack("{s:i,s:s,s:s,s:s?,s:i,s:o,s:s,s:s,s:o}", "format", 1, "cluster",
 			      s->c.cluster, "zk", s->c.zk, "zk_dir",
 			      s->zk_dir[0] ? s->zk_dir : NULL, "shards",
-			      (json_int_t)s->nshards, "replicas", reps);
+			      (json_int_t)s->nshards, "replicas", reps, "provider",
+			      s->provider[0] ? s->provider : "tcp", "durability",
+			      s->durability[0] ? s->durability : "process", "replica_opts", opts);
 	char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
 	snprintf(path, sizeof(path), "%s/cluster.json", dir);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -182,6 +186,18 @@ int state_read(const char *dir, struct state *s)
 		s->pids[i] = (pid_t)pid;
 	}
 	s->nreplicas = (uint32_t)json_array_size(reps);
+	const char *pv = NULL, *du = NULL;
+	json_t *opts = NULL;
+	json_unpack(o, "{s?s,s?s,s?o}", "provider", &pv, "durability", &du, "replica_opts",
+		    &opts);
+	snprintf(s->provider, sizeof(s->provider), "%s", pv ? pv : "tcp");
+	snprintf(s->durability, sizeof(s->durability), "%s", du ? du : "process");
+	if (json_is_array(opts))
+		for (size_t k = 0; k < json_array_size(opts) && s->nopts < STATE_MAX_OPTS; k++) {
+			const char *v = json_string_value(json_array_get(opts, k));
+			if (v)
+				snprintf(s->opts[s->nopts++], sizeof(s->opts[0]), "%s", v);
+		}
 	json_decref(o);
 	return 0;
 }
