@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,8 @@ struct dxl_replica_server {
 	struct dxl_zk *zk;
 	uint32_t nshards;
 	struct dxl_shard *shards[DXL_REPLICA_MAX_SHARDS];
-	bool serving;   /* regions registered: remote accesses allowed */
-	bool published; /* nodes/<id> holds the current descriptors */
+	atomic_bool serving;   /* regions registered: remote accesses allowed */
+	atomic_bool published; /* nodes/<id> holds the current descriptors */
 	uint64_t reg_epoch; /* +1 per registration of the regions */
 	uint64_t last_retain_ms;
 	/* the configuration: the watch hands new versions to the loop */
@@ -40,6 +41,13 @@ struct dxl_replica_server {
 	struct dxl_election *el;
 	uint64_t last_cm_ms;
 	uint64_t last_cand_ms;
+	/* the lease guard: enforces the lease rule every service_ms even
+	 * while the loop waits in a ZooKeeper call (reg_mu guards serving,
+	 * reg_epoch and the registrations) */
+	pthread_mutex_t reg_mu;
+	pthread_t guard;
+	bool guard_started;
+	atomic_bool guard_stop;
 };
 
 /* ---- configuration ---------------------------------------------------------- */
@@ -256,6 +264,22 @@ static int start_serving(struct dxl_replica_server *s)
 	return 0;
 }
 
+/* guard_main -- the lease rule, independent of the service loop */
+static void *guard_main(void *arg)
+{
+	struct dxl_replica_server *s = arg;
+	while (!atomic_load(&s->guard_stop)) {
+		usleep(s->cfg.service_ms * 1000);
+		if (dxl_zk_lease_valid(s->zk))
+			continue;
+		pthread_mutex_lock(&s->reg_mu);
+		if (!dxl_zk_lease_valid(s->zk))
+			stop_serving(s, "zookeeper lease not valid");
+		pthread_mutex_unlock(&s->reg_mu);
+	}
+	return NULL;
+}
+
 /* publish -- register nodes/<id> with the current descriptors; DXL_E_EXIST
  * is retried for exist_wait_ms (a dead previous incarnation's session) */
 static int publish(struct dxl_replica_server *s, bool wait_exist)
@@ -267,15 +291,19 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	snprintf(d->addr, sizeof(d->addr), "%s", dxl_fabric_addr(s->f));
 	d->provider = dxl_fabric_provider(s->f);
 	d->ctx = 0;
-	d->reg_epoch = s->reg_epoch;
 	d->cfg_epoch = s->cfg_epoch;
 	d->durability = s->cfg.durability;
 	d->nshards = s->nshards;
 	int ret = 0;
+	pthread_mutex_lock(&s->reg_mu);
+	d->reg_epoch = s->reg_epoch;
+	if (!s->serving)
+		ret = dxl_err_set(DXL_E_STATE, "not serving (lease lapsed)");
 	for (uint32_t i = 0; !ret && i < s->nshards; i++) {
 		ret = dxl_shard_describe(s->shards[i], &d->shards[i]);
 		d->shards[i].state = s->st[i];
 	}
+	pthread_mutex_unlock(&s->reg_mu);
 	char *json = NULL;
 	if (!ret)
 		ret = dxl_replica_desc_encode(d, &json);
@@ -381,13 +409,15 @@ static void apply_config(struct dxl_replica_server *s)
 				 dxl_shard_state_name(s->st[i]), dxl_shard_state_name(old));
 	}
 	s->last_pull_ms = 0; /* catch up at once */
+	pthread_mutex_lock(&s->reg_mu);
 	if (s->serving) {
 		stop_serving(s, "new configuration epoch");
-		int ret = start_serving(s);
+		int ret = dxl_zk_lease_valid(s->zk) ? start_serving(s) : 0;
 		if (ret)
 			DXL_WARN("event=register_failed node=%u msg=\"%s\"", s->cfg.node_id,
 				 dxl_errmsg());
 	}
+	pthread_mutex_unlock(&s->reg_mu);
 	s->published = false; /* publish() in the loop, with cfg_epoch */
 	DXL_INFO("event=config_applied node=%u epoch=%" PRIu64 " reg_epoch=%" PRIu64,
 		 s->cfg.node_id, s->cfg_epoch, s->reg_epoch);
@@ -590,6 +620,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	if (!s)
 		return dxl_err_set(DXL_E_NOMEM, "replica server");
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->reg_mu, NULL);
 	s->cfg = *cfg;
 	s->cfg.fabric.node_id = cfg->node_id;
 	const char *cluster = cfg->zk.cluster[0] ? cfg->zk.cluster : "default";
@@ -627,7 +658,13 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		goto fail;
 	if ((ret = publish(s, true)))
 		goto fail;
-	/* 5. follow the configuration; stand for the CM */
+	/* 5. the lease guard */
+	if (pthread_create(&s->guard, NULL, guard_main, s)) {
+		ret = dxl_err_set(DXL_E_NOMEM, "lease guard thread");
+		goto fail;
+	}
+	s->guard_started = true;
+	/* 6. follow the configuration; stand for the CM */
 	if ((ret = dxl_cluster_config_watch_new(s->zk, on_config, s, &s->cw)))
 		goto fail;
 	/* (the CM candidacy starts in the service loop) */
@@ -652,9 +689,12 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 	uint64_t last_epoch = dxl_zk_session_epoch(s->zk);
 	while (!*stop) {
 		bool lease = dxl_zk_lease_valid(s->zk);
-		/* the lease rule first: no remote writes without a lease */
+		/* the lease rule first: no remote writes without a lease (the
+		 * guard thread applies it too, while this loop waits) */
+		pthread_mutex_lock(&s->reg_mu);
 		if (!lease)
 			stop_serving(s, "zookeeper lease not valid");
+		pthread_mutex_unlock(&s->reg_mu);
 		enum dxl_zk_state st = dxl_zk_state(s->zk);
 		if (st == DXL_ZK_EXPIRED) {
 			DXL_WARN("event=session_expired node=%u action=reopen",
@@ -676,7 +716,9 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				 s->cfg.node_id, last_epoch);
 		}
 		if (lease && !s->serving) {
-			int ret = start_serving(s);
+			pthread_mutex_lock(&s->reg_mu);
+			int ret = dxl_zk_lease_valid(s->zk) ? start_serving(s) : 0;
+			pthread_mutex_unlock(&s->reg_mu);
 			if (ret)
 				DXL_WARN("event=register_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
@@ -684,7 +726,9 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		if (lease && s->serving && !s->published) {
 			int ret = publish(s, true);
 			if (ret == DXL_E_EXIST) {
+				pthread_mutex_lock(&s->reg_mu);
 				stop_serving(s, "node id taken by another session");
+				pthread_mutex_unlock(&s->reg_mu);
 				return ret;
 			}
 			if (ret)
@@ -780,6 +824,10 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 		return;
 	struct dxl_replica_server *s = *sp;
 	bool was_published = s->published;
+	if (s->guard_started) {
+		atomic_store(&s->guard_stop, true);
+		pthread_join(s->guard, NULL);
+	}
 	/* 1. stop remote accesses (in-flight one-sided requests finish or
 	 *    fail with a remote access error) */
 	stop_serving(s, "shutdown");
@@ -802,6 +850,7 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 	dxl_cluster_config_clear(&s->pend);
 	dxl_cluster_config_clear(&s->conf);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->reg_mu);
 	free(s);
 	*sp = NULL;
 }

@@ -169,6 +169,9 @@ static int try_open(struct dxl_log_writer *w)
 		dxl_ctx_delete(&w->ctx);
 		return ret;
 	}
+	/* new timestamps above everything the rings promise (a previous
+	 * holder of the slot may have had a clock ahead of ours) */
+	dxl_hlc_observe(&w->clk, dxl_appender_min_ts(w->ap));
 	/* resolve what was in flight */
 	uint64_t last = dxl_appender_last_ts(w->ap);
 	uint32_t recovered = 0, again = 0;

@@ -992,10 +992,8 @@ int cmd_tail(int argc, char **argv)
 				all_up = false;
 				continue;
 			}
-			if (st->qbytes > QUEUE_MAX_BYTES) {
-				all_caught = false; /* far ahead of another shard: wait */
-				continue;
-			}
+			if (st->qbytes > QUEUE_MAX_BYTES)
+				continue; /* far ahead of another shard: wait for it */
 			int n = poll_shard(&t, st);
 			if (n == DXL_E_STALE) {
 				stale_msg(&t, st, dxl_tailer_cursor(st->tl), st->replica);
@@ -1006,6 +1004,13 @@ int cmd_tail(int argc, char **argv)
 				errf("shard %u: %s", st->shard, dxl_errmsg());
 				ret = EX_FAIL;
 				break;
+			}
+			if (n == DXL_E_ACCESS) {
+				went_down(st, "replica %u refused the read (%s: %s; its memory was "
+					  "registered again, e.g. for a new configuration epoch)",
+					  st->replica, dxl_errname(n), dxl_errmsg());
+				all_up = false;
+				continue;
 			}
 			if (n < 0) {
 				went_down(st, "replica %u failed (%s: %s)", st->replica,
