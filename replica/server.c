@@ -35,6 +35,11 @@ struct dxl_replica_server {
 	uint64_t cfg_epoch;             /* its epoch, 0 = none yet */
 	enum dxl_shard_state st[DXL_REPLICA_MAX_SHARDS];
 	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
+	/* published statistics per shard (fill, newest record, count) */
+	uint32_t fill[DXL_REPLICA_MAX_SHARDS];
+	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
+	uint64_t nrec[DXL_REPLICA_MAX_SHARDS];
+	uint64_t last_stats_pub_ms;
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
 	/* the configuration manager */
@@ -302,6 +307,9 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	for (uint32_t i = 0; !ret && i < s->nshards; i++) {
 		ret = dxl_shard_describe(s->shards[i], &d->shards[i]);
 		d->shards[i].state = s->st[i];
+		d->shards[i].fill_pct = s->fill[i];
+		d->shards[i].last_ts = s->last_ts[i];
+		d->shards[i].records = s->nrec[i];
 	}
 	pthread_mutex_unlock(&s->reg_mu);
 	char *json = NULL;
@@ -578,6 +586,43 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 	return n;
 }
 
+static int stat_rec(const struct dxl_rec *rec, uint64_t pos, void *arg)
+{
+	(void)pos;
+	uint64_t *last = arg;
+	if (rec->commit_ts > *last)
+		*last = rec->commit_ts;
+	return 0;
+}
+
+/* refresh_stats -- ring fill, newest record, record count per shard;
+ * true if a value changed enough to publish */
+static bool refresh_stats(struct dxl_replica_server *s)
+{
+	bool changed = false;
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
+		uint64_t last = 0, n = 0, used_max = 0;
+		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+			struct dxl_ring_head h;
+			uint64_t end = 0;
+			int k = dxl_ring_scan(ls, r, stat_rec, &last, &end, NULL);
+			if (k < 0 || dxl_logstore_head(ls, r, &h))
+				continue;
+			n += (uint64_t)k;
+			if (end - h.pos > used_max)
+				used_max = end - h.pos;
+		}
+		uint32_t fill = (uint32_t)(used_max * 100 / dxl_logstore_ring_size(ls));
+		if (fill != s->fill[i] || n != s->nrec[i] || last != s->last_ts[i])
+			changed = true;
+		s->fill[i] = fill;
+		s->last_ts[i] = last;
+		s->nrec[i] = n;
+	}
+	return changed;
+}
+
 int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
@@ -762,6 +807,11 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		if (now - s->last_retain_ms >= s->cfg.retention_check_ms) {
 			s->last_retain_ms = now;
 			dxl_replica_server_retain(s, dxl_wall_ms());
+			/* statistics for 'dxl cluster status': at most every 2 s */
+			if (now - s->last_stats_pub_ms >= 2000 && refresh_stats(s)) {
+				s->last_stats_pub_ms = now;
+				s->published = false;
+			}
 		}
 		usleep(s->cfg.service_ms * 1000);
 	}

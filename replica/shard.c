@@ -225,6 +225,9 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 		ok = ok && SETN(sh, "ring_stride", json_integer((json_int_t)sd->ring_stride));
 		ok = ok && SETN(sh, "buf_delta", json_integer((json_int_t)sd->buf_delta));
 		ok = ok && SETN(sh, "state", json_string(dxl_shard_state_name(sd->state)));
+		ok = ok && SETN(sh, "fill_pct", json_integer(sd->fill_pct));
+		ok = ok && SETN(sh, "last_ts", json_integer((json_int_t)sd->last_ts));
+		ok = ok && SETN(sh, "records", json_integer((json_int_t)sd->records));
 		ok = ok && json_array_append_new(arr, sh) == 0;
 		sh = NULL;
 		json_decref(r);
@@ -292,7 +295,8 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 {
 	static const char *const skeys[] = {"id", "region", "nrings", "ring_size",
 					    "ctl_off", "ring_stride", "buf_delta",
-					    "state", NULL};
+					    "state", "fill_pct", "last_ts", "records",
+					    NULL};
 	static const char *const rkeys[] = {"addr", "len", "rkey", "node", NULL};
 	char where[64];
 	snprintf(where, sizeof(where), "shards[%u]", i);
@@ -347,6 +351,17 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 		if (dxl_shard_state_parse(st, &sd->state))
 			return dxl_err_set(DXL_E_CORRUPT, "%s: unknown state '%s'", where, st);
 	}
+	if (json_object_get(sh, "fill_pct")) {
+		if ((ret = get_u64(sh, where, "fill_pct", 100, &u)))
+			return ret;
+		sd->fill_pct = (uint32_t)u;
+	}
+	if (json_object_get(sh, "last_ts") &&
+	    (ret = get_u64(sh, where, "last_ts", INT64_MAX, &sd->last_ts)))
+		return ret;
+	if (json_object_get(sh, "records") &&
+	    (ret = get_u64(sh, where, "records", INT64_MAX, &sd->records)))
+		return ret;
 	/* geometry: every ring inside the region */
 	if (sd->ring_size < 8192 || sd->ring_size % 4096 ||
 	    sd->buf_delta < DXL_RING_CTL_SIZE ||

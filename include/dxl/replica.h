@@ -133,6 +133,11 @@ struct dxl_shard_desc {
 	uint64_t ctl_off;     /* ring 0's control block */
 	uint64_t ring_stride; /* from one ring's control block to the next */
 	uint64_t buf_delta;   /* from a control block to its buffer */
+	/* statistics, refreshed by the replica every log.retention_check_ms
+	 * (0 until the first pass): */
+	uint32_t fill_pct;    /* fullest ring: bytes head..end / ring size */
+	uint64_t last_ts;     /* newest record's commit timestamp (all rings) */
+	uint64_t records;     /* records retained (all rings) */
 };
 
 struct dxl_replica_desc {

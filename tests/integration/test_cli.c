@@ -221,8 +221,17 @@ static void test_cli(void **state)
 	rc = run(status, NULL, out, err, sizeof(out), 10000);
 	EXPECT_RC(rc, 0);
 	assert_non_null(strstr(out, "shards: 2, nodes: 3"));
-	assert_non_null(strstr(out, "shard 0: 1(primary,up) 2(up) 3(up)"));
-	assert_non_null(strstr(out, "shard 1: 1(primary,up) 2(up) 3(up)"));
+	for (int sh = 0; sh < 2; sh++) {
+		char want[32];
+		snprintf(want, sizeof(want), "shard %d: 1(primary,up,", sh);
+		const char *line = strstr(out, want);
+		assert_non_null(line);
+		const char *eol = strchr(line, '\n');
+		assert_non_null(eol);
+		const char *b2 = strstr(line, " 2(backup,up,"), *b3 = strstr(line, " 3(backup,up,");
+		assert_true(b2 && b2 < eol && b3 && b3 < eol);
+	}
+	assert_non_null(strstr(out, "configuration manager: node "));
 	assert_non_null(strstr(out, "nodes: 3 registered"));
 
 	/* append 50 records to shard 0 from arguments */

@@ -453,9 +453,13 @@ static void status_usage(FILE *out)
 	fprintf(out,
 "Usage: dxl cluster status [--dir DIR | --zk CONNECT --cluster NAME]\n"
 "\n"
-"Show, from ZooKeeper, the cluster configuration (epoch, shard -> replicas,\n"
-"primary first), the registered nodes (id, address, pid) and whether every\n"
-"replica of every shard is registered (up) or not (down).\n"
+"Show, from ZooKeeper: the configuration manager (the elected replica); the\n"
+"cluster configuration (epoch; per shard its members, primary first, each up\n"
+"or DOWN (not registered), with the fullest ring's fill, the records it\n"
+"retains and, for backups, how far its newest record is behind the\n"
+"primary's -- statistics the replicas refresh every ~2 s); the registered\n"
+"nodes (address, pid, the configuration epoch their regions are registered\n"
+"for, and per hosted shard: member, catching_up, synced or unassigned).\n"
 "\n"
 "  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
 "  --zk CONNECT       ZooKeeper connect string (instead of DIR/cluster.json)\n"
@@ -509,6 +513,25 @@ int cmd_cluster_status(int argc, char **argv)
 		return r == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
 	}
 	printf("cluster %s (zookeeper %s)\n", cn.cluster, cn.zk);
+	/* the descriptors of the live nodes */
+	static struct dxl_replica_desc ds[64];
+	bool dok[64] = {false};
+	size_t nd = ml.n < 64 ? ml.n : 64;
+	for (size_t k = 0; k < nd; k++)
+		dok[k] = dxl_replica_desc_decode(ml.v[k].payload, strlen(ml.v[k].payload),
+						 &ds[k]) == 0;
+	char *cmdata = NULL;
+	int64_t cmseq = -1;
+	if (dxl_election_leader(zk, DXL_ELECTION_CM, &cmdata, &cmseq) == 0 && cmdata) {
+		json_t *o = json_loads(cmdata, 0, NULL);
+		json_int_t id = 0;
+		json_unpack(o, "{s?I}", "node_id", &id);
+		json_decref(o);
+		printf("configuration manager: node %lld\n", (long long)id);
+	} else {
+		printf("configuration manager: none elected\n");
+	}
+	free(cmdata);
 	struct dxl_cluster_config cfg;
 	r = dxl_cluster_config_read(zk, &cfg, NULL);
 	bool all_up = true;
@@ -522,15 +545,32 @@ int cmd_cluster_status(int argc, char **argv)
 		printf("config: epoch %llu, shards: %u, nodes: %u\n",
 		       (unsigned long long)cfg.epoch, cfg.nshards, cfg.nnodes);
 		for (uint32_t i = 0; i < cfg.nshards; i++) {
-			const struct dxl_cluster_shard *s = &cfg.shards[i];
-			printf("  shard %u:", s->id);
-			for (uint32_t j = 0; j <= s->nbackups; j++) {
-				uint32_t id = j ? s->backups[j - 1] : s->primary;
+			const struct dxl_cluster_shard *sh = &cfg.shards[i];
+			printf("  shard %u:", sh->id);
+			uint64_t pts = 0;
+			for (uint32_t j = 0; j <= sh->nbackups; j++) {
+				uint32_t id = j ? sh->backups[j - 1] : sh->primary;
+				const struct dxl_shard_desc *sd = NULL;
+				for (size_t k = 0; k < nd; k++)
+					if (ml.v[k].node_id == id && dok[k])
+						sd = dxl_replica_desc_shard(&ds[k], sh->id);
 				bool up = false;
 				for (size_t k = 0; k < ml.n; k++)
 					up |= ml.v[k].node_id == id;
 				all_up &= up;
-				printf(" %u(%s%s)", id, j ? "" : "primary,", up ? "up" : "DOWN");
+				char lag[48] = "";
+				if (sd && j == 0)
+					pts = sd->last_ts;
+				else if (sd && pts && sd->last_ts && DXL_HLC_PHYS(pts) >= DXL_HLC_PHYS(sd->last_ts))
+					snprintf(lag, sizeof(lag), ",lag %llums",
+						 (unsigned long long)(DXL_HLC_PHYS(pts) -
+								      DXL_HLC_PHYS(sd->last_ts)));
+				if (sd)
+					printf(" %u(%s%s,fill %u%%,%llu rec%s)", id, j ? "backup," : "primary,",
+					       up ? "up" : "DOWN", sd->fill_pct,
+					       (unsigned long long)sd->records, lag);
+				else
+					printf(" %u(%s%s)", id, j ? "backup," : "primary,", up ? "up" : "DOWN");
 			}
 			printf("\n");
 		}
@@ -538,18 +578,24 @@ int cmd_cluster_status(int argc, char **argv)
 	}
 	printf("nodes: %zu registered\n", ml.n);
 	for (size_t k = 0; k < ml.n; k++) {
-		struct dxl_replica_desc d;
 		json_t *o = json_loads(ml.v[k].payload, 0, NULL);
 		json_int_t pid = 0;
 		json_unpack(o, "{s?I}", "pid", &pid);
 		json_decref(o);
-		if (dxl_replica_desc_decode(ml.v[k].payload, strlen(ml.v[k].payload), &d) == 0)
-			printf("  node %u: addr %s provider %s shards %u reg_epoch %llu pid %lld\n",
-			       ml.v[k].node_id, d.addr, dxl_fabric_provider_name(d.provider),
-			       d.nshards, (unsigned long long)d.reg_epoch, (long long)pid);
-		else
+		if (k < nd && dok[k]) {
+			const struct dxl_replica_desc *d = &ds[k];
+			printf("  node %u: addr %s provider %s pid %lld config epoch %llu reg_epoch %llu shards",
+			       ml.v[k].node_id, d->addr, dxl_fabric_provider_name(d->provider),
+			       (long long)pid, (unsigned long long)d->cfg_epoch,
+			       (unsigned long long)d->reg_epoch);
+			for (uint32_t j = 0; j < d->nshards; j++)
+				printf(" %u=%s", d->shards[j].shard,
+				       dxl_shard_state_name(d->shards[j].state));
+			printf("\n");
+		} else {
 			printf("  node %u: (not a replica) pid %lld\n", ml.v[k].node_id,
 			       (long long)pid);
+		}
 	}
 	dxl_member_list_free(&ml);
 	dxl_zk_delete(&zk);

@@ -116,9 +116,9 @@ static void tail_usage(FILE *out)
 "FAILOVER\n"
 "    When the replica being read fails (it dies, or re-registers its memory\n"
 "    after a configuration change) or leaves the shard's replica set, the\n"
-"    shard continues on another live replica of the current configuration\n"
-"    from the last record printed, without loss or repetition (a line on\n"
-"    stderr says so). After %d s without any usable replica: exit 1.\n"
+"    shard goes on where it was from another live replica of the current\n"
+"    configuration, without loss or repetition (a line on stderr says so).\n"
+"    After %d s without any usable replica: exit 1.\n"
 "\n" EXIT_CODES_HELP,
 		COMMIT_EVERY_MS, UNAVAIL_MAX_MS / 1000);
 }
