@@ -176,3 +176,45 @@ int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard)
 		return dxl_err_set(DXL_E_NOENT, "cursor %s was never set", path);
 	return rc == ZOK ? 0 : zk_err(rc, "delete", path);
 }
+
+int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
+		   uint32_t *ngroups)
+{
+	if (!zk || !min_ts)
+		return dxl_err_set(DXL_E_INVAL, "dxl_cursor_min: NULL argument");
+	char dir[ZK_PATH_MAX];
+	int ret = zk_path(zk, dir, "cursors");
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "listing consumer groups")))
+		return ret;
+	struct String_vector kids;
+	int rc = zk_children(c, dir, false, &kids);
+	zk_conn_put(c);
+	*min_ts = UINT64_MAX;
+	if (ngroups)
+		*ngroups = 0;
+	if (rc == ZNONODE)
+		return 0;
+	if (rc != ZOK)
+		return zk_err(rc, "get_children", dir);
+	for (int32_t i = 0; i < kids.count && !ret; i++) {
+		uint64_t ts;
+		int r = dxl_cursor_get(zk, kids.data[i], shard, &ts, NULL);
+		if (r == DXL_E_NOENT || r == DXL_E_INVAL || r == DXL_E_CORRUPT) {
+			dxl_err_clear(); /* no cursor for this shard, or not ours */
+			continue;
+		}
+		if (r) {
+			ret = r;
+			break;
+		}
+		if (ts < *min_ts)
+			*min_ts = ts;
+		if (ngroups)
+			(*ngroups)++;
+	}
+	deallocate_String_vector(&kids);
+	return ret;
+}

@@ -544,7 +544,7 @@ static void catch_up(struct dxl_replica_server *s)
 /* ---- retention ---------------------------------------------------------------- */
 
 static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
-		       uint32_t ring, uint64_t now_ms)
+		       uint32_t ring, uint64_t now_ms, uint64_t keep_from)
 {
 	uint64_t wm = dxl_logstore_watermark(ls, ring);
 	if (!wm)
@@ -564,8 +564,11 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 	while (dxl_ring_iter_next(&it, &rec, &pos) == 1) {
 		if (rec.commit_ts >= wm)
 			break; /* (1) not below the watermark: maybe unacknowledged */
+		/* (3) age alone does not reclaim what a consumer group has not
+		 * read yet (keep_from: the slowest group's cursor); size does */
 		bool old = now_ms > DXL_HLC_PHYS(rec.commit_ts) &&
-			   now_ms - DXL_HLC_PHYS(rec.commit_ts) > s->cfg.retention_ms;
+			   now_ms - DXL_HLC_PHYS(rec.commit_ts) > s->cfg.retention_ms &&
+			   rec.commit_ts < keep_from;
 		bool over = end_pos - pos > limit;
 		if (!old && !over)
 			break; /* (2) neither too old nor beyond the size */
@@ -630,8 +633,15 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 		if (s->st[i] != DXL_SHARD_MEMBER)
 			continue; /* a copy in progress: its heads are the source's */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
+		uint64_t keep_from = UINT64_MAX;
+		if (s->zk && dxl_cursor_min(s->zk, dxl_shard_id(s->shards[i]), &keep_from, NULL)) {
+			/* cursors unknown: reclaim by size only */
+			DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"",
+				  dxl_shard_id(s->shards[i]), dxl_errmsg());
+			keep_from = 0;
+		}
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
-			int n = retain_ring(s, ls, r, now_ms);
+			int n = retain_ring(s, ls, r, now_ms, keep_from);
 			if (n < 0) {
 				DXL_WARN("event=retention_failed shard=%u ring=%u msg=\"%s\"",
 					 dxl_shard_id(s->shards[i]), r, dxl_errmsg());

@@ -558,6 +558,15 @@ int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
 		   uint64_t next_ts, int32_t expected_version,
 		   int32_t *new_version);
 
+/*
+ * dxl_cursor_min -- the smallest committed cursor of shard over every
+ * consumer group (UINT64_MAX and *ngroups = 0 when no group has one): what
+ * retention must keep unless the size limit forces it. Errors: the common
+ * errors.
+ */
+int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
+		   uint32_t *ngroups);
+
 /* dxl_cursor_delete -- remove a cursor (any version). Errors: DXL_E_NOENT,
  * DXL_E_INVAL, common errors. */
 int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard);

@@ -613,6 +613,23 @@ static void test_retention(void **state)
 	if (ret)
 		dump_log(logf);
 	assert_int_equal(ret, 0);
+	/* a consumer group that has read up to NRET-5 holds age-based
+	 * retention back (docs/replica-design.md, rule 3): the records from
+	 * its cursor on stay, the older ones go */
+	assert_int_equal(dxl_cursor_set(zk, "slowgroup", 0, w.ts[NRET - 5],
+					DXL_ZK_VERSION_NONE, NULL), 0);
+	end = dxl_now_ms() + 10000;
+	do {
+		usleep(20000);
+		g = tail(tc[4], &d, w.ts[NRET - 6], 1, &err);
+	} while (err == 0 && dxl_now_ms() < end);
+	assert_int_equal(err, DXL_E_STALE); /* below the cursor: reclaimed */
+	usleep(200000);                      /* more retention passes */
+	g = tail(tc[4], &d, w.ts[NRET - 5], NRET, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(g.n, 5);            /* from the cursor: all kept */
+	assert_int_equal(g.first, NRET - 5);
+	assert_int_equal(dxl_cursor_delete(zk, "slowgroup", 0), 0);
 	/* the last record's cursor turns stale once it is reclaimed */
 	end = dxl_now_ms() + 10000;
 	do {
