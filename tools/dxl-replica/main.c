@@ -1,4 +1,4 @@
-/* main.c -- dxl-replica: the replica daemon (static placement; docs/replica.md) */
+/* main.c -- dxl-replica: the replica daemon (docs/replica.md, docs/operations.md) */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -75,7 +75,15 @@ static void usage(FILE *out)
 "    It serves writes only while its ZooKeeper lease is valid: when the\n"
 "    lease lapses it deregisters the regions at once and registers them\n"
 "    again (new rkeys, re-published) once it holds a session again.\n"
-"    Placement is static: the shards are the ones configured.\n"
+"    It hosts the shards configured (replica.shards); it is a member of those\n"
+"    the cluster configuration (/dxl/<cluster>/config) lists it for. On\n"
+"    every new configuration epoch it registers its regions again (new\n"
+"    rkeys: writers of older epochs are fenced off). A hosted shard it is\n"
+"    not a member of is copied from a member (catch-up) until the\n"
+"    configuration manager adds it back. One replica of the cluster is the\n"
+"    configuration manager (CM, elected in ZooKeeper): it removes dead\n"
+"    members (down to cm.min_replicas), promotes a backup when a primary\n"
+"    dies and re-adds caught-up nodes (docs/operations.md).\n"
 "\n"
 "OPTIONS (each overrides the config key named)\n"
 "    --config FILE        INI file ([section] and key = value lines)\n"
@@ -120,7 +128,8 @@ static void usage(FILE *out)
 "    6  other start-up failure (fabric, memory, I/O)\n"
 "\n"
 "SEE ALSO\n"
-"    docs/replica.md, docs/membership.md, docs/log.md, docs/fabric.md\n");
+"    docs/operations.md, docs/replica.md, docs/membership.md, docs/log.md,\n"
+"    docs/fabric.md; dxl cluster status shows what each replica is doing\n");
 }
 
 static int start_exit_code(int err)
