@@ -35,6 +35,9 @@ struct dxl_replica_server {
 	uint64_t cfg_epoch;             /* its epoch, 0 = none yet */
 	enum dxl_shard_state st[DXL_REPLICA_MAX_SHARDS];
 	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
+	/* joined as a member: one last copy from the primary before this
+	 * node registers for the epoch (join_pull) */
+	bool join_pull[DXL_REPLICA_MAX_SHARDS];
 	/* published statistics per shard (fill, newest record, count) */
 	uint32_t fill[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
@@ -407,10 +410,15 @@ static void apply_config(struct dxl_replica_server *s)
 		const struct dxl_cluster_shard *sh =
 			dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
 		enum dxl_shard_state old = s->st[i];
-		if (in_shard(sh, s->cfg.node_id))
+		if (in_shard(sh, s->cfg.node_id)) {
+			if (s->st[i] != DXL_SHARD_MEMBER)
+				s->join_pull[i] = true;
 			s->st[i] = DXL_SHARD_MEMBER;
-		else if (s->st[i] == DXL_SHARD_MEMBER)
-			s->st[i] = DXL_SHARD_CATCHING_UP;
+		} else {
+			s->join_pull[i] = false;
+			if (s->st[i] == DXL_SHARD_MEMBER)
+				s->st[i] = DXL_SHARD_CATCHING_UP;
+		}
 		if (old != s->st[i])
 			DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=%s was=%s",
 				 dxl_shard_id(s->shards[i]), s->cfg_epoch,
@@ -539,6 +547,53 @@ static void catch_up(struct dxl_replica_server *s)
 	}
 	if (republish)
 		s->published = false;
+}
+
+/*
+ * join_pulls -- a shard this node just joined (SYNCED -> MEMBER): its last
+ * copy pass may predate records a writer of the previous epoch appended and
+ * had acknowledged by the old members, and a writer that has gone since will
+ * never repair them. So, once the primary is registered for this epoch (no
+ * writer of an older one can reach it: nothing more is acknowledged there)
+ * and before this node registers for it (no writer of this epoch opens
+ * before), copy the shard from the primary once more. Returns true when no
+ * such copy is pending (publish may go on).
+ */
+static bool join_pulls(struct dxl_replica_server *s)
+{
+	bool done = true;
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (!s->join_pull[i])
+			continue;
+		uint32_t shard = dxl_shard_id(s->shards[i]);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
+		if (!sh || sh->primary == s->cfg.node_id) {
+			s->join_pull[i] = false;
+			continue;
+		}
+		char *json = NULL;
+		struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+		int ret = d ? dxl_member_get(s->zk, sh->primary, &json, NULL) : DXL_E_NOMEM;
+		if (!ret)
+			ret = dxl_replica_desc_decode(json, strlen(json), d);
+		bool ready = !ret && d->cfg_epoch >= s->cfg_epoch;
+		free(json);
+		free(d);
+		uint64_t changed = 0;
+		if (ready)
+			ret = pull_shard(s, i, sh->primary, &changed);
+		if (!ready || ret) {
+			if (ret)
+				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
+					  sh->primary, dxl_errmsg());
+			done = false;
+			continue;
+		}
+		s->join_pull[i] = false;
+		DXL_INFO("event=join_pull shard=%u epoch=%" PRIu64 " source=%u changed=%" PRIu64,
+			 shard, s->cfg_epoch, sh->primary, changed);
+	}
+	return done;
 }
 
 /* ---- retention ---------------------------------------------------------------- */
@@ -778,7 +833,7 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=register_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease && s->serving && !s->published) {
+		if (lease && s->serving && !s->published && join_pulls(s)) {
 			int ret = publish(s, true);
 			if (ret == DXL_E_EXIST) {
 				pthread_mutex_lock(&s->reg_mu);

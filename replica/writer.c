@@ -19,6 +19,7 @@ struct entry {
 	uint64_t token;   /* the appender's, while POSTED */
 	int status;       /* when DONE */
 	enum ent_state state;
+	bool sent;        /* posted at least once: may be in the log */
 	uint32_t len;
 	uint8_t *payload;
 };
@@ -385,6 +386,7 @@ static void post(struct dxl_log_writer *w)
 			return;
 		}
 		e->state = E_POSTED;
+		e->sent = true;
 		e->token = tok;
 		w->post++;
 	}
@@ -511,6 +513,7 @@ int dxl_log_writer_poll(struct dxl_log_writer *w, struct dxl_log_writer_result *
 			res[k].ts = e->ts;
 			res[k].txn_id = e->txn_id;
 			res[k].status = e->status;
+			res[k].maybe = e->status && e->sent;
 			free(e->payload);
 			e->payload = NULL;
 			w->head++;

@@ -284,6 +284,10 @@ struct dxl_log_writer_result {
 	uint64_t ts;     /* the record's commit timestamp */
 	uint64_t txn_id;
 	int status;      /* 0: acknowledged (persistent on every member) */
+	bool maybe;      /* status != 0 and the record had been sent: it may
+			    still be in the log (a later writer's repair can
+			    complete it on every member). Retrying it may
+			    duplicate it; txn_id lets a consumer tell. */
 };
 
 struct dxl_log_writer_info {

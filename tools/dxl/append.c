@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
@@ -80,8 +81,10 @@ static uint32_t report(struct dxl_log_writer *w, int timeout_ms)
 			continue;
 		}
 		failed++;
-		printf("%llu\tFAILED %s: %s\n", (unsigned long long)res[j].ts,
-		       dxl_errname(res[j].status), dxl_log_writer_why(w));
+		printf("%llu\tFAILED %s%s: %s\n", (unsigned long long)res[j].ts,
+		       dxl_errname(res[j].status),
+		       res[j].maybe ? " (sent before the failure: it may be in the log)" : "",
+		       dxl_log_writer_why(w));
 	}
 	return failed;
 }
@@ -166,6 +169,18 @@ int cmd_log_append(int argc, char **argv)
 				plen = strlen(p);
 			}
 		} else {
+			/* while no line is there: report results as they come and
+			 * let the writer heartbeat, so an idle producer holds
+			 * neither its own "ok" lines nor any tailer back */
+			for (;;) {
+				if (stdin->_IO_read_ptr < stdin->_IO_read_end)
+					break; /* buffered input */
+				struct pollfd pfd = {.fd = 0, .events = POLLIN};
+				int pr = poll(&pfd, 1, 20);
+				if (pr != 0)
+					break; /* input, EOF, or an error getline reports */
+				failed += report(w, 0);
+			}
 			ssize_t n;
 			while ((n = getline(&line, &lcap, stdin)) >= 0) {
 				while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
@@ -189,11 +204,14 @@ int cmd_log_append(int argc, char **argv)
 			failed += report(w, 100);
 		}
 		if (ret) {
-			/* not queued: report it in order once earlier ones are in */
+			/* not queued: report it in order once earlier ones are in
+			 * (polling may set other errors: keep this one's text) */
+			char msg[512];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 			while (dxl_log_writer_pending(w))
 				failed += report(w, 100);
 			failed++;
-			printf("-\tFAILED %s: %s\n", dxl_errname(ret), dxl_errmsg());
+			printf("-\tFAILED %s: %s\n", dxl_errname(ret), msg);
 			if (ret == DXL_E_STATE)
 				break;
 			continue;
