@@ -107,8 +107,15 @@ bench-rdma: all
 	DXL_BUILD=$(O) scripts/rdma-bench.sh --timeout 600
 
 # longer randomized schedules than CI runs (crash tests)
+# crash schedules with thousands of seeds, and a 150-step randomized fault
+# schedule on a local cluster (its own throw-away ZooKeeper; ~6 min)
 test-long: all
 	DXL_CRASH_SEEDS=3000 scripts/run-tests.sh $(O)/tests test_log_crash
+	zkd=$$(mktemp -d /tmp/dxl-zk-long.XXXXXX) && \
+	export DXL_TEST_ZK=$$(scripts/zk.sh start $$zkd) && \
+	DXL_FAULT_STEPS=$${DXL_FAULT_STEPS:-150} DXL_TEST_FILTER=test_random_faults \
+		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover; \
+	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 
 # sanitizer builds add their flags through CFLAGS_EXTRA/LDFLAGS_EXTRA: a
 # CFLAGS= on the sub-make's command line would drop the include paths

@@ -222,7 +222,7 @@ static void test_cli(void **state)
 	EXPECT_RC(rc, 0);
 	assert_non_null(strstr(out, "shards: 2, nodes: 3"));
 	for (int sh = 0; sh < 2; sh++) {
-		char want[32];
+		char want[64];
 		snprintf(want, sizeof(want), "shard %d: 1(primary,up,", sh);
 		const char *line = strstr(out, want);
 		assert_non_null(line);
