@@ -26,8 +26,8 @@ static const char usage[] =
 "    --dir DIR'; scripts/bench-failover.sh starts the clusters, repeats the\n"
 "    runs and summarises them. Without a subcommand this program runs that\n"
 "    script (found at ../../scripts from this binary, or in $DXL_SCRIPTS)\n"
-"    with the given options: the form 'make bench' (scripts/run-bench.sh)\n"
-"    uses.\n"
+"    with the given options and --bin <this binary's folder>: the form\n"
+"    'make bench' (scripts/run-bench.sh) uses.\n"
 "\n"
 "    run      one failover: one writer per shard (dxl_log_writer, each in its\n"
 "             own thread and ZooKeeper session) appends --rate records/s in\n"
@@ -67,7 +67,8 @@ static const char usage[] =
 "                           default of dxl_log_writer_cfg)\n"
 "      --poll-us US         the tailer sleeps this long after a poll that\n"
 "                           delivered nothing (0: polls back to back)\n""      --window BYTES       the tailer's READ window per ring per poll\n"
-"                           (dxl_tail_cfg.window; default 256K)\n"
+"                           (dxl_tail_cfg.window; default 256K)\n""      --dump FILE          per record: rate, n, appended, acknowledged,\n"
+"                           delivered (ms from the rate's first append)\n"
 "      --json FILE          the result as JSON\n"
 "\n"
 "EXAMPLES\n"
@@ -174,35 +175,37 @@ int bf_parse_list(const char *s, uint32_t *v, uint32_t cap, uint32_t *n)
 
 static int run_script(int argc, char **argv)
 {
-	char script[PATH_MAX + 64];
-	const char *sd = getenv("DXL_SCRIPTS");
-	if (sd) {
-		snprintf(script, sizeof(script), "%s/bench-failover.sh", sd);
-	} else {
-		char self[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-		if (n <= 0) {
-			fprintf(stderr, "dxl-bench-failover: /proc/self/exe: %s\n", strerror(errno));
-			return 1;
-		}
-		self[n] = 0;
-		char *slash = strrchr(self, '/');
-		if (slash)
-			*slash = 0;
-		snprintf(script, sizeof(script), "%s/../../scripts/bench-failover.sh", self);
+	char script[PATH_MAX + 64], self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0) {
+		fprintf(stderr, "dxl-bench-failover: /proc/self/exe: %s\n", strerror(errno));
+		return 1;
 	}
+	self[n] = 0;
+	char *slash = strrchr(self, '/');
+	if (slash)
+		*slash = 0;
+	const char *sd = getenv("DXL_SCRIPTS");
+	if (sd)
+		snprintf(script, sizeof(script), "%s/bench-failover.sh", sd);
+	else
+		snprintf(script, sizeof(script), "%s/../../scripts/bench-failover.sh", self);
 	if (access(script, R_OK) != 0) {
 		fprintf(stderr, "dxl-bench-failover: %s: %s (set DXL_SCRIPTS to the scripts "
 			"folder)\n", script, strerror(errno));
 		return 1;
 	}
-	char **av = calloc((size_t)argc + 3, sizeof(*av));
+	/* the tools next to this binary (build/bin, build/asan/bin, ...); a
+	 * --bin given by the caller comes later and wins */
+	char **av = calloc((size_t)argc + 5, sizeof(*av));
 	if (!av)
 		return 1;
 	av[0] = "bash";
 	av[1] = script;
+	av[2] = "--bin";
+	av[3] = self;
 	for (int i = 1; i < argc; i++)
-		av[i + 1] = argv[i];
+		av[i + 3] = argv[i];
 	fflush(NULL);
 	execvp("bash", av);
 	fprintf(stderr, "dxl-bench-failover: exec bash %s: %s\n", script, strerror(errno));

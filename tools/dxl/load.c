@@ -239,7 +239,10 @@ static void *worker_main(void *arg)
 			o->primary_from = prev.primary;
 			o->primary_to = in.primary;
 		}
-		if (k > 0) {
+		bool any_ok = false;
+		for (int j = 0; j < k; j++)
+			any_ok |= res[j].status == 0;
+		if (any_ok) {
 			/* the first acknowledgement after a failover closes its gap */
 			for (uint32_t i = 0; i < L->nout; i++)
 				if (L->out[i].shard == w->shard && !L->out[i].gap_ms)
@@ -714,14 +717,19 @@ int cmd_log_load(int argc, char **argv)
 	if (json_path) {
 		json_t *outs = json_array();
 		for (uint32_t i = 0; i < L.nout; i++)
-			json_array_append_new(outs, json_pack("{s:i,s:I,s:I,s:I,s:i,s:i}", "shard",
-							      (int)L.out[i].shard, "gap_ms",
+			json_array_append_new(outs, json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i}",
+							      "shard", (int)L.out[i].shard,
+							      "start_ms", (json_int_t)L.out[i].start_ms,
+							      "end_ms",
+							      (json_int_t)(L.out[i].start_ms + L.out[i].gap_ms),
+							      "gap_ms",
 							      (json_int_t)L.out[i].gap_ms, "epoch_from",
 							      (json_int_t)L.out[i].epoch_from, "epoch_to",
 							      (json_int_t)L.out[i].epoch_to, "primary_from",
 							      (int)L.out[i].primary_from, "primary_to",
 							      (int)L.out[i].primary_to));
-		json_t *o = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:i,s:i,s:o,s:b}", "acked",
+		json_t *o = json_pack("{s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:i,s:i,s:o,s:b}",
+				      "start_wall_ms", (json_int_t)L.run, "acked",
 				      (json_int_t)ok, "failed", (json_int_t)failed, "seconds", secs,
 				      "appends_per_s", secs > 0 ? (double)ok / secs : 0.0, "p50_ms",
 				      (double)dxl_hist_pct(&h, 50) / 1e6, "p99_ms",
