@@ -127,7 +127,7 @@ asan:
 
 tsan:
 	$(MAKE) O=build/tsan CFLAGS_EXTRA="-O1 -fsanitize=thread" LDFLAGS_EXTRA="-fsanitize=thread" all
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 		DXL_TEST_SANITIZER=tsan scripts/run-tests.sh build/tsan/tests $(TESTS)
 
 bench: all

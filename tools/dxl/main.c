@@ -40,7 +40,9 @@ static void usage(FILE *out)
 "  log append       append records to a shard (arguments or stdin lines)\n"
 "  log load         a steady append stream with a progress line, failover\n"
 "                   reports and verification by tailing\n"
-"  tail             print a shard's records in commit-timestamp order\n"
+"  tail             print a shard's (or every shard's) records in\n"
+"                   commit-timestamp order; consumer groups\n"
+"  status           the same as 'cluster status'\n"
 "\n"
 "Most commands find the cluster through DIR/cluster.json (--dir, default\n"
 "./dxl-cluster) or --zk CONNECT --cluster NAME. docs/cli.md has the details.\n"
@@ -88,6 +90,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dxl %s: unknown subcommand '%s' (see dxl --help)\n", argv[1],
 			argv[2]);
 		return EX_USAGE;
+	}
+	if (!strcmp(argv[1], "status")) {
+		g_cmd = "dxl status";
+		return cmd_cluster_status(argc - 1, argv + 1);
 	}
 	if (!strcmp(argv[1], "tail")) {
 		g_cmd = "dxl tail";
