@@ -49,6 +49,8 @@ struct dxl_replica_server {
 	struct dxl_election *el;
 	uint64_t last_cm_ms;
 	uint64_t last_cand_ms;
+	struct dxl_member_watch *mw;  /* nodes/: wakes the CM at once */
+	atomic_bool members_changed;
 	/* the lease guard: enforces the lease rule every service_ms even
 	 * while the loop waits in a ZooKeeper call (reg_mu guards serving,
 	 * reg_epoch and the registrations) */
@@ -74,7 +76,7 @@ static const char *const KEYS[] = {
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
-	"cm.check_ms", "100", "CM: period of its reconciliation rounds",
+	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
 	"log.writer_slots", "16", "rings per shard (one per writer slot); used when a shard is created",
 	"log.ring_size", "1M", "bytes per ring (multiple of 4096, >= 8K); used when a shard is created",
 	"log.retention_ms", "600000", "reclaim records older than this (and below the ring's watermark)",
@@ -113,7 +115,7 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->exist_wait_ms = UINT32_MAX;
 	cfg->cm = true;
 	dxl_cm_params_init(&cfg->cm_params);
-	cfg->cm_check_ms = 100;
+	cfg->cm_check_ms = 500;
 	cfg->pull_ms = 200;
 	cfg->sync_bytes = 256 << 10;
 	dxl_fabric_cfg_init(&cfg->fabric);
@@ -437,6 +439,18 @@ static void apply_config(struct dxl_replica_server *s)
 	s->published = false; /* publish() in the loop, with cfg_epoch */
 	DXL_INFO("event=config_applied node=%u epoch=%" PRIu64 " reg_epoch=%" PRIu64,
 		 s->cfg.node_id, s->cfg_epoch, s->reg_epoch);
+}
+
+/* on_members -- (event thread) a node joined, left or changed: the CM's
+ * next round runs at once instead of at its period */
+static void on_members(void *arg, enum dxl_member_event ev, uint32_t node_id,
+		       const char *payload)
+{
+	(void)ev;
+	(void)node_id;
+	(void)payload;
+	struct dxl_replica_server *s = arg;
+	atomic_store(&s->members_changed, true);
 }
 
 /* on_election -- (event thread) only logged: the loop asks
@@ -777,6 +791,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	/* 6. follow the configuration; stand for the CM */
 	if ((ret = dxl_cluster_config_watch_new(s->zk, on_config, s, &s->cw)))
 		goto fail;
+	if (cfg->cm && (ret = dxl_member_watch_new(s->zk, on_members, s, &s->mw)))
+		goto fail;
 	/* (the CM candidacy starts in the service loop) */
 	s->last_retain_ms = dxl_now_ms();
 	*out = s;
@@ -862,7 +878,8 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 			catch_up(s);
 		}
 		if (lease && s->el && dxl_election_is_leader(s->el) &&
-		    now - s->last_cm_ms >= s->cfg.cm_check_ms) {
+		    (now - s->last_cm_ms >= s->cfg.cm_check_ms ||
+		     atomic_exchange(&s->members_changed, false))) {
 			s->last_cm_ms = now;
 			int r = dxl_cm_reconcile(s->zk, &s->cfg.cm_params, NULL);
 			if (r < 0)
@@ -950,6 +967,7 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 	if (s->nshards && s->f)
 		dxl_replica_server_retain(s, dxl_wall_ms());
 	/* 3. leave ZooKeeper: the CM role and nodes/<id> go at once */
+	dxl_member_watch_delete(&s->mw);
 	dxl_cluster_config_watch_delete(&s->cw);
 	dxl_election_delete(&s->el);
 	if (s->zk && was_published)

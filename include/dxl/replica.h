@@ -378,7 +378,8 @@ struct dxl_replica_cfg {
 				    session timeout) ; UINT32_MAX = default */
 	bool cm;                 /* replica.cm: stand for the CM (true) */
 	struct dxl_cm_params cm_params; /* cm.min_replicas, cm.replication */
-	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (100) */
+	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (500); a
+				    change of nodes/ starts a round at once */
 	uint32_t pull_ms;        /* replica.pull_ms: catch-up pass period (200) */
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
