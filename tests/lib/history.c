@@ -117,7 +117,8 @@ int dxlt_history_check(struct dxlt_history *h, char *why, size_t cap,
 	if (why && cap)
 		why[0] = 0;
 	struct vec *w = &h->writes, *r = &h->reads;
-	qsort(w->v, w->n, sizeof(*w->v), cmp_op);
+	if (w->n)
+		qsort(w->v, w->n, sizeof(*w->v), cmp_op);
 	for (size_t i = 1; i < w->n; i++)
 		if (cmp_op(&w->v[i - 1], &w->v[i]) == 0) {
 			if (why)
