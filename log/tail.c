@@ -22,6 +22,7 @@
  */
 
 #define CTL_READ 256
+#define TAIL_MIN_WINDOW 4096
 #define WR_TAIL 0x5441494c00000000ull /* "TAIL" */
 
 struct tring {
@@ -29,6 +30,8 @@ struct tring {
 	uint64_t pos, seq;     /* next record to deliver */
 	uint64_t win_lo, win_hi; /* positions whose bytes this poll fetched */
 	uint64_t need;         /* bytes the next window must cover (big record) */
+	uint64_t win;          /* this ring's window: adapts between
+				  TAIL_MIN_WINDOW and cfg.window */
 	uint8_t *ctl;          /* CTL_READ bytes, in the MR */
 	uint8_t *mirror;       /* ring_size bytes, in the MR */
 	struct dxl_ring_iter it;
@@ -163,9 +166,10 @@ static int fetch(struct dxl_tailer *t)
 	}
 	for (unsigned i = 0; i < t->n && t->started; i++) {
 		struct tring *r = &t->r[i];
+		if (!r->win)
+			r->win = DXL_MIN((uint64_t)TAIL_MIN_WINDOW, (uint64_t)t->cfg.window);
 		uint64_t off = r->pos % rs;
-		uint64_t len = DXL_MIN(DXL_MAX((uint64_t)t->cfg.window, r->need),
-				       rs - off);
+		uint64_t len = DXL_MIN(DXL_MAX(r->win, r->need), rs - off);
 		r->win_lo = r->pos;
 		r->win_hi = r->pos + len;
 		w[k++] = (struct dxl_wr){.wr_id = WR_TAIL, .op = DXL_WR_READ,
@@ -340,8 +344,19 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 	/* everything below `resolved` that was fetched has been delivered; if
 	 * no ring was cut short, that is everything below it */
 	int cut = 0;
-	for (unsigned i = 0; i < t->n; i++)
-		cut |= t->r[i].blocked;
+	for (unsigned i = 0; i < t->n; i++) {
+		struct tring *r = &t->r[i];
+		cut |= r->blocked;
+		/* adapt the window: a ring that ran out of fetched bytes reads
+		 * twice as much next time, one that used little reads less
+		 * (a busy 2-core machine pays for every idle byte READ) */
+		uint64_t used = r->pos - r->win_lo;
+		if (r->blocked && r->pos >= r->win_lo)
+			r->win = DXL_MIN(r->win * 2, (uint64_t)t->cfg.window);
+		else if (used < r->win / 4)
+			r->win = DXL_MAX(r->win / 2, DXL_MIN((uint64_t)TAIL_MIN_WINDOW,
+							      (uint64_t)t->cfg.window));
+	}
 	uint64_t bound = resolved;
 	if (bound == UINT64_MAX) {
 		/* no live writer: each ring ends at its own watermark, all

@@ -45,6 +45,8 @@ struct dxl_log_writer {
 	uint64_t drain_until_ms;
 	uint64_t last_try_ms;
 	uint64_t last_hb_ms;
+	bool acked_since_hb;    /* an append was acknowledged after the last
+				   heartbeat: the next idle moment writes one */
 	char why[256];          /* why the shard is unavailable (last reopen) */
 	/* what the writer appends to now */
 	struct dxl_log_writer_info info;
@@ -411,6 +413,7 @@ static void collect(struct dxl_log_writer *w)
 				if (res[j].status == 0) {
 					e->state = E_DONE;
 					e->status = 0;
+					w->acked_since_hb = true;
 				} else {
 					/* maybe on some members: resolved at reopen */
 					set_broken(w, res[j].status, "append not acknowledged");
@@ -458,9 +461,16 @@ static void progress(struct dxl_log_writer *w)
 		if (!w->broken && dxl_zk_lease_valid(w->zk))
 			post(w);
 		collect(w);
-		if (!w->broken && w->head == w->tail && dxl_appender_inflight(w->ap) == 0 &&
-		    dxl_now_ms() - w->last_hb_ms >= w->cfg.heartbeat_ms) {
+		/* idle (nothing in flight, nothing waiting to be posted: a
+		 * heartbeat must not pass a queued record's timestamp): a
+		 * watermark at once after acknowledgements (so tailers deliver
+		 * the last records without waiting), else every heartbeat_ms;
+		 * at most one per millisecond */
+		uint64_t since = dxl_now_ms() - w->last_hb_ms;
+		if (!w->broken && dxl_appender_inflight(w->ap) == 0 && w->post >= w->tail &&
+		    ((w->acked_since_hb && since >= 1) || since >= w->cfg.heartbeat_ms)) {
 			w->last_hb_ms = dxl_now_ms();
+			w->acked_since_hb = false;
 			int r = dxl_appender_heartbeat(w->ap, dxl_hlc_now(&w->clk));
 			if (r && r != DXL_E_AGAIN)
 				set_broken(w, r, "heartbeat");

@@ -936,7 +936,11 @@ struct dxl_tail_cfg {
 	 * is writing); otherwise every ring whose owner word is set is live. */
 	uint64_t live_mask;   /* bit i = ring i (rings 0..63) */
 	int live_given;
-	uint32_t window;      /* bytes READ per ring per poll; default 256 KiB */
+	uint32_t window;      /* the most bytes READ per ring per poll (default
+				 256 KiB): each ring's window starts at 4 KiB,
+				 doubles while the ring has more than it
+				 fetched and halves while it uses less than a
+				 quarter */
 };
 
 /*
