@@ -1,8 +1,10 @@
 /* server.c -- the replica server behind dxl-replica: data directory, fabric,
  * hosted shards, ZooKeeper registration, the lease rule and retention
  * (include/dxl/replica.h, docs/replica.md) */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -727,6 +729,48 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 
 /* ---- lifecycle ---------------------------------------------------------------- */
 
+/* dir_state -- 0: absent, 1: an empty directory, 2: anything else */
+static int dir_state(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return errno == ENOENT ? 0 : 2;
+	if (!S_ISDIR(st.st_mode))
+		return 2;
+	DIR *d = opendir(path);
+	if (!d)
+		return 2;
+	struct dirent *e;
+	int state = 1;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			state = 2;
+	closedir(d);
+	return state;
+}
+
+/* undo_fresh_dir -- a start refused after this process initialised an
+ * absent or empty data directory: remove what it created there, so the
+ * refusal leaves nothing behind (the directory itself only if it did not
+ * exist) */
+static void undo_fresh_dir(const char *path, int before)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char f[1024];
+		if (snprintf(f, sizeof(f), "%s/%s", path, e->d_name) < (int)sizeof(f))
+			unlink(f);
+	}
+	closedir(d);
+	if (before == 0)
+		rmdir(path);
+}
+
 int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			   struct dxl_replica_server **out)
 {
@@ -751,6 +795,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	snprintf(s->cfg.zk.cluster, sizeof(s->cfg.zk.cluster), "%s", cluster);
 	/* 1. the data directory: lock, identity, durability (nothing else
 	 *    happens before we own it) */
+	int before = dir_state(cfg->data_dir);
 	int ret = dxl_datadir_open(cfg->data_dir, cluster, cfg->node_id,
 				   cfg->durability, cfg->create, &s->dd);
 	if (ret)
@@ -803,7 +848,10 @@ fail:
 		/* keep the message across the cleanup */
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		bool ours = s->dd != NULL && before < 2;
 		dxl_replica_server_delete(&s);
+		if (ours)
+			undo_fresh_dir(cfg->data_dir, before);
 		dxl_err_set(ret, "%s", msg);
 	}
 	return ret;
