@@ -135,9 +135,9 @@ bench: all
 
 # libFuzzer targets for the parsers (tests/fuzz/README); FUZZ_SECONDS each
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := record superblock head
+FUZZ_TARGETS := record superblock head writeset
 FUZZ_SRCS := common/err.c common/log.c common/util.c log/record.c log/region.c \
-	     log/ring.c tests/lib/parser_checks.c
+	     log/ring.c engine/writeset.c tests/lib/parser_checks.c
 fuzz:
 	@mkdir -p build/fuzz
 	$(CC) $(CFLAGS) -o build/fuzz/gen_seeds tests/fuzz/gen_seeds.c $(FUZZ_SRCS) $(LDLIBS)

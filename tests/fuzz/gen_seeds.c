@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "common/common.h"
+#include "dxl/engine.h"
 #include "dxl/log.h"
 
 static void put(const char *dir, const char *sub, int i, const void *b, size_t n)
@@ -82,5 +83,24 @@ int main(int argc, char **argv)
 	dxl_logstore_close(&ls);
 	dxl_region_close(&reg);
 	remove(path);
+
+	/* write sets: one of each op, and a single put */
+	static const char v1[] = "balance=100", v2[] = "x";
+	struct dxl_ws_entry ws[3] = {
+		{.table = 1, .op = DXL_WS_UPDATE, .key = 42, .version = 2, .value = v1,
+		 .len = sizeof(v1) - 1},
+		{.table = 2, .op = DXL_WS_INSERT, .key = 7, .version = 4, .value = v2, .len = 1},
+		{.table = 1, .op = DXL_WS_DELETE, .key = 9, .version = 6},
+	};
+	static uint8_t wbuf[1024];
+	int wl = dxl_writeset_encode(ws, 3, wbuf, sizeof(wbuf));
+	if (wl < 0) {
+		fprintf(stderr, "gen_seeds: %s\n", dxl_errmsg());
+		return 1;
+	}
+	put(argv[1], "writeset", 0, wbuf, (size_t)wl);
+	wl = dxl_writeset_encode(ws, 1, wbuf, sizeof(wbuf));
+	if (wl > 0)
+		put(argv[1], "writeset", 1, wbuf, (size_t)wl);
 	return 0;
 }

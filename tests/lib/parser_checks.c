@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "dxl/engine.h"
 #include "dxl/log.h"
 #include "log/log_internal.h"
 #include "tests/lib/parser_checks.h"
@@ -76,4 +77,29 @@ void dxl_check_head_parser(const uint8_t *data, size_t size)
 	if (dxl_ring_head_decode(slots, &h) != 0)
 		return;
 	CHECK(h.gen != 0);
+}
+
+/* a write set (engine/writeset.c): a payload that decodes re-encodes to
+ * exactly the same bytes, and every decoded entry is within the limits */
+void dxl_check_writeset_parser(const uint8_t *data, size_t size)
+{
+	int n = dxl_writeset_decode(data, size, NULL, 0);
+	if (n < 0)
+		return;
+	CHECK(n > 0);
+	struct dxl_ws_entry *e = calloc((size_t)n, sizeof(*e));
+	CHECK(e != NULL);
+	CHECK(dxl_writeset_decode(data, size, e, (uint32_t)n) == n);
+	for (int i = 0; i < n; i++) {
+		CHECK(e[i].len <= DXL_ENGINE_MAX_VALUE);
+		CHECK(e[i].len == 0 || ((const uint8_t *)e[i].value >= data &&
+					(const uint8_t *)e[i].value + e[i].len <= data + size));
+	}
+	uint8_t *buf = malloc(size ? size : 1);
+	CHECK(buf != NULL);
+	int len = dxl_writeset_encode(e, (uint32_t)n, buf, size);
+	CHECK(len >= 0 && (size_t)len <= size);
+	CHECK(memcmp(buf, data, (size_t)len) == 0);
+	free(buf);
+	free(e);
 }

@@ -16,5 +16,6 @@
 void dxl_check_record_parser(const uint8_t *data, size_t size);
 void dxl_check_superblock_parser(const uint8_t *data, size_t size);
 void dxl_check_head_parser(const uint8_t *data, size_t size);
+void dxl_check_writeset_parser(const uint8_t *data, size_t size);
 
 #endif

@@ -60,6 +60,14 @@ static void test_superblock_inputs(void **state)
 	assert_true(n > 0);
 }
 
+static void test_writeset_inputs(void **state)
+{
+	(void)state;
+	int n = replay("writeset", dxl_check_writeset_parser);
+	print_message("replayed %d writeset inputs\n", n);
+	assert_true(n > 0);
+}
+
 static void test_head_inputs(void **state)
 {
 	int n = replay("head", dxl_check_head_parser);
@@ -73,6 +81,7 @@ int main(void)
 		cmocka_unit_test(test_record_inputs),
 		cmocka_unit_test(test_superblock_inputs),
 		cmocka_unit_test(test_head_inputs),
+		cmocka_unit_test(test_writeset_inputs),
 	};
 	return cmocka_run_group_tests_name("parser regressions", tests, NULL, NULL);
 }
