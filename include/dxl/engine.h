@@ -570,4 +570,8 @@ int dxl_store_replay(struct dxl_store *s, const struct dxl_logstore *ls,
 #ifdef __cplusplus
 }
 #endif
+/* The engine's hash index and the coordinators' location cache
+ * (engine/hash.c, engine/loccache.c) are part of this face too. */
+#include "dxl/index.h"
+
 #endif /* DXL_ENGINE_H */
