@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "common/config.h"
 #include "dxl/replica.h"
+#include "replica/tables_internal.h"
 
 struct dxl_replica_server {
 	struct dxl_replica_cfg cfg;
@@ -24,6 +25,13 @@ struct dxl_replica_server {
 	struct dxl_zk *zk;
 	uint32_t nshards;
 	struct dxl_shard *shards[DXL_REPLICA_MAX_SHARDS];
+	/* the engine's tables of each shard (NULL: engine.tables empty) and
+	 * their RPC service (NULL without tables) */
+	struct dxl_tables *tables[DXL_REPLICA_MAX_SHARDS];
+	struct dxl_table_svc *svc;
+	/* the backup's applier: which writer slots are held, per shard */
+	uint64_t live_mask[DXL_REPLICA_MAX_SHARDS];
+	uint64_t live_ms[DXL_REPLICA_MAX_SHARDS]; /* when read; 0 = never */
 	atomic_bool serving;   /* regions registered: remote accesses allowed */
 	atomic_bool published; /* nodes/<id> holds the current descriptors */
 	uint64_t reg_epoch; /* +1 per registration of the regions */
@@ -67,7 +75,7 @@ struct dxl_replica_server {
 static const char *const KEYS[] = {
 	/* key, default, meaning (for --help and docs/replica.md) */
 	"replica.node_id", "(required)", "this node's id (1..2^32-1); nodes/<id> in ZooKeeper",
-	"replica.data_dir", "(required)", "data directory: DXL_DATADIR, LOCK, shard-<s>.log",
+	"replica.data_dir", "(required)", "data directory: DXL_DATADIR, LOCK, shard-<s>.log, store-<s>.dat",
 	"replica.durability", "msync", "pmem | msync | process (recorded at creation, checked at every start)",
 	"replica.create", "true", "initialise an empty or absent data directory",
 	"replica.shards", "0", "shards hosted: list of ids and ranges, e.g. 0,2,4-7",
@@ -79,6 +87,8 @@ static const char *const KEYS[] = {
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
 	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
+	"engine.tables", "(none)", "tables of every hosted shard: id:value_size:capacity,... (at most 16; fixed when a shard's store is created)",
+	"engine.lock_mode", "nic", "who changes lock words: nic (fabric CAS, local ones too) | cpu (RPC handlers); one per deployment",
 	"log.writer_slots", "16", "rings per shard (one per writer slot); used when a shard is created",
 	"log.ring_size", "1M", "bytes per ring (multiple of 4096, >= 8K); used when a shard is created",
 	"log.retention_ms", "600000", "reclaim records older than this (and below the ring's watermark)",
@@ -163,6 +173,74 @@ int dxl_replica_parse_shards(const char *s, uint32_t *ids, uint32_t *n)
 	return 0;
 }
 
+/* parse_size -- a number with an optional K/M/G suffix (powers of 1024) */
+static int parse_size(const char *p, const char **end, uint64_t *out)
+{
+	char *e;
+	errno = 0;
+	unsigned long long v = strtoull(p, &e, 10);
+	if (e == p || errno || *p == '-')
+		return DXL_E_INVAL;
+	unsigned shift = *e == 'K' ? 10 : *e == 'M' ? 20 : *e == 'G' ? 30 : 0;
+	if (shift) {
+		if (v > (UINT64_MAX >> shift))
+			return DXL_E_INVAL;
+		v <<= shift;
+		e++;
+	}
+	*end = e;
+	*out = v;
+	return 0;
+}
+
+int dxl_replica_parse_tables(const char *s, struct dxl_table_schema *t, uint32_t *n)
+{
+	uint32_t cnt = 0;
+	if (!s || !t || !n)
+		return dxl_err_set(DXL_E_INVAL, "dxl_replica_parse_tables: NULL");
+	const char *p = s;
+	while (*p) {
+		uint64_t f[3];
+		for (int k = 0; k < 3; k++) {
+			if (parse_size(p, &p, &f[k]))
+				return dxl_err_set(DXL_E_INVAL,
+						   "table list '%s': expected id:value_size:capacity at '%s'",
+						   s, p);
+			if (k < 2 && *p++ != ':')
+				return dxl_err_set(DXL_E_INVAL,
+						   "table list '%s': expected id:value_size:capacity", s);
+		}
+		if (f[0] > UINT32_MAX)
+			return dxl_err_set(DXL_E_INVAL, "table list '%s': table id %" PRIu64 " over %u",
+					   s, f[0], UINT32_MAX);
+		if (f[1] < 1 || f[1] > DXL_ENGINE_MAX_VALUE)
+			return dxl_err_set(DXL_E_INVAL, "table list '%s': table %" PRIu64
+					   ": value size %" PRIu64 " (1..%d)",
+					   s, f[0], f[1], DXL_ENGINE_MAX_VALUE);
+		if (f[2] < 1 || f[2] > DXL_TABLE_MAX_CAPACITY)
+			return dxl_err_set(DXL_E_INVAL, "table list '%s': table %" PRIu64
+					   ": capacity %" PRIu64 " (1..%llu)",
+					   s, f[0], f[2], (unsigned long long)DXL_TABLE_MAX_CAPACITY);
+		if (cnt >= DXL_REPLICA_MAX_TABLES)
+			return dxl_err_set(DXL_E_INVAL, "table list '%s': more than %d tables",
+					   s, DXL_REPLICA_MAX_TABLES);
+		for (uint32_t j = 0; j < cnt; j++)
+			if (t[j].id == f[0])
+				return dxl_err_set(DXL_E_INVAL, "table list '%s': table %" PRIu64 " twice",
+						   s, f[0]);
+		t[cnt].id = (uint32_t)f[0];
+		t[cnt].value_size = (uint32_t)f[1];
+		t[cnt].capacity = f[2];
+		cnt++;
+		if (*p == ',' && p[1])
+			p++;
+		else if (*p)
+			return dxl_err_set(DXL_E_INVAL, "table list '%s': unexpected '%c'", s, *p);
+	}
+	*n = cnt;
+	return 0;
+}
+
 int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *cfg)
 {
 	static const char *const known[] = {
@@ -170,7 +248,8 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"replica.create", "replica.shards", "replica.service_ms",
 		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
 		"replica.sync_bytes", "cm.min_replicas", "cm.replication",
-		"cm.check_ms", "log.writer_slots", "log.ring_size",
+		"cm.check_ms", "engine.tables", "engine.lock_mode",
+		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
 		"log.retention_check_ms", "log.level", "fabric.*", "zk.*", NULL,
 	};
@@ -203,6 +282,18 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 					   dxl_config_origin(conf, "replica.shards"),
 					   dxl_errmsg());
 	}
+	if (dxl_config_has(conf, "engine.tables")) {
+		dxl_config_get_str(conf, "engine.tables", "", &s);
+		if (dxl_replica_parse_tables(s, cfg->tables, &cfg->ntables))
+			return dxl_err_set(DXL_E_CONFIG, "%s: key engine.tables: %s",
+					   dxl_config_origin(conf, "engine.tables"),
+					   dxl_errmsg());
+	}
+	static const char *const lmodes[] = {"nic", "cpu", NULL};
+	int lm = cfg->lock_mode == DXL_LOCKS_CPU ? 1 : 0;
+	if ((ret = dxl_config_get_enum(conf, "engine.lock_mode", lmodes, lm, &lm)))
+		return ret;
+	cfg->lock_mode = lm ? DXL_LOCKS_CPU : DXL_LOCKS_NIC;
 #define U32(key, field, lo, hi)                                                  \
 	do {                                                                     \
 		if ((ret = dxl_config_get_u64(conf, key, cfg->field, lo, hi, &u))) \
@@ -248,8 +339,13 @@ static void stop_serving(struct dxl_replica_server *s, const char *why)
 {
 	if (!s->serving)
 		return;
-	for (uint32_t i = 0; i < s->nshards; i++)
+	/* the table RPCs first: nothing changes the tables from now on */
+	if (s->svc)
+		dxl_table_svc_set_serving(s->svc, false);
+	for (uint32_t i = 0; i < s->nshards; i++) {
 		dxl_shard_deregister(s->shards[i]);
+		dxl_tables_deregister(s->tables[i]);
+	}
 	s->serving = false;
 	s->published = false;
 	DXL_LOG(strcmp(why, "shutdown") && strcmp(why, "new configuration epoch") ?
@@ -262,12 +358,19 @@ static int start_serving(struct dxl_replica_server *s)
 {
 	for (uint32_t i = 0; i < s->nshards; i++) {
 		int ret = dxl_shard_register(s->shards[i], s->f);
+		if (!ret && s->tables[i] &&
+		    (ret = dxl_tables_register(s->tables[i], s->f)))
+			dxl_shard_deregister(s->shards[i]);
 		if (ret) {
-			for (uint32_t j = 0; j < i; j++)
+			for (uint32_t j = 0; j < i; j++) {
 				dxl_shard_deregister(s->shards[j]);
+				dxl_tables_deregister(s->tables[j]);
+			}
 			return ret;
 		}
 	}
+	if (s->svc)
+		dxl_table_svc_set_serving(s->svc, true);
 	s->serving = true;
 	s->published = false;
 	s->reg_epoch++;
@@ -303,6 +406,7 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	snprintf(d->addr, sizeof(d->addr), "%s", dxl_fabric_addr(s->f));
 	d->provider = dxl_fabric_provider(s->f);
 	d->ctx = 0;
+	d->rpc_ctx = s->svc ? DXL_REPLICA_RPC_CTX : 0;
 	d->cfg_epoch = s->cfg_epoch;
 	d->durability = s->cfg.durability;
 	d->nshards = s->nshards;
@@ -313,6 +417,8 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		ret = dxl_err_set(DXL_E_STATE, "not serving (lease lapsed)");
 	for (uint32_t i = 0; !ret && i < s->nshards; i++) {
 		ret = dxl_shard_describe(s->shards[i], &d->shards[i]);
+		if (!ret && s->tables[i])
+			ret = dxl_tables_describe(s->tables[i], &d->shards[i]);
 		d->shards[i].state = s->st[i];
 		d->shards[i].fill_pct = s->fill[i];
 		d->shards[i].last_ts = s->last_ts[i];
@@ -429,6 +535,9 @@ static void apply_config(struct dxl_replica_server *s)
 				 dxl_shard_state_name(s->st[i]), dxl_shard_state_name(old));
 	}
 	s->last_pull_ms = 0; /* catch up at once */
+	/* table RPCs of older epochs are refused from now on */
+	if (s->svc)
+		dxl_table_svc_set_config(s->svc, &s->conf);
 	pthread_mutex_lock(&s->reg_mu);
 	if (s->serving) {
 		stop_serving(s, "new configuration epoch");
@@ -615,7 +724,8 @@ static bool join_pulls(struct dxl_replica_server *s)
 /* ---- retention ---------------------------------------------------------------- */
 
 static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
-		       uint32_t ring, uint64_t now_ms, uint64_t keep_from)
+		       uint32_t ring, uint64_t now_ms, uint64_t keep_from,
+		       uint64_t applied_pos)
 {
 	uint64_t wm = dxl_logstore_watermark(ls, ring);
 	if (!wm)
@@ -635,6 +745,8 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 	while (dxl_ring_iter_next(&it, &rec, &pos) == 1) {
 		if (rec.commit_ts >= wm)
 			break; /* (1) not below the watermark: maybe unacknowledged */
+		if (pos >= applied_pos)
+			break; /* not yet applied to this backup's tables */
 		/* (3) age alone does not reclaim what a consumer group has not
 		 * read yet (keep_from: the slowest group's cursor); size does */
 		bool old = now_ms > DXL_HLC_PHYS(rec.commit_ts) &&
@@ -712,7 +824,8 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 			keep_from = 0;
 		}
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
-			int n = retain_ring(s, ls, r, now_ms, keep_from);
+			int n = retain_ring(s, ls, r, now_ms, keep_from,
+					    dxl_tables_applied_pos(s->tables[i], r));
 			if (n < 0) {
 				DXL_WARN("event=retention_failed shard=%u ring=%u msg=\"%s\"",
 					 dxl_shard_id(s->shards[i]), r, dxl_errmsg());
@@ -725,6 +838,49 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 		}
 	}
 	return total;
+}
+
+/* ---- the backups' tables: applying the log ------------------------------------ */
+
+/*
+ * apply_backups -- for every shard with tables this node is a backup of
+ * (a member, not the primary), apply what became decided in its log to its
+ * store (tables.c: dxl_tables_apply); for every other shard, stop (the
+ * primary's store is written by its coordinators; a shard catching up is
+ * being rewritten by copies). Bounded work per call.
+ */
+static void apply_backups(struct dxl_replica_server *s)
+{
+	uint64_t now = dxl_now_ms();
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (!s->tables[i])
+			continue;
+		uint32_t shard = dxl_shard_id(s->shards[i]);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
+		bool backup = s->st[i] == DXL_SHARD_MEMBER && sh &&
+			      sh->primary != s->cfg.node_id;
+		if (!backup) {
+			dxl_tables_apply_stop(s->tables[i]);
+			s->live_ms[i] = 0;
+			continue;
+		}
+		/* which writers are alive: their rings bound the resolved
+		 * timestamp (read at most every 50 ms) */
+		if (!s->live_ms[i] || now - s->live_ms[i] >= 50) {
+			uint64_t mask = 0;
+			if (dxl_writer_slots_live(s->zk, shard, &mask)) {
+				DXL_DEBUG("event=writer_slots_unknown shard=%u msg=\"%s\"", shard,
+					  dxl_errmsg());
+				if (!s->live_ms[i])
+					continue; /* never known: nothing is resolved */
+			} else {
+				s->live_mask[i] = mask;
+				s->live_ms[i] = now;
+			}
+		}
+		dxl_tables_apply(s->tables[i], dxl_shard_logstore(s->shards[i]),
+				 s->live_mask[i], 4096);
+	}
 }
 
 /* ---- lifecycle ---------------------------------------------------------------- */
@@ -819,7 +975,26 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		if ((ret = dxl_shard_open(cfg->data_dir, &sc, NULL, &s->shards[i])))
 			goto fail;
 		s->nshards = i + 1;
+		/* its tables: DATADIR/store-<s>.dat and the indexes */
+		struct dxl_tables_cfg tc = {
+			.dir = cfg->data_dir,
+			.cluster = cluster,
+			.node_id = cfg->node_id,
+			.shard = cfg->shards[i],
+			.durability = cfg->durability,
+			.create = cfg->create,
+			.lock_mode = cfg->lock_mode,
+			.tables = cfg->tables,
+			.ntables = cfg->ntables,
+		};
+		if ((ret = dxl_tables_open(&tc, &s->tables[i])))
+			goto fail;
 	}
+	/* the table RPC service (its own thread and ctx) */
+	if (cfg->ntables &&
+	    (ret = dxl_table_svc_start(s->f, cfg->node_id, s->tables, s->nshards,
+				       &s->svc)))
+		goto fail;
 	if ((ret = start_serving(s)))
 		goto fail;
 	/* 4. ZooKeeper: session, then nodes/<id> */
@@ -919,6 +1094,8 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=cm_candidacy_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
+		if (lease && s->serving && s->published)
+			apply_backups(s);
 		uint64_t now = dxl_now_ms();
 		if (lease && s->serving && s->published &&
 		    now - s->last_pull_ms >= s->cfg.pull_ms) {
@@ -1009,8 +1186,9 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 		pthread_join(s->guard, NULL);
 	}
 	/* 1. stop remote accesses (in-flight one-sided requests finish or
-	 *    fail with a remote access error) */
+	 *    fail with a remote access error) and the table RPCs */
 	stop_serving(s, "shutdown");
+	dxl_table_svc_stop(&s->svc);
 	/* 2. a last retention pass; heads are persisted as they move */
 	if (s->nshards && s->f)
 		dxl_replica_server_retain(s, dxl_wall_ms());
@@ -1022,8 +1200,10 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 		dxl_member_deregister(s->zk, s->cfg.node_id);
 	dxl_zk_delete(&s->zk);
 	/* 4. close the regions, the fabric, unlock the data directory */
-	for (uint32_t i = 0; i < s->nshards; i++)
+	for (uint32_t i = 0; i < s->nshards; i++) {
 		dxl_shard_close(&s->shards[i]);
+		dxl_tables_close(&s->tables[i]);
+	}
 	dxl_ctx_delete(&s->pull_ctx);
 	dxl_ctx_delete(&s->ctx);
 	dxl_fabric_delete(&s->f);

@@ -193,10 +193,61 @@ int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out)
 
 #define SETN(o, k, v) (json_object_set_new((o), (k), (v)) == 0)
 
+/* mr_json -- {"addr":"0x..","len":..,"rkey":..,"node":..} (NULL on ENOMEM);
+ * the address as a hex string: 64-bit values do not survive JSON doubles */
+static json_t *mr_json(const struct dxl_mr_desc *m)
+{
+	char addr[32];
+	snprintf(addr, sizeof(addr), "0x%" PRIx64, m->addr);
+	json_t *r = json_object();
+	bool ok = r != NULL;
+	ok = ok && SETN(r, "addr", json_string(addr));
+	ok = ok && SETN(r, "len", json_integer((json_int_t)m->len));
+	ok = ok && SETN(r, "rkey", json_integer(m->rkey));
+	ok = ok && SETN(r, "node", json_integer(m->node));
+	if (!ok) {
+		json_decref(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* table_json -- one table of a shard (docs/replica.md "nodes/<id> payload") */
+static json_t *table_json(const struct dxl_shard_table *st)
+{
+	char seed[32];
+	snprintf(seed, sizeof(seed), "0x%" PRIx64, st->ihdr.seed);
+	json_t *o = json_object();
+	bool ok = o != NULL;
+	ok = ok && SETN(o, "id", json_integer(st->t.id));
+	ok = ok && SETN(o, "value_size", json_integer(st->t.value_size));
+	ok = ok && SETN(o, "slot_size", json_integer(st->t.slot_size));
+	ok = ok && SETN(o, "capacity", json_integer((json_int_t)st->t.capacity));
+	ok = ok && SETN(o, "lock_mode",
+			json_string(st->t.lock_mode == DXL_LOCKS_CPU ? "cpu" : "nic"));
+	ok = ok && SETN(o, "records", mr_json(&st->t.records));
+	ok = ok && SETN(o, "locks", mr_json(&st->t.locks));
+	ok = ok && SETN(o, "index", mr_json(&st->index));
+	ok = ok && SETN(o, "n_buckets", json_integer((json_int_t)st->ihdr.n_buckets));
+	ok = ok && SETN(o, "n_indirect", json_integer((json_int_t)st->ihdr.n_indirect));
+	ok = ok && SETN(o, "seed", json_string(seed));
+	if (!ok) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 {
-	if (!d || !json || d->nshards > DXL_REPLICA_MAX_SHARDS || !d->addr[0])
+	if (!d || !json || d->nshards > DXL_REPLICA_MAX_SHARDS || !d->addr[0] ||
+	    d->rpc_ctx >= DXL_FABRIC_MAX_CTX)
 		return dxl_err_set(DXL_E_INVAL, "replica descriptor: bad argument");
+	for (uint32_t i = 0; i < d->nshards; i++)
+		if (d->shards[i].ntables > DXL_REPLICA_MAX_TABLES)
+			return dxl_err_set(DXL_E_INVAL, "replica descriptor: shard %u has %u tables (at most %d)",
+					   d->shards[i].shard, d->shards[i].ntables,
+					   DXL_REPLICA_MAX_TABLES);
 	json_t *o = json_object(), *arr = json_array();
 	bool ok = o && arr;
 	ok = ok && SETN(o, "format", json_integer(DXL_REPLICA_FORMAT));
@@ -206,6 +257,8 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 	ok = ok && SETN(o, "reg_epoch", json_integer((json_int_t)d->reg_epoch));
 	ok = ok && SETN(o, "durability", json_string(dxl_durability_name(d->durability)));
 	ok = ok && SETN(o, "cfg_epoch", json_integer((json_int_t)d->cfg_epoch));
+	if (d->rpc_ctx)
+		ok = ok && SETN(o, "rpc_ctx", json_integer(d->rpc_ctx));
 	for (uint32_t i = 0; ok && i < d->nshards; i++) {
 		const struct dxl_shard_desc *sd = &d->shards[i];
 		char addr[32];
@@ -228,6 +281,15 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 		ok = ok && SETN(sh, "fill_pct", json_integer(sd->fill_pct));
 		ok = ok && SETN(sh, "last_ts", json_integer((json_int_t)sd->last_ts));
 		ok = ok && SETN(sh, "records", json_integer((json_int_t)sd->records));
+		if (ok && sd->ntables) {
+			json_t *ta = json_array();
+			ok = ta != NULL;
+			for (uint32_t k = 0; ok && k < sd->ntables; k++)
+				ok = json_array_append_new(ta, table_json(&sd->tables[k])) == 0;
+			ok = ok && SETN(sh, "tables", ta);
+			if (!ok)
+				json_decref(ta);
+		}
 		ok = ok && json_array_append_new(arr, sh) == 0;
 		sh = NULL;
 		json_decref(r);
@@ -291,13 +353,120 @@ static int only_keys(json_t *o, const char *where, const char *const *known)
 	return 0;
 }
 
+/* decode_mr -- the object key of o: {"addr":"0x<hex>","len","rkey","node"} */
+static int decode_mr(json_t *o, const char *where, const char *key,
+		     struct dxl_mr_desc *m)
+{
+	static const char *const rkeys[] = {"addr", "len", "rkey", "node", NULL};
+	json_t *r = json_object_get(o, key);
+	char rwhere[128];
+	snprintf(rwhere, sizeof(rwhere), "%s.%s", where, key);
+	if (!r)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: missing \"%s\"", where, key);
+	if (!json_is_object(r))
+		return dxl_err_set(DXL_E_CORRUPT, "%s is not an object", rwhere);
+	int ret = only_keys(r, rwhere, rkeys);
+	const char *a;
+	uint64_t u;
+	if (ret || (ret = get_str(r, rwhere, "addr", &a)))
+		return ret;
+	char *end = NULL;
+	errno = 0;
+	unsigned long long addr = strncmp(a, "0x", 2) == 0 ? strtoull(a + 2, &end, 16) : 0;
+	if (strncmp(a, "0x", 2) != 0 || !a[2] || errno || !end || *end)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<hex>",
+				   rwhere, a);
+	m->addr = addr;
+	if ((ret = get_u64(r, rwhere, "len", UINT64_MAX >> 12, &m->len)) ||
+	    (ret = get_u64(r, rwhere, "rkey", UINT32_MAX, &u)))
+		return ret;
+	m->rkey = (uint32_t)u;
+	if ((ret = get_u64(r, rwhere, "node", UINT32_MAX, &u)))
+		return ret;
+	m->node = (uint32_t)u;
+	return 0;
+}
+
+/* decode_table -- one table of shards[i]: every field present, sizes that
+ * agree with each other (slot size of the value size, records, lock words
+ * and index area of the capacity and bucket counts) */
+static int decode_table(json_t *o, const char *swhere, uint32_t k,
+			struct dxl_shard_table *st)
+{
+	static const char *const tkeys[] = {"id", "value_size", "slot_size",
+					    "capacity", "lock_mode", "records",
+					    "locks", "index", "n_buckets",
+					    "n_indirect", "seed", NULL};
+	char where[96];
+	snprintf(where, sizeof(where), "%s.tables[%u]", swhere, k);
+	if (!json_is_object(o))
+		return dxl_err_set(DXL_E_CORRUPT, "%s is not an object", where);
+	memset(st, 0, sizeof(*st));
+	int ret = only_keys(o, where, tkeys);
+	uint64_t u;
+	const char *s;
+	if (ret || (ret = get_u64(o, where, "id", UINT32_MAX, &u)))
+		return ret;
+	st->t.id = (uint32_t)u;
+	if ((ret = get_u64(o, where, "value_size", DXL_ENGINE_MAX_VALUE, &u)))
+		return ret;
+	st->t.value_size = (uint32_t)u;
+	if ((ret = get_u64(o, where, "slot_size", DXL_RECORD_MAX_SLOT, &u)))
+		return ret;
+	st->t.slot_size = (uint32_t)u;
+	if ((ret = get_u64(o, where, "capacity", DXL_TABLE_MAX_CAPACITY, &st->t.capacity)) ||
+	    (ret = get_str(o, where, "lock_mode", &s)))
+		return ret;
+	if (!strcmp(s, "nic"))
+		st->t.lock_mode = DXL_LOCKS_NIC;
+	else if (!strcmp(s, "cpu"))
+		st->t.lock_mode = DXL_LOCKS_CPU;
+	else
+		return dxl_err_set(DXL_E_CORRUPT, "%s: lock_mode '%s' (nic or cpu)", where, s);
+	if ((ret = decode_mr(o, where, "records", &st->t.records)) ||
+	    (ret = decode_mr(o, where, "locks", &st->t.locks)) ||
+	    (ret = decode_mr(o, where, "index", &st->index)) ||
+	    (ret = get_u64(o, where, "n_buckets", DXL_INDEX_MAX_BUCKETS, &st->ihdr.n_buckets)) ||
+	    (ret = get_u64(o, where, "n_indirect", DXL_INDEX_MAX_INDIRECT, &st->ihdr.n_indirect)) ||
+	    (ret = get_str(o, where, "seed", &s)))
+		return ret;
+	char *end = NULL;
+	errno = 0;
+	unsigned long long seed = strncmp(s, "0x", 2) == 0 ? strtoull(s + 2, &end, 16) : 0;
+	if (strncmp(s, "0x", 2) != 0 || !s[2] || errno || !end || *end)
+		return dxl_err_set(DXL_E_CORRUPT, "%s: seed '%s' is not 0x<hex>", where, s);
+	st->ihdr.seed = seed;
+	st->ihdr.format = DXL_INDEX_FORMAT;
+	st->ihdr.len = DXL_INDEX_HDR_SIZE +
+		       DXL_INDEX_BUCKET_SIZE * (st->ihdr.n_buckets + st->ihdr.n_indirect);
+	if (!st->t.value_size || st->t.capacity < 1 ||
+	    st->t.slot_size != dxl_record_slot_size(st->t.value_size))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: value size %u, slot size %u, capacity %" PRIu64
+				   " do not agree", where, st->t.value_size, st->t.slot_size,
+				   st->t.capacity);
+	if (st->t.records.len != st->t.capacity * st->t.slot_size ||
+	    st->t.locks.len != 8 * st->t.capacity)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: records of %" PRIu64 " bytes and lock words of %" PRIu64
+				   " bytes for %" PRIu64 " slots of %u bytes",
+				   where, st->t.records.len, st->t.locks.len, st->t.capacity,
+				   st->t.slot_size);
+	if (!st->ihdr.n_buckets || (st->ihdr.n_buckets & (st->ihdr.n_buckets - 1)) ||
+	    st->index.len != st->ihdr.len)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s: index of %" PRIu64 " bytes for %" PRIu64 " + %" PRIu64
+				   " buckets (a power of two main buckets; %" PRIu64 " bytes)",
+				   where, st->index.len, st->ihdr.n_buckets, st->ihdr.n_indirect,
+				   st->ihdr.len);
+	return 0;
+}
+
 static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 {
 	static const char *const skeys[] = {"id", "region", "nrings", "ring_size",
 					    "ctl_off", "ring_stride", "buf_delta",
 					    "state", "fill_pct", "last_ts", "records",
-					    NULL};
-	static const char *const rkeys[] = {"addr", "len", "rkey", "node", NULL};
+					    "tables", NULL};
 	char where[64];
 	snprintf(where, sizeof(where), "shards[%u]", i);
 	if (!json_is_object(sh))
@@ -317,32 +486,8 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 	    (ret = get_u64(sh, where, "ring_stride", UINT64_MAX >> 12, &sd->ring_stride)) ||
 	    (ret = get_u64(sh, where, "buf_delta", UINT64_MAX >> 12, &sd->buf_delta)))
 		return ret;
-	json_t *r = json_object_get(sh, "region");
-	char rwhere[80];
-	snprintf(rwhere, sizeof(rwhere), "%s.region", where);
-	if (!r)
-		return dxl_err_set(DXL_E_CORRUPT, "%s: missing \"region\"", where);
-	if (!json_is_object(r))
-		return dxl_err_set(DXL_E_CORRUPT, "%s is not an object", rwhere);
-	if ((ret = only_keys(r, rwhere, rkeys)))
+	if ((ret = decode_mr(sh, where, "region", &sd->region)))
 		return ret;
-	const char *a;
-	if ((ret = get_str(r, rwhere, "addr", &a)))
-		return ret;
-	char *end = NULL;
-	errno = 0;
-	unsigned long long addr = strncmp(a, "0x", 2) == 0 ? strtoull(a + 2, &end, 16) : 0;
-	if (strncmp(a, "0x", 2) != 0 || !a[2] || errno || !end || *end)
-		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<hex>",
-				   rwhere, a);
-	sd->region.addr = addr;
-	if ((ret = get_u64(r, rwhere, "len", UINT64_MAX >> 12, &sd->region.len)) ||
-	    (ret = get_u64(r, rwhere, "rkey", UINT32_MAX, &u)))
-		return ret;
-	sd->region.rkey = (uint32_t)u;
-	if ((ret = get_u64(r, rwhere, "node", UINT32_MAX, &u)))
-		return ret;
-	sd->region.node = (uint32_t)u;
 	sd->state = DXL_SHARD_MEMBER; /* descriptors of before the state field */
 	if (json_object_get(sh, "state")) {
 		const char *st;
@@ -362,6 +507,24 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 	if (json_object_get(sh, "records") &&
 	    (ret = get_u64(sh, where, "records", INT64_MAX, &sd->records)))
 		return ret;
+	json_t *ta = json_object_get(sh, "tables"); /* optional: since issue 6 */
+	if (ta) {
+		if (!json_is_array(ta))
+			return dxl_err_set(DXL_E_CORRUPT, "%s: \"tables\" is not an array", where);
+		if (json_array_size(ta) > DXL_REPLICA_MAX_TABLES)
+			return dxl_err_set(DXL_E_CORRUPT, "%s: %zu tables (at most %d)", where,
+					   json_array_size(ta), DXL_REPLICA_MAX_TABLES);
+		for (size_t k = 0; k < json_array_size(ta); k++) {
+			if ((ret = decode_table(json_array_get(ta, k), where, (uint32_t)k,
+						&sd->tables[k])))
+				return ret;
+			for (size_t j = 0; j < k; j++)
+				if (sd->tables[j].t.id == sd->tables[k].t.id)
+					return dxl_err_set(DXL_E_CORRUPT, "%s: table %u listed twice",
+							   where, sd->tables[k].t.id);
+			sd->ntables = (uint32_t)k + 1;
+		}
+	}
 	/* geometry: every ring inside the region */
 	if (sd->ring_size < 8192 || sd->ring_size % 4096 ||
 	    sd->buf_delta < DXL_RING_CTL_SIZE ||
@@ -384,7 +547,7 @@ int dxl_replica_desc_decode(const char *json, size_t len,
 {
 	static const char *const keys[] = {"format", "addr", "provider", "ctx",
 					   "reg_epoch", "durability", "shards",
-					   "cfg_epoch",
+					   "cfg_epoch", "rpc_ctx",
 					   /* added by membership */
 					   "node_id", "pid", "host", "session",
 					   "registered_ms", NULL};
@@ -439,6 +602,15 @@ int dxl_replica_desc_decode(const char *json, size_t len,
 	if (json_object_get(o, "cfg_epoch") &&
 	    (ret = get_u64(o, w, "cfg_epoch", INT64_MAX, &out->cfg_epoch)))
 		goto out;
+	if (json_object_get(o, "rpc_ctx")) {
+		if ((ret = get_u64(o, w, "rpc_ctx", DXL_FABRIC_MAX_CTX - 1, &u)))
+			goto out;
+		if (!u) {
+			ret = dxl_err_set(DXL_E_CORRUPT, "%s: rpc_ctx 0 (ctx 0 serves writers; absent = no table RPCs)", w);
+			goto out;
+		}
+		out->rpc_ctx = (uint32_t)u;
+	}
 	if (json_object_get(o, "node_id")) {
 		if ((ret = get_u64(o, w, "node_id", UINT32_MAX, &u)))
 			goto out;
@@ -479,6 +651,17 @@ dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard)
 	for (uint32_t i = 0; i < d->nshards; i++)
 		if (d->shards[i].shard == shard)
 			return &d->shards[i];
+	return NULL;
+}
+
+const struct dxl_shard_table *
+dxl_replica_desc_table(const struct dxl_replica_desc *d, uint32_t shard,
+		       uint32_t table)
+{
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
+	for (uint32_t i = 0; sd && i < sd->ntables; i++)
+		if (sd->tables[i].t.id == table)
+			return &sd->tables[i];
 	return NULL;
 }
 

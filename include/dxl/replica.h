@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dxl/engine.h"
 #include "dxl/err.h"
 #include "dxl/fabric.h"
+#include "dxl/index.h"
 #include "dxl/log.h"
 #include "dxl/membership.h"
 
@@ -124,6 +126,24 @@ enum dxl_shard_state {
 const char *dxl_shard_state_name(enum dxl_shard_state st);
 int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out);
 
+/*
+ * The engine's tables of a shard (engine.tables; docs/replica.md "Tables"):
+ * the primary's store (records and lock words, engine.h) and per table its
+ * hash index (index.h), each registered for one-sided access. At most
+ * DXL_REPLICA_MAX_TABLES per shard, so that DXL_REPLICA_MAX_SHARDS shards
+ * with all their tables stay well inside ZooKeeper's 1 MB znode limit
+ * (a full descriptor is about 0.5 MB; tests/unit/replica/test_desc_tables.c).
+ */
+#define DXL_REPLICA_MAX_TABLES 16
+
+struct dxl_shard_table {
+	struct dxl_table_desc t;   /* id, sizes, capacity, lock mode, records
+				      and lock words (engine.h) */
+	struct dxl_mr_desc index;  /* the index area (REMOTE_READ) */
+	struct dxl_index_hdr ihdr; /* its header: what a reader needs to
+				      address buckets (ihdr.len == index.len) */
+};
+
 struct dxl_shard_desc {
 	uint32_t shard;
 	enum dxl_shard_state state;
@@ -138,6 +158,9 @@ struct dxl_shard_desc {
 	uint32_t fill_pct;    /* fullest ring: bytes head..end / ring size */
 	uint64_t last_ts;     /* newest record's commit timestamp (all rings) */
 	uint64_t records;     /* records retained (all rings) */
+	/* the engine's tables (none: ntables 0, "tables" absent in JSON) */
+	uint32_t ntables;
+	struct dxl_shard_table tables[DXL_REPLICA_MAX_TABLES];
 };
 
 struct dxl_replica_desc {
@@ -151,6 +174,9 @@ struct dxl_replica_desc {
 				epoch E use a descriptor only once cfg_epoch
 				>= E: older rkeys are fenced off. */
 	enum dxl_durability durability;
+	/* the ctx serving the table RPCs (DXL_REPLICA_RPC_CTX); 0 = none (no
+	 * tables; "rpc_ctx" absent in JSON) */
+	uint32_t rpc_ctx;
 	uint32_t nshards;
 	struct dxl_shard_desc shards[DXL_REPLICA_MAX_SHARDS];
 };
@@ -177,6 +203,12 @@ int dxl_replica_desc_decode(const char *json, size_t len,
 const struct dxl_shard_desc *
 dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard);
 
+/* dxl_replica_desc_table -- the descriptor of table `table` of shard
+ * `shard`, NULL if absent */
+const struct dxl_shard_table *
+dxl_replica_desc_table(const struct dxl_replica_desc *d, uint32_t shard,
+		       uint32_t table);
+
 /*
  * dxl_replica_desc_target -- the dxl_log_target for ring `ring` of shard
  * `shard` of that replica. Errors: DXL_E_NOENT (shard not hosted),
@@ -184,6 +216,137 @@ dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard);
  */
 int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
 			    uint32_t ring, struct dxl_log_target *out);
+
+/* ==== table RPCs: the two-sided path to a shard's primary ================ */
+
+/*
+ * A node with tables (engine.tables) serves these handlers on fabric ctx
+ * DXL_REPLICA_RPC_CTX (its descriptor's "rpc_ctx"), for the shards it is
+ * the primary of in its current configuration, while its lease is valid.
+ * One-sided READs of records, lock words and index buckets work on any QP
+ * to the node (memory regions are per node, not per ctx).
+ * docs/replica.md "Table RPCs".
+ *
+ * Request payload, little-endian, DXL_TABLE_REQ_SIZE bytes + the value:
+ *    0 u32 shard        4 u32 table        8 u64 epoch (the caller's)
+ *   16 u64 key         24 u64 slot        32 u64 owner (a lock word value)
+ *   40 u64 ts          48 u64 version     56 u32 flags
+ *   60 u32 value length (<= DXL_ENGINE_MAX_VALUE)
+ *   64 the value
+ * The payload is exactly 64 + value length bytes; every field the
+ * operation does not use (table below) is 0.
+ *
+ *   LOOKUP     key                           -> the key's live record
+ *   INSERT     key, ts, value                -> slot, version, incarnation
+ *   DELETE     key, owner, ts                -> slot, version, incarnation
+ *              (the caller holds the record's lock: lock word == owner)
+ *   READ       slot                          -> the record in the slot
+ *   LOCK       slot, owner                   -> the record's header
+ *              (engine.lock_mode=cpu only)
+ *   UNLOCK     slot, owner                   (cpu only)
+ *   WRITEBACK  slot, owner, ts, version,     -> slot, version
+ *              flags, value                  (the caller holds the lock;
+ *              version 0 = the current + 2, else it must be the current +
+ *              2, or the current one: a retry, nothing written; flag
+ *              DXL_TABLE_WB_UNLOCK releases the lock after, cpu only)
+ *
+ * Reply payload, DXL_TABLE_REP_SIZE bytes + data, for every status:
+ *    0 u64 epoch (the node's)   8 u32 primary of the shard (0: unknown)
+ *   12 u32 flags (bit 0: the record is LIVE)
+ *   16 u64 slot        24 u64 version      32 u64 ts        40 u64 key
+ *   48 u32 incarnation 52 u32 data length  56 u64 holder (LOCK refused:
+ *                                              the lock word)
+ *   64 data: the value (LOOKUP, READ), or the error message (status < 0)
+ *
+ * Status (the RPC status): 0, or DXL_E_PROTO (malformed request: nothing
+ * changed), DXL_E_STALE (epoch is not the node's: the reply's epoch is the
+ * node's), DXL_E_UNAVAIL (not the shard's primary -- the reply names the
+ * primary -- or not serving: lease lapsed, shutting down), DXL_E_NOENT
+ * (unknown table, no such key, slot out of range or not live),
+ * DXL_E_TOOBIG (value over the table's value size), DXL_E_EXIST (INSERT:
+ * the key exists), DXL_E_FULL, DXL_E_BUSY (LOCK: held by `holder`),
+ * DXL_E_STATE (the lock word is not owner; a WRITEBACK version that does
+ * not follow the record's), DXL_E_NOTSUP (LOCK, UNLOCK, the UNLOCK flag with
+ * NIC-owned lock words), DXL_E_AGAIN (the record is torn: the log's replay
+ * has not rewritten it yet). A refused request changes nothing.
+ */
+#define DXL_REPLICA_RPC_CTX 2 /* ctx 0: writers and tailers, 1: catch-up */
+#define DXL_TABLE_REQ_SIZE 64
+#define DXL_TABLE_REP_SIZE 64
+#define DXL_TABLE_REP_LIVE 1u
+#define DXL_TABLE_WB_UNLOCK 1u
+/* the largest reply (a value, or a message up to that size) */
+#define DXL_TABLE_REP_MAX (DXL_TABLE_REP_SIZE + DXL_ENGINE_MAX_VALUE)
+
+enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
+	DXL_RPC_ID_TABLE_LOOKUP = 1008,
+	DXL_RPC_ID_TABLE_INSERT = 1009,
+	DXL_RPC_ID_TABLE_DELETE = 1010,
+	DXL_RPC_ID_TABLE_READ = 1011,
+	DXL_RPC_ID_TABLE_LOCK = 1012,
+	DXL_RPC_ID_TABLE_UNLOCK = 1013,
+	DXL_RPC_ID_TABLE_WRITEBACK = 1014,
+};
+
+/* dxl_table_op_name -- "lookup", ... ("?" for other ids) */
+const char *dxl_table_op_name(uint16_t op);
+
+struct dxl_table_req {
+	uint32_t shard, table;
+	uint64_t epoch;
+	uint64_t key, slot, owner, ts, version;
+	uint32_t flags;
+	const void *value; /* decode: points into the payload */
+	uint32_t len;
+};
+
+struct dxl_table_rep {
+	uint64_t epoch;   /* the node's configuration epoch */
+	uint32_t primary; /* the shard's primary in it (0: unknown) */
+	uint64_t slot;
+	struct dxl_record rec; /* version, ts, key, inc, live; len = the
+				  value's length (LOOKUP, READ) */
+	uint64_t holder;
+	const void *data; /* decode: the value or message, in the payload */
+	uint32_t data_len;
+};
+
+/*
+ * dxl_table_req_encode -- the request of operation op into buf[0..cap).
+ * Returns the length. Errors: DXL_E_INVAL (unknown op, a field op does not
+ * use is not 0, NULL value with len > 0, cap too small), DXL_E_TOOBIG
+ * (len over DXL_ENGINE_MAX_VALUE).
+ */
+int dxl_table_req_encode(uint16_t op, const struct dxl_table_req *r, void *buf,
+			 size_t cap);
+/* dxl_table_req_decode -- strict (the rules above). Errors: DXL_E_PROTO
+ * with what is wrong, DXL_E_TOOBIG (value length over DXL_ENGINE_MAX_VALUE) */
+int dxl_table_req_decode(uint16_t op, const void *buf, size_t len,
+			 struct dxl_table_req *out);
+/* dxl_table_rep_encode -- header + data (rep->data, rep->data_len) into
+ * buf; returns the length, DXL_E_INVAL if cap is too small */
+int dxl_table_rep_encode(const struct dxl_table_rep *rep, void *buf, size_t cap);
+/* dxl_table_rep_decode -- Errors: DXL_E_PROTO (short, reserved flag bits,
+ * data length not the rest of the payload) */
+int dxl_table_rep_decode(const void *buf, size_t len, struct dxl_table_rep *out);
+
+struct dxl_rpc;
+struct dxl_qp;
+
+/*
+ * dxl_table_call -- from a coroutine of rpc's scheduler: call operation op
+ * at the node at the other end of qp (a QP to its DXL_REPLICA_RPC_CTX) and
+ * decode the reply into *rep (epoch and primary also on errors). The value
+ * of a LOOKUP or READ goes to value[0..cap) (rep->rec.len bytes; value may
+ * be NULL with cap 0 for the header only: then rep->data is NULL).
+ * Returns 0 or the status: the node's (the message, in dxl_errmsg(),
+ * is the node's: "node 1: shard 0 has no table 9"), or the call's
+ * (dxl_rpc_call's errors), DXL_E_TOOBIG (the value is over cap), DXL_E_PROTO
+ * (a malformed reply).
+ */
+int dxl_table_call(struct dxl_rpc *rpc, struct dxl_qp *qp, uint16_t op,
+		   const struct dxl_table_req *req, struct dxl_table_rep *rep,
+		   void *value, uint32_t cap);
 
 /* ==== the configuration manager (CM) ===================================== */
 
@@ -384,6 +547,11 @@ struct dxl_replica_cfg {
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */
+	/* engine.tables: the tables every hosted shard holds, "id:value_size:
+	 * capacity,..." (none); each shard's store is DATADIR/store-<s>.dat */
+	uint32_t ntables;
+	struct dxl_table_schema tables[DXL_REPLICA_MAX_TABLES];
+	enum dxl_lock_mode lock_mode; /* engine.lock_mode: nic (default) | cpu */
 	struct dxl_fabric_cfg fabric; /* fabric.* */
 	struct dxl_zk_cfg zk;         /* zk.* (zk.cluster = the cluster) */
 };
@@ -407,6 +575,14 @@ const char *const *dxl_replica_cfg_keys(void);
 /* dxl_replica_parse_shards -- "0,2,5-7" -> ids. DXL_E_INVAL on bad text,
  * duplicates, or more than DXL_REPLICA_MAX_SHARDS. */
 int dxl_replica_parse_shards(const char *s, uint32_t *ids, uint32_t *n);
+
+/* dxl_replica_parse_tables -- "1:64:100000,2:128:5000" (id:value_size:
+ * capacity, sizes may have K/M suffixes) -> schemas. "" = none. DXL_E_INVAL
+ * on bad text, a repeated id, a value size outside 1..DXL_ENGINE_MAX_VALUE,
+ * a capacity outside 1..DXL_TABLE_MAX_CAPACITY, or more than
+ * DXL_REPLICA_MAX_TABLES tables. */
+int dxl_replica_parse_tables(const char *s, struct dxl_table_schema *t,
+			     uint32_t *n);
 
 struct dxl_replica_server;
 

@@ -1,0 +1,901 @@
+/* tables.c -- the engine's tables a replica node hosts: per shard a record store and its hash indexes, their registration and descriptors (replica/tables_internal.h, docs/replica.md "Tables") */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "common/endian.h"
+#include "dxl/co.h"
+#include "dxl/rpc.h"
+#include "replica/tables_internal.h"
+
+struct tab {
+	struct dxl_table_schema sc;
+	struct dxl_index *ix;
+	struct dxl_mr *ix_mr; /* NULL while deregistered */
+};
+
+/* the backup's applier: where each ring of the local log is applied up to */
+struct applier {
+	bool active;
+	uint32_t nrings;
+	uint64_t *pos, *seq; /* per ring: the next record to apply */
+	struct dxl_tables_apply_stats st;
+	uint64_t last_warn_ms;
+};
+
+struct dxl_tables {
+	uint32_t shard;
+	struct dxl_store *st;
+	uint32_t n;
+	struct tab t[DXL_REPLICA_MAX_TABLES];
+	bool registered;
+	struct applier ap;
+};
+
+static struct tab *find_tab(const struct dxl_tables *t, uint32_t id)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->t[i].sc.id == id)
+			return (struct tab *)&t->t[i];
+	return NULL;
+}
+
+/* ---- the store's hooks: the index follows the key map ------------------------- */
+
+/*
+ * Called by the store with the table's mutex held: that mutex serializes
+ * the writers of this table's index (index.h asks the caller to), whoever
+ * calls the store (RPC thread, log applier).
+ */
+static int hook_insert(void *arg, uint32_t table, uint64_t key, uint64_t slot,
+		       uint32_t inc)
+{
+	struct dxl_tables *t = arg;
+	struct tab *tb = find_tab(t, table);
+	if (!tb)
+		return dxl_err_set(DXL_E_INTERNAL, "shard %u: the store has table %u, the indexes not",
+				   t->shard, table);
+	int ret = dxl_index_insert(tb->ix, key, slot, inc);
+	if (ret == DXL_E_FULL)
+		dxl_err_prefix("shard %u table %u: index full (skewed keys exhausted its overflow buckets)",
+			       t->shard, table);
+	else if (ret)
+		dxl_err_prefix("shard %u table %u: index", t->shard, table);
+	return ret;
+}
+
+static void hook_remove(void *arg, uint32_t table, uint64_t key, uint64_t slot)
+{
+	struct dxl_tables *t = arg;
+	struct tab *tb = find_tab(t, table);
+	struct dxl_index_loc old = {0};
+	if (!tb || dxl_index_remove(tb->ix, key, &old) || old.slot != slot)
+		DXL_WARN("event=index_out_of_step shard=%u table=%u key=%" PRIu64
+			 " slot=%" PRIu64 " msg=\"the index had no entry for the deleted record\"",
+			 t->shard, table, key, slot);
+}
+
+/* ---- open, rebuild, close ------------------------------------------------------- */
+
+static void schema_text(const struct dxl_table_schema *sc, uint32_t n, char *buf,
+			size_t cap)
+{
+	size_t off = 0;
+	buf[0] = 0;
+	for (uint32_t i = 0; i < n && off < cap; i++) {
+		int k = snprintf(buf + off, cap - off, "%s%u:%u:%" PRIu64, i ? "," : "",
+				 sc[i].id, sc[i].value_size, sc[i].capacity);
+		if (k < 0)
+			break;
+		off += (size_t)k;
+	}
+	if (!n)
+		snprintf(buf, cap, "(none)");
+}
+
+/* check_schema -- the file holds exactly the configured tables (any order) */
+static int check_schema(struct dxl_tables *t, const struct dxl_tables_cfg *cfg,
+			const char *path)
+{
+	struct dxl_table_schema have[DXL_STORE_MAX_TABLES];
+	unsigned nh = dxl_store_ntables(t->st);
+	bool same = nh == cfg->ntables && dxl_store_shard(t->st) == cfg->shard;
+	for (unsigned i = 0; i < nh && i < DXL_STORE_MAX_TABLES; i++)
+		dxl_store_table_at(t->st, i, &have[i]);
+	for (uint32_t i = 0; same && i < cfg->ntables; i++) {
+		struct dxl_table_schema sc;
+		same = dxl_store_schema(t->st, cfg->tables[i].id, &sc) == 0 &&
+		       sc.value_size == cfg->tables[i].value_size &&
+		       sc.capacity == cfg->tables[i].capacity;
+	}
+	if (same)
+		return 0;
+	char a[512], b[512];
+	schema_text(have, DXL_MIN(nh, (unsigned)DXL_STORE_MAX_TABLES), a, sizeof(a));
+	schema_text(cfg->tables, cfg->ntables, b, sizeof(b));
+	if (dxl_store_shard(t->st) != cfg->shard)
+		return dxl_err_set(DXL_E_CONFIG, "%s holds the tables of shard %u, not of shard %u",
+				   path, dxl_store_shard(t->st), cfg->shard);
+	return dxl_err_set(DXL_E_CONFIG,
+			   "%s holds the tables %s, engine.tables says %s (tables cannot be changed on an existing store)",
+			   path, a, b);
+}
+
+/*
+ * rebuild -- one index entry per live slot. A slot torn by a crash that the
+ * store keeps reserved for its key (dxl_store_find names it) is indexed
+ * too, from its line 0 (key at 16, incarnation at 24: engine.h's layout),
+ * so the index stays in step with the key map when the log's replay
+ * rewrites the slot (which calls no hook).
+ */
+static int rebuild(struct dxl_tables *t)
+{
+	for (uint32_t i = 0; i < t->n; i++) {
+		struct tab *tb = &t->t[i];
+		uint64_t live = 0, torn = 0;
+		for (uint64_t slot = 0; slot < tb->sc.capacity; slot++) {
+			struct dxl_record r;
+			int ret = dxl_store_read(t->st, tb->sc.id, slot, &r, NULL, 0);
+			if (ret == 0 && r.live) {
+				ret = dxl_index_insert(tb->ix, r.key, slot, r.inc);
+				live++;
+			} else if (ret == DXL_E_AGAIN) {
+				const uint8_t *p = dxl_store_slot_ptr(t->st, tb->sc.id, slot);
+				uint64_t key = dxl_get_le64(p + 16), at = 0;
+				ret = 0;
+				if (dxl_store_find(t->st, tb->sc.id, key, &at) == 0 && at == slot) {
+					ret = dxl_index_insert(tb->ix, key, slot,
+							       dxl_get_le32(p + 24));
+					torn++;
+				}
+			}
+			if (ret) {
+				dxl_err_prefix("shard %u table %u: rebuilding the index at slot %" PRIu64,
+					       t->shard, tb->sc.id, slot);
+				return ret;
+			}
+		}
+		DXL_INFO("event=index_rebuilt shard=%u table=%u keys=%" PRIu64 " torn=%" PRIu64,
+			 t->shard, tb->sc.id, live + torn, torn);
+	}
+	return 0;
+}
+
+int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
+{
+	if (!cfg || !out || !cfg->dir || !cfg->cluster ||
+	    (cfg->ntables && !cfg->tables))
+		return dxl_err_set(DXL_E_INVAL, "dxl_tables_open: bad argument");
+	*out = NULL;
+	char path[1024];
+	if ((size_t)snprintf(path, sizeof(path), "%s/store-%u.dat", cfg->dir,
+			     cfg->shard) >= sizeof(path))
+		return dxl_err_set(DXL_E_INVAL, "store path under %s too long", cfg->dir);
+	if (!cfg->ntables) {
+		if (access(path, F_OK) == 0)
+			return dxl_err_set(DXL_E_CONFIG,
+					   "%s exists but engine.tables is empty (its records would not be served)",
+					   path);
+		return 0;
+	}
+	if (cfg->ntables > DXL_REPLICA_MAX_TABLES)
+		return dxl_err_set(DXL_E_INVAL, "%u tables (at most %d per shard)",
+				   cfg->ntables, DXL_REPLICA_MAX_TABLES);
+	struct dxl_tables *t = calloc(1, sizeof(*t));
+	if (!t)
+		return dxl_err_set(DXL_E_NOMEM, "tables of shard %u", cfg->shard);
+	t->shard = cfg->shard;
+	int ret = 0;
+	for (uint32_t i = 0; i < cfg->ntables; i++, t->n++) {
+		t->t[i].sc = cfg->tables[i];
+		struct dxl_index_cfg ic;
+		dxl_index_cfg_init(&ic, cfg->tables[i].capacity);
+		if ((ret = dxl_index_new(&ic, &t->t[i].ix))) {
+			dxl_err_prefix("index of table %u", cfg->tables[i].id);
+			goto fail;
+		}
+	}
+	struct dxl_store_cfg sc;
+	dxl_store_cfg_init(&sc);
+	sc.lock_mode = cfg->lock_mode;
+	sc.hooks.insert = hook_insert;
+	sc.hooks.remove = hook_remove;
+	sc.hooks.arg = t;
+	struct dxl_region_id id = {.node_id = cfg->node_id, .kind = DXL_REGION_STORE};
+	snprintf(id.cluster, sizeof(id.cluster), "%s", cfg->cluster);
+	ret = dxl_store_open(path, cfg->durability, &id, &sc, &t->st);
+	if (ret == DXL_E_NOENT && cfg->create && access(path, F_OK) != 0) {
+		ret = dxl_store_create(path, cfg->durability, &id, cfg->shard,
+				       cfg->tables, cfg->ntables, &sc, &t->st);
+		if (!ret) {
+			char txt[512];
+			schema_text(cfg->tables, cfg->ntables, txt, sizeof(txt));
+			DXL_INFO("event=store_created shard=%u path=%s tables=%s lock_mode=%s",
+				 cfg->shard, path, txt,
+				 cfg->lock_mode == DXL_LOCKS_CPU ? "cpu" : "nic");
+		}
+	}
+	if (ret)
+		goto fail;
+	if ((ret = check_schema(t, cfg, path)) || (ret = rebuild(t)))
+		goto fail;
+	*out = t;
+	return 0;
+fail:
+	dxl_err_prefix("tables of shard %u", cfg->shard);
+	dxl_tables_close(&t);
+	return ret;
+}
+
+void dxl_tables_close(struct dxl_tables **tp)
+{
+	if (!tp || !*tp)
+		return;
+	struct dxl_tables *t = *tp;
+	dxl_tables_deregister(t);
+	free(t->ap.pos);
+	free(t->ap.seq);
+	dxl_store_close(&t->st);
+	for (uint32_t i = 0; i < t->n; i++)
+		dxl_index_delete(&t->t[i].ix);
+	free(t);
+	*tp = NULL;
+}
+
+/* ---- registration and descriptors ------------------------------------------------ */
+
+int dxl_tables_register(struct dxl_tables *t, struct dxl_fabric *f)
+{
+	if (t->registered)
+		return dxl_err_set(DXL_E_EXIST, "tables of shard %u already registered",
+				   t->shard);
+	int ret = dxl_store_register(t->st, f);
+	for (uint32_t i = 0; !ret && i < t->n; i++)
+		ret = dxl_mr_reg(f, dxl_index_mem(t->t[i].ix),
+				 dxl_index_mem_len(t->t[i].ix), DXL_MR_REMOTE_READ,
+				 &t->t[i].ix_mr);
+	if (ret) {
+		dxl_err_prefix("registering the tables of shard %u", t->shard);
+		for (uint32_t i = 0; i < t->n; i++)
+			dxl_mr_dereg(&t->t[i].ix_mr);
+		dxl_store_deregister(t->st);
+		return ret;
+	}
+	t->registered = true;
+	return 0;
+}
+
+void dxl_tables_deregister(struct dxl_tables *t)
+{
+	if (!t || !t->registered)
+		return;
+	for (uint32_t i = 0; i < t->n; i++)
+		dxl_mr_dereg(&t->t[i].ix_mr);
+	dxl_store_deregister(t->st);
+	t->registered = false;
+}
+
+int dxl_tables_describe(const struct dxl_tables *t, struct dxl_shard_desc *sd)
+{
+	if (!t->registered)
+		return dxl_err_set(DXL_E_STATE, "tables of shard %u are not registered",
+				   t->shard);
+	sd->ntables = t->n;
+	for (uint32_t i = 0; i < t->n; i++) {
+		struct dxl_shard_table *st = &sd->tables[i];
+		memset(st, 0, sizeof(*st));
+		int ret = dxl_store_table_desc(t->st, t->t[i].sc.id, &st->t);
+		if (ret)
+			return ret;
+		dxl_mr_desc(t->t[i].ix_mr, &st->index);
+		dxl_index_get_hdr(t->t[i].ix, &st->ihdr);
+	}
+	return 0;
+}
+
+uint32_t dxl_tables_shard(const struct dxl_tables *t)
+{
+	return t->shard;
+}
+
+struct dxl_store *dxl_tables_store(const struct dxl_tables *t)
+{
+	return t->st;
+}
+
+struct dxl_index *dxl_tables_index(const struct dxl_tables *t, uint32_t table)
+{
+	struct tab *tb = find_tab(t, table);
+	return tb ? tb->ix : NULL;
+}
+
+/* ---- the backup's applier ---------------------------------------------------------- */
+
+/*
+ * A backup applies the decided write sets of its own copy of the shard's
+ * log to its store (docs/transactions.md "watermark = decided"): in the
+ * log's order (commit timestamp, then writer id), a record only once it is
+ * below the resolved timestamp, the smallest watermark of the rings whose
+ * writers hold their slots (live_mask); of any other ring only the records
+ * below its own watermark (what its gone writer confirmed is final; the
+ * rest waits for recovery and does not hold the others back). The
+ * tailer's rule (log.h).
+ *
+ * Positions are kept in DRAM. On activation (this node became a backup,
+ * or restarted as one) the window from the heads is replayed first
+ * (dxl_store_replay: each key's last write only) below the smallest bound,
+ * and each ring's position put after what that covered; later rounds go on
+ * from there record by record (dxl_store_apply_writeset). Both are
+ * idempotent by version, so re-applying what the store already holds is
+ * harmless. Retention does not pass the positions (dxl_tables_applied_pos).
+ *
+ * A payload that is not a write set (no "DXWS" magic: other record kinds,
+ * test payloads) is passed over and counted; a write set that fails
+ * (unknown table, full table, ...) stops the applier at that record: it is
+ * retried every round and the error logged every 10 s.
+ */
+
+struct bounds {
+	uint64_t resolved;        /* the live rings' smallest watermark */
+	uint64_t cap[DXL_RING_MAX]; /* a ring's own bound: UINT64_MAX if
+				       live, else its watermark */
+};
+
+static void ring_bounds(const struct dxl_logstore *ls, uint64_t live_mask,
+			struct bounds *bd)
+{
+	uint32_t n = dxl_logstore_nrings(ls);
+	bd->resolved = UINT64_MAX;
+	for (uint32_t r = 0; r < n && r < 64; r++)
+		if ((live_mask >> r) & 1)
+			bd->resolved = DXL_MIN(bd->resolved, dxl_logstore_watermark(ls, r));
+	for (uint32_t r = 0; r < n; r++) {
+		bool live = r < 64 && ((live_mask >> r) & 1);
+		bd->cap[r] = live ? UINT64_MAX : dxl_logstore_watermark(ls, r);
+	}
+}
+
+static bool is_writeset(const struct dxl_rec *rec)
+{
+	return rec->payload_len >= DXL_WS_HDR_SIZE &&
+	       dxl_get_le32(rec->payload) == DXL_WS_MAGIC;
+}
+
+static int ap_warn(struct dxl_tables *t, int ret, const char *what)
+{
+	uint64_t now = dxl_now_ms();
+	if (now - t->ap.last_warn_ms >= 10000) {
+		t->ap.last_warn_ms = now;
+		DXL_WARN("event=apply_stuck shard=%u what=\"%s\" code=%s msg=\"%s\"", t->shard,
+			 what, dxl_errname(ret), dxl_errmsg());
+	}
+	return ret;
+}
+
+/* activate -- replay the window below one bound (the resolved timestamp,
+ * or lower: the watermark of a gone writer's ring that holds unconfirmed
+ * records), then put every ring's position after the records it covered */
+static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
+		       const struct bounds *bd)
+{
+	uint32_t n = dxl_logstore_nrings(ls);
+	uint64_t bound = bd->resolved;
+	for (uint32_t r = 0; r < n; r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (bd->cap[r] >= bound || dxl_ring_iter_init(&it, ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1)
+			if (rec.commit_ts >= bd->cap[r]) {
+				bound = bd->cap[r];
+				break;
+			}
+	}
+	if (t->ap.nrings != n) {
+		free(t->ap.pos);
+		free(t->ap.seq);
+		t->ap.pos = calloc(n, sizeof(uint64_t));
+		t->ap.seq = calloc(n, sizeof(uint64_t));
+		t->ap.nrings = t->ap.pos && t->ap.seq ? n : 0;
+		if (!t->ap.nrings)
+			return dxl_err_set(DXL_E_NOMEM, "applier of shard %u", t->shard);
+	}
+	struct dxl_replay_stats rs;
+	int ret = dxl_store_replay(t->st, ls, bound, NULL, NULL, &rs);
+	if (ret == DXL_E_CORRUPT) {
+		/* the window holds records that are not write sets (or a bad
+		 * one): the record-by-record path passes over them */
+		DXL_INFO("event=apply_no_replay shard=%u msg=\"%s\"", t->shard, dxl_errmsg());
+		memset(&rs, 0, sizeof(rs));
+		bound = 0;
+	} else if (ret < 0) {
+		return ap_warn(t, ret, "replay at activation");
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		struct dxl_ring_iter it;
+		if ((ret = dxl_ring_iter_init(&it, ls, r)))
+			return ap_warn(t, ret, "ring head");
+		t->ap.pos[r] = it.pos;
+		t->ap.seq[r] = it.seq;
+		struct dxl_rec rec;
+		uint64_t at;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1 && rec.commit_ts < bound) {
+			t->ap.pos[r] = it.pos;
+			t->ap.seq[r] = it.seq;
+		}
+	}
+	t->ap.active = true;
+	t->ap.st.records += rs.records;
+	t->ap.st.applied += rs.applied;
+	t->ap.st.last_ts = DXL_MAX(t->ap.st.last_ts, rs.last_ts);
+	DXL_INFO("event=apply_started shard=%u replayed=%" PRIu64 " applied=%" PRIu64
+		 " superseded=%" PRIu64 " below_ts=%" PRIu64,
+		 t->shard, rs.records, rs.applied, rs.superseded, bound);
+	return 0;
+}
+
+int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
+		     uint64_t live_mask, uint32_t max_records)
+{
+	struct bounds *bd = malloc(sizeof(*bd));
+	if (!bd)
+		return dxl_err_set(DXL_E_NOMEM, "applier of shard %u", t->shard);
+	ring_bounds(ls, live_mask, bd);
+	t->ap.st.resolved = bd->resolved;
+	int ret = 0;
+	if (!t->ap.active && (ret = ap_activate(t, ls, bd))) {
+		free(bd);
+		return ret;
+	}
+	uint32_t n = t->ap.nrings, done = 0;
+	/* the merge: each ring's next record, the smallest (ts, writer) first */
+	struct cand {
+		bool have;
+		struct dxl_rec rec;
+		uint64_t npos, nseq;
+	} *c = calloc(n, sizeof(*c));
+	if (!c) {
+		free(bd);
+		return dxl_err_set(DXL_E_NOMEM, "applier of shard %u", t->shard);
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		struct dxl_ring_iter it;
+		uint64_t at;
+		if (dxl_ring_iter_init_at(&it, ls, r, t->ap.pos[r], t->ap.seq[r]) == 0 &&
+		    dxl_ring_iter_next(&it, &c[r].rec, &at) == 1) {
+			c[r].have = true;
+			c[r].npos = it.pos;
+			c[r].nseq = it.seq;
+		}
+	}
+	while (done < max_records) {
+		int best = -1;
+		for (uint32_t r = 0; r < n; r++) {
+			if (!c[r].have || c[r].rec.commit_ts >= bd->cap[r])
+				continue; /* a gone writer's unconfirmed records */
+			if (best < 0 || c[r].rec.commit_ts < c[best].rec.commit_ts ||
+			    (c[r].rec.commit_ts == c[best].rec.commit_ts &&
+			     c[r].rec.writer < c[best].rec.writer))
+				best = (int)r;
+		}
+		/* the next record in the log's order must be resolved */
+		if (best < 0 || c[best].rec.commit_ts >= bd->resolved)
+			break;
+		struct dxl_rec *rec = &c[best].rec;
+		if (!is_writeset(rec)) {
+			t->ap.st.foreign++;
+		} else {
+			struct dxl_replay_stats rs = {0};
+			ret = dxl_store_apply_writeset(t->st, rec->payload, rec->payload_len,
+						       rec->commit_ts, NULL, NULL, &rs);
+			if (ret == DXL_E_CORRUPT) {
+				/* a bad write set changes nothing and never will */
+				DXL_WARN("event=apply_bad_writeset shard=%u ring=%d seq=%" PRIu64
+					 " msg=\"%s\"", t->shard, best, rec->seq, dxl_errmsg());
+				t->ap.st.corrupt++;
+				ret = 0;
+			} else if (ret < 0) {
+				dxl_err_prefix("ring %d record seq %" PRIu64 " (ts %" PRIu64 ")",
+					       best, rec->seq, rec->commit_ts);
+				ap_warn(t, ret, "apply");
+				break;
+			} else {
+				t->ap.st.entries += rs.entries;
+				t->ap.st.applied += rs.applied;
+				t->ap.st.skipped += rs.skipped;
+			}
+		}
+		t->ap.st.records++;
+		t->ap.st.last_ts = rec->commit_ts;
+		t->ap.pos[best] = c[best].npos;
+		t->ap.seq[best] = c[best].nseq;
+		done++;
+		struct dxl_ring_iter it;
+		uint64_t at;
+		c[best].have = dxl_ring_iter_init_at(&it, ls, (uint32_t)best, t->ap.pos[best],
+						     t->ap.seq[best]) == 0 &&
+			       dxl_ring_iter_next(&it, &c[best].rec, &at) == 1;
+		if (c[best].have) {
+			c[best].npos = it.pos;
+			c[best].nseq = it.seq;
+		}
+	}
+	free(c);
+	free(bd);
+	return ret < 0 ? ret : (int)done;
+}
+
+void dxl_tables_apply_stop(struct dxl_tables *t)
+{
+	if (t && t->ap.active) {
+		t->ap.active = false;
+		DXL_INFO("event=apply_stopped shard=%u records=%" PRIu64 " applied=%" PRIu64,
+			 t->shard, t->ap.st.records, t->ap.st.applied);
+	}
+}
+
+bool dxl_tables_applying(const struct dxl_tables *t)
+{
+	return t && t->ap.active;
+}
+
+uint64_t dxl_tables_applied_pos(const struct dxl_tables *t, uint32_t ring)
+{
+	if (!t || !t->ap.active || ring >= t->ap.nrings)
+		return UINT64_MAX;
+	return t->ap.pos[ring];
+}
+
+void dxl_tables_apply_stats(const struct dxl_tables *t,
+			    struct dxl_tables_apply_stats *out)
+{
+	*out = t->ap.st;
+}
+
+/* ---- the table RPC service -------------------------------------------------------- */
+
+struct dxl_table_svc {
+	struct dxl_fabric *f;
+	uint32_t node_id;
+	pthread_t th;
+	bool th_started;
+	/* mu guards everything below; a handler holds it while it runs, so
+	 * set_config/set_serving wait for the request being served */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started;     /* the thread finished its set-up (start_ret) */
+	int start_ret;
+	char start_msg[512];
+	struct dxl_sched *sched;
+	struct dxl_cluster_config conf; /* the node's applied configuration */
+	bool serving;
+	uint32_t n;
+	struct dxl_tables *t[DXL_REPLICA_MAX_SHARDS];
+	uint64_t served, refused;
+};
+
+static struct dxl_tables *svc_tables(const struct dxl_table_svc *svc, uint32_t shard)
+{
+	for (uint32_t i = 0; i < svc->n; i++)
+		if (svc->t[i] && svc->t[i]->shard == shard)
+			return svc->t[i];
+	return NULL;
+}
+
+/* read_fields -- the header of the record at slot into rep (no value) */
+static int read_fields(struct dxl_store *st, uint32_t table, uint64_t slot,
+		       struct dxl_table_rep *rep)
+{
+	int ret = dxl_store_read(st, table, slot, &rep->rec, NULL, 0);
+	if (!ret)
+		rep->slot = slot;
+	return ret;
+}
+
+/* serve -- one operation on the tables of a shard this node is primary of
+ * (svc->mu held); the value of LOOKUP/READ goes to val[0..vcap) */
+static int serve(struct dxl_tables *t, uint16_t op,
+		 const struct dxl_table_req *r, struct dxl_table_rep *rep,
+		 uint8_t *val, uint32_t vcap)
+{
+	struct dxl_store *st = t->st;
+	struct tab *tb = find_tab(t, r->table);
+	if (!tb)
+		return dxl_err_set(DXL_E_NOENT, "shard %u has no table %u", t->shard, r->table);
+	if (r->len > tb->sc.value_size)
+		return dxl_err_set(DXL_E_TOOBIG, "table %u: value of %u bytes, its value size is %u",
+				   r->table, r->len, tb->sc.value_size);
+	bool by_slot = op == DXL_RPC_ID_TABLE_READ || op == DXL_RPC_ID_TABLE_LOCK ||
+		       op == DXL_RPC_ID_TABLE_UNLOCK || op == DXL_RPC_ID_TABLE_WRITEBACK;
+	if (by_slot && r->slot >= tb->sc.capacity)
+		return dxl_err_set(DXL_E_NOENT, "table %u: slot %" PRIu64 " out of range (%" PRIu64 ")",
+				   r->table, r->slot, tb->sc.capacity);
+	uint64_t slot = 0;
+	int ret;
+	switch (op) {
+	case DXL_RPC_ID_TABLE_LOOKUP:
+		if ((ret = dxl_store_find(st, r->table, r->key, &slot)))
+			return ret;
+		ret = dxl_store_read(st, r->table, slot, &rep->rec, val, vcap);
+		if (!ret && (!rep->rec.live || rep->rec.key != r->key))
+			ret = dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64,
+					  r->table, r->key); /* deleted meanwhile */
+		if (!ret) {
+			rep->slot = slot;
+			rep->data = val;
+			rep->data_len = rep->rec.len;
+		}
+		return ret;
+	case DXL_RPC_ID_TABLE_READ:
+		ret = dxl_store_read(st, r->table, r->slot, &rep->rec, val, vcap);
+		if (!ret) {
+			rep->slot = r->slot;
+			rep->data = val;
+			rep->data_len = rep->rec.len;
+		}
+		return ret;
+	case DXL_RPC_ID_TABLE_INSERT:
+		ret = dxl_store_insert(st, r->table, r->key, r->ts, r->value, r->len,
+				       &slot, NULL);
+		return ret ? ret : read_fields(st, r->table, slot, rep);
+	case DXL_RPC_ID_TABLE_DELETE:
+		if ((ret = dxl_store_find(st, r->table, r->key, &slot)) ||
+		    (ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL)))
+			return ret;
+		return read_fields(st, r->table, slot, rep);
+	case DXL_RPC_ID_TABLE_LOCK:
+		if ((ret = dxl_store_lock(st, r->table, r->slot, r->owner, &rep->holder)))
+			return ret;
+		/* the version under the lock (DrTM+H's RPC lock + version) */
+		if ((ret = read_fields(st, r->table, r->slot, rep))) {
+			char msg[512];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+			dxl_store_unlock(st, r->table, r->slot, r->owner);
+			return dxl_err_set(ret, "%s (not locked)", msg);
+		}
+		return 0;
+	case DXL_RPC_ID_TABLE_UNLOCK:
+		return dxl_store_unlock(st, r->table, r->slot, r->owner);
+	case DXL_RPC_ID_TABLE_WRITEBACK: {
+		bool unlock = r->flags & DXL_TABLE_WB_UNLOCK;
+		if (unlock && dxl_store_lock_mode(st) != DXL_LOCKS_CPU)
+			return dxl_err_set(DXL_E_NOTSUP,
+					   "table %u: lock words are NIC-owned: unlock with a fabric CAS",
+					   r->table);
+		if (dxl_store_lock_word(st, r->table, r->slot) != r->owner || !r->owner)
+			return dxl_err_set(DXL_E_STATE,
+					   "table %u slot %" PRIu64 ": write-back by 0x%" PRIx64
+					   ", lock word 0x%" PRIx64,
+					   r->table, r->slot, r->owner,
+					   dxl_store_lock_word(st, r->table, r->slot));
+		struct dxl_record cur;
+		if ((ret = dxl_store_read(st, r->table, r->slot, &cur, NULL, 0)))
+			return ret;
+		bool done = r->version && r->version == cur.version && cur.live;
+		if (r->version && !done && r->version != cur.version + 2)
+			return dxl_err_set(DXL_E_STATE,
+					   "table %u slot %" PRIu64 ": write-back of version %" PRIu64
+					   " over version %" PRIu64,
+					   r->table, r->slot, r->version, cur.version);
+		if (!done &&
+		    (ret = dxl_store_update(st, r->table, r->slot, r->owner, r->ts,
+					    r->value, r->len, NULL)))
+			return ret;
+		if (unlock)
+			dxl_store_unlock(st, r->table, r->slot, r->owner);
+		return read_fields(st, r->table, r->slot, rep);
+	}
+	default:
+		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
+	}
+}
+
+static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
+		  size_t len, void *reply, size_t cap, size_t *reply_len)
+{
+	if (cap < DXL_TABLE_REP_SIZE)
+		return dxl_err_set(DXL_E_TOOBIG, "table %s: the caller takes %zu reply bytes",
+				   dxl_table_op_name(op), cap);
+	uint8_t *val = (uint8_t *)reply + DXL_TABLE_REP_SIZE;
+	uint32_t vcap = (uint32_t)DXL_MIN(cap - DXL_TABLE_REP_SIZE, (size_t)UINT32_MAX);
+	struct dxl_table_rep rep;
+	memset(&rep, 0, sizeof(rep));
+	struct dxl_table_req r;
+	pthread_mutex_lock(&svc->mu);
+	rep.epoch = svc->conf.epoch;
+	int ret = dxl_table_req_decode(op, req, len, &r);
+	const struct dxl_cluster_shard *cs =
+		ret ? NULL : dxl_cluster_config_shard(&svc->conf, r.shard);
+	rep.primary = cs ? cs->primary : 0;
+	struct dxl_tables *t = ret ? NULL : svc_tables(svc, r.shard);
+	if (ret)
+		;
+	else if (r.epoch != svc->conf.epoch)
+		ret = dxl_err_set(DXL_E_STALE, "request of epoch %" PRIu64 ", node %u is at epoch %" PRIu64,
+				  r.epoch, svc->node_id, svc->conf.epoch);
+	else if (!svc->serving)
+		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u is not serving (lease lapsed, or shutting down)",
+				  svc->node_id);
+	else if (!cs)
+		ret = dxl_err_set(DXL_E_UNAVAIL, "shard %u is not in the configuration of epoch %" PRIu64,
+				  r.shard, svc->conf.epoch);
+	else if (cs->primary != svc->node_id)
+		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u is not the primary of shard %u (node %u is)",
+				  svc->node_id, r.shard, cs->primary);
+	else if (!t)
+		ret = dxl_err_set(DXL_E_NOENT, "node %u hosts no tables of shard %u",
+				  svc->node_id, r.shard);
+	else
+		ret = serve(t, op, &r, &rep, val, vcap);
+	if (ret) {
+		svc->refused++;
+		/* the reply carries the message instead of a value */
+		const char *m = dxl_errmsg();
+		rep.data = m;
+		rep.data_len = (uint32_t)DXL_MIN(strlen(m), (size_t)vcap);
+		DXL_DEBUG("event=table_rpc_refused op=%s code=%s msg=\"%s\"",
+			  dxl_table_op_name(op), dxl_errname(ret), m);
+	} else {
+		svc->served++;
+	}
+	pthread_mutex_unlock(&svc->mu);
+	int n = dxl_table_rep_encode(&rep, reply, cap);
+	*reply_len = n > 0 ? (size_t)n : 0;
+	return ret;
+}
+
+#define HANDLER(name, id)                                                     \
+	static int h_##name(struct dxl_rpc *rpc, const void *req, size_t len, \
+			    void *reply, size_t cap, size_t *reply_len,       \
+			    void *arg)                                        \
+	{                                                                     \
+		(void)rpc;                                                    \
+		return handle(arg, id, req, len, reply, cap, reply_len);      \
+	}
+HANDLER(lookup, DXL_RPC_ID_TABLE_LOOKUP)
+HANDLER(insert, DXL_RPC_ID_TABLE_INSERT)
+HANDLER(delete, DXL_RPC_ID_TABLE_DELETE)
+HANDLER(read, DXL_RPC_ID_TABLE_READ)
+HANDLER(lock, DXL_RPC_ID_TABLE_LOCK)
+HANDLER(unlock, DXL_RPC_ID_TABLE_UNLOCK)
+HANDLER(writeback, DXL_RPC_ID_TABLE_WRITEBACK)
+#undef HANDLER
+
+static const struct {
+	uint16_t id;
+	dxl_rpc_handler_fn fn;
+} HANDLERS[] = {
+	{DXL_RPC_ID_TABLE_LOOKUP, h_lookup},
+	{DXL_RPC_ID_TABLE_INSERT, h_insert},
+	{DXL_RPC_ID_TABLE_DELETE, h_delete},
+	{DXL_RPC_ID_TABLE_READ, h_read},
+	{DXL_RPC_ID_TABLE_LOCK, h_lock},
+	{DXL_RPC_ID_TABLE_UNLOCK, h_unlock},
+	{DXL_RPC_ID_TABLE_WRITEBACK, h_writeback},
+};
+
+/* svc_main -- the service thread: its ctx, scheduler and RPC endpoint are
+ * made, used and destroyed here (a scheduler belongs to its thread) */
+static void *svc_main(void *arg)
+{
+	struct dxl_table_svc *svc = arg;
+	struct dxl_ctx *ctx = NULL;
+	struct dxl_sched *sched = NULL;
+	struct dxl_rpc *rpc = NULL;
+	int ret = dxl_ctx_new(svc->f, DXL_REPLICA_RPC_CTX, &ctx);
+	if (!ret)
+		ret = dxl_sched_new(NULL, ctx, &sched);
+	if (!ret)
+		ret = dxl_rpc_new(sched, NULL, &rpc);
+	for (unsigned i = 0; !ret && i < DXL_ARRAY_SIZE(HANDLERS); i++)
+		ret = dxl_rpc_register(rpc, HANDLERS[i].id, HANDLERS[i].fn, svc);
+	pthread_mutex_lock(&svc->mu);
+	svc->start_ret = ret;
+	if (ret)
+		snprintf(svc->start_msg, sizeof(svc->start_msg), "%s", dxl_errmsg());
+	svc->sched = ret ? NULL : sched;
+	svc->started = true;
+	pthread_cond_broadcast(&svc->cv);
+	pthread_mutex_unlock(&svc->mu);
+	if (!ret) {
+		DXL_INFO("event=table_rpc_serving node=%u ctx=%d", svc->node_id,
+			 DXL_REPLICA_RPC_CTX);
+		if ((ret = dxl_sched_serve(sched)))
+			DXL_ERROR("event=table_rpc_failed node=%u msg=\"%s\"", svc->node_id,
+				  dxl_errmsg());
+	}
+	/* rpc.h: the ctx first, then the rpc, then the scheduler */
+	dxl_ctx_delete(&ctx);
+	dxl_rpc_delete(&rpc);
+	dxl_sched_delete(&sched);
+	return NULL;
+}
+
+int dxl_table_svc_start(struct dxl_fabric *f, uint32_t node_id,
+			struct dxl_tables *const *t, uint32_t n,
+			struct dxl_table_svc **out)
+{
+	if (!f || !out || n > DXL_REPLICA_MAX_SHARDS || (n && !t))
+		return dxl_err_set(DXL_E_INVAL, "dxl_table_svc_start: bad argument");
+	struct dxl_table_svc *svc = calloc(1, sizeof(*svc));
+	if (!svc)
+		return dxl_err_set(DXL_E_NOMEM, "table RPC service");
+	svc->f = f;
+	svc->node_id = node_id;
+	svc->n = n;
+	for (uint32_t i = 0; i < n; i++)
+		svc->t[i] = t[i];
+	dxl_cluster_config_init(&svc->conf);
+	pthread_mutex_init(&svc->mu, NULL);
+	pthread_cond_init(&svc->cv, NULL);
+	if (pthread_create(&svc->th, NULL, svc_main, svc)) {
+		dxl_table_svc_stop(&svc);
+		return dxl_err_set(DXL_E_NOMEM, "table RPC service: no thread");
+	}
+	svc->th_started = true;
+	pthread_mutex_lock(&svc->mu);
+	while (!svc->started)
+		pthread_cond_wait(&svc->cv, &svc->mu);
+	int ret = svc->start_ret;
+	pthread_mutex_unlock(&svc->mu);
+	if (ret) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", svc->start_msg);
+		dxl_table_svc_stop(&svc);
+		return dxl_err_set(ret, "table RPC service on ctx %d: %s",
+				   DXL_REPLICA_RPC_CTX, msg);
+	}
+	*out = svc;
+	return 0;
+}
+
+void dxl_table_svc_stop(struct dxl_table_svc **sp)
+{
+	if (!sp || !*sp)
+		return;
+	struct dxl_table_svc *svc = *sp;
+	if (svc->th_started) {
+		pthread_mutex_lock(&svc->mu);
+		if (svc->sched)
+			dxl_sched_stop(svc->sched);
+		pthread_mutex_unlock(&svc->mu);
+		pthread_join(svc->th, NULL);
+		DXL_INFO("event=table_rpc_stopped node=%u served=%" PRIu64 " refused=%" PRIu64,
+			 svc->node_id, svc->served, svc->refused);
+	}
+	dxl_cluster_config_clear(&svc->conf);
+	pthread_mutex_destroy(&svc->mu);
+	pthread_cond_destroy(&svc->cv);
+	free(svc);
+	*sp = NULL;
+}
+
+void dxl_table_svc_set_config(struct dxl_table_svc *svc,
+			      const struct dxl_cluster_config *c)
+{
+	struct dxl_cluster_config copy;
+	if (dxl_cluster_config_copy(&copy, c)) {
+		/* keep refusing with the old epoch: the caller's requests go stale */
+		DXL_WARN("event=table_rpc_config_failed msg=\"%s\"", dxl_errmsg());
+		pthread_mutex_lock(&svc->mu);
+		svc->serving = false;
+		pthread_mutex_unlock(&svc->mu);
+		return;
+	}
+	pthread_mutex_lock(&svc->mu);
+	dxl_cluster_config_clear(&svc->conf);
+	svc->conf = copy;
+	pthread_mutex_unlock(&svc->mu);
+}
+
+void dxl_table_svc_set_serving(struct dxl_table_svc *svc, bool serving)
+{
+	pthread_mutex_lock(&svc->mu);
+	svc->serving = serving;
+	pthread_mutex_unlock(&svc->mu);
+}
