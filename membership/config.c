@@ -68,6 +68,17 @@ dxl_cluster_config_node(const struct dxl_cluster_config *c, uint32_t id)
 	return NULL;
 }
 
+uint32_t dxl_cluster_shard_members(const struct dxl_cluster_shard *sh, uint32_t *ids)
+{
+	if (!sh)
+		return 0;
+	uint32_t n = 0;
+	ids[n++] = sh->primary;
+	for (uint32_t i = 0; i < sh->nbackups && n < DXL_CONFIG_MAX_REPLICAS; i++)
+		ids[n++] = sh->backups[i];
+	return n;
+}
+
 const struct dxl_cluster_shard *
 dxl_cluster_config_shard(const struct dxl_cluster_config *c, uint32_t id)
 {

@@ -76,10 +76,8 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 	bool changed = false;
 	for (uint32_t si = 0; si < cur->nshards; si++) {
 		const struct dxl_cluster_shard *sh = &cur->shards[si];
-		uint32_t m[DXL_CONFIG_MAX_REPLICAS], nm = 0;
-		m[nm++] = sh->primary;
-		for (uint32_t i = 0; i < sh->nbackups; i++)
-			m[nm++] = sh->backups[i];
+		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t nm = dxl_cluster_shard_members(sh, m);
 		/* the members that are alive (registered; a member that came
 		 * back on its data directory is alive again: it missed nothing,
 		 * since nothing is acknowledged without every member) */

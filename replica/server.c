@@ -55,6 +55,8 @@ struct dxl_replica_server {
 	uint64_t last_stats_pub_ms;
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
+	struct dxl_replica_desc *src_desc; /* the source of a copy (loop only;
+					      too big for the stack) */
 	/* the configuration manager */
 	struct dxl_election *el;
 	uint64_t last_cm_ms;
@@ -577,27 +579,19 @@ static void on_election(void *arg, enum dxl_election_event ev)
 
 /* ---- catch-up: state transfer for shards this node is not a member of -------- */
 
-/* pull_shard -- one copy pass of shard index i from source node src: every
- * ring made an exact copy of the source's; *changed = bytes that differed */
-static int pull_shard(struct dxl_replica_server *s, uint32_t i, uint32_t src,
-		      uint64_t *changed)
+/* pull_shard -- one copy pass of shard index i from the node described by
+ * d (its nodes/<id>): every ring made an exact copy of the source's;
+ * *changed = bytes that differed */
+static int pull_shard(struct dxl_replica_server *s, uint32_t i,
+		      const struct dxl_replica_desc *d, uint64_t *changed)
 {
 	uint32_t shard = dxl_shard_id(s->shards[i]);
-	char *json = NULL;
-	int ret = dxl_member_get(s->zk, src, &json, NULL);
-	if (ret)
-		return ret;
-	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
-	if (!d) {
-		free(json);
-		return dxl_err_set(DXL_E_NOMEM, "catch-up");
-	}
-	ret = dxl_replica_desc_decode(json, strlen(json), d);
-	free(json);
+	uint32_t src = d->node_id;
+	int ret = 0;
 	struct dxl_qp *qp = NULL;
 	struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
-	const struct dxl_shard_desc *sd = ret ? NULL : dxl_replica_desc_shard(d, shard);
-	if (!ret && !sd)
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
+	if (!sd)
 		ret = dxl_err_set(DXL_E_NOENT, "node %u does not host shard %u", src, shard);
 	if (!ret && (sd->nrings != dxl_logstore_nrings(ls) ||
 		     sd->ring_size != dxl_logstore_ring_size(ls)))
@@ -618,7 +612,6 @@ static int pull_shard(struct dxl_replica_server *s, uint32_t i, uint32_t src,
 		*changed += st.changed;
 	}
 	dxl_qp_delete(&qp);
-	free(d);
 	return ret;
 }
 
@@ -638,18 +631,16 @@ static void catch_up(struct dxl_replica_server *s)
 		enum dxl_shard_state old = s->st[i];
 		if (s->st[i] == DXL_SHARD_SYNCED && ++s->pull_skip[i] % 5)
 			continue; /* synced: one pass in five */
-		uint32_t m[DXL_CONFIG_MAX_REPLICAS], nm = 0;
-		if (sh) {
-			m[nm++] = sh->primary;
-			for (uint32_t k = 0; k < sh->nbackups; k++)
-				m[nm++] = sh->backups[k];
-		}
+		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t nm = dxl_cluster_shard_members(sh, m);
 		int ret = DXL_E_NOENT;
 		uint64_t changed = 0;
 		uint32_t src = 0;
 		for (uint32_t k = 0; k < nm && ret; k++) {
 			src = m[k];
-			ret = pull_shard(s, i, src, &changed);
+			ret = dxl_replica_desc_get(s->zk, src, s->src_desc);
+			if (!ret)
+				ret = pull_shard(s, i, s->src_desc, &changed);
 			if (ret && ret != DXL_E_NOENT)
 				DXL_DEBUG("event=catch_up_failed shard=%u source=%u msg=\"%s\"",
 					  shard, src, dxl_errmsg());
@@ -696,17 +687,13 @@ static bool join_pulls(struct dxl_replica_server *s)
 			s->join_pull[i] = false;
 			continue;
 		}
-		char *json = NULL;
-		struct dxl_replica_desc *d = calloc(1, sizeof(*d));
-		int ret = d ? dxl_member_get(s->zk, sh->primary, &json, NULL) : DXL_E_NOMEM;
-		if (!ret)
-			ret = dxl_replica_desc_decode(json, strlen(json), d);
-		bool ready = !ret && d->cfg_epoch >= s->cfg_epoch;
-		free(json);
-		free(d);
+		/* the primary's descriptor, read once: its cfg_epoch says whether
+		 * it registered for this epoch, and it is what the pull uses */
+		int ret = dxl_replica_desc_get(s->zk, sh->primary, s->src_desc);
+		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch;
 		uint64_t changed = 0;
 		if (ready)
-			ret = pull_shard(s, i, sh->primary, &changed);
+			ret = pull_shard(s, i, s->src_desc, &changed);
 		if (!ready || ret) {
 			if (ret)
 				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
@@ -946,6 +933,13 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->reg_mu, NULL);
 	s->cfg = *cfg;
+	s->src_desc = calloc(1, sizeof(*s->src_desc));
+	if (!s->src_desc) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_mutex_destroy(&s->reg_mu);
+		free(s);
+		return dxl_err_set(DXL_E_NOMEM, "replica server");
+	}
 	s->cfg.fabric.node_id = cfg->node_id;
 	const char *cluster = cfg->zk.cluster[0] ? cfg->zk.cluster : "default";
 	snprintf(s->cfg.zk.cluster, sizeof(s->cfg.zk.cluster), "%s", cluster);
@@ -1212,6 +1206,7 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 	dxl_cluster_config_clear(&s->conf);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->reg_mu);
+	free(s->src_desc);
 	free(s);
 	*sp = NULL;
 }

@@ -645,6 +645,23 @@ out:
 	return ret;
 }
 
+int dxl_replica_desc_get(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *out)
+{
+	char *json = NULL;
+	int ret = dxl_member_get(zk, id, &json, NULL);
+	if (ret == DXL_E_NOENT)
+		return dxl_err_set(DXL_E_NOENT, "node %u is not registered", id);
+	if (ret)
+		return ret;
+	ret = dxl_replica_desc_decode(json, strlen(json), out);
+	free(json);
+	if (ret)
+		dxl_err_prefix("nodes/%u", id);
+	else
+		out->node_id = id;
+	return ret;
+}
+
 const struct dxl_shard_desc *
 dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard)
 {

@@ -99,10 +99,8 @@ static int try_open(struct dxl_log_writer *w)
 		return dxl_err_set(DXL_E_NOENT, "unknown shard %u (configuration epoch %" PRIu64 ")",
 				   w->cfg.shard, c.epoch);
 	}
-	uint32_t ids[DXL_CONFIG_MAX_REPLICAS], n = 0;
-	ids[n++] = sh->primary;
-	for (uint32_t i = 0; i < sh->nbackups; i++)
-		ids[n++] = sh->backups[i];
+	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+	uint32_t n = dxl_cluster_shard_members(sh, ids);
 	uint64_t epoch = c.epoch;
 	dxl_cluster_config_clear(&c);
 
@@ -112,18 +110,13 @@ static int try_open(struct dxl_log_writer *w)
 		return dxl_err_set(DXL_E_NOMEM, "writer");
 	enum dxl_fabric_provider prov = DXL_FABRIC_TCP;
 	for (uint32_t i = 0; i < n && !ret; i++) {
-		char *json = NULL;
-		ret = dxl_member_get(w->zk, ids[i], &json, NULL);
+		ret = dxl_replica_desc_get(w->zk, ids[i], d);
 		if (ret == DXL_E_NOENT) {
 			ret = dxl_err_set(DXL_E_UNAVAIL,
 					  "member %u of shard %u (epoch %" PRIu64 ") is not registered (down?)",
 					  ids[i], w->cfg.shard, epoch);
 			break;
 		}
-		if (ret)
-			break;
-		ret = dxl_replica_desc_decode(json, strlen(json), d);
-		free(json);
 		if (ret)
 			break;
 		if (d->cfg_epoch < epoch) {
@@ -256,15 +249,13 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 		dxl_cluster_config_clear(&c);
 		goto fail;
 	}
-	char *json = NULL;
 	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
-	if (d && dxl_member_get(zk, sh->primary, &json, NULL) == 0 &&
-	    dxl_replica_desc_decode(json, strlen(json), d) == 0) {
+	if (d && dxl_replica_desc_get(zk, sh->primary, d) == 0) {
 		const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, cfg->shard);
 		if (sd)
 			nslots = sd->nrings;
 	}
-	free(json);
+	dxl_err_clear(); /* not registered: the slot count is checked at open */
 	free(d);
 	dxl_cluster_config_clear(&c);
 	if ((ret = dxl_writer_slot_lease(zk, cfg->shard, nslots, &w->slot)))

@@ -317,15 +317,11 @@ int bf_cmd_taillag(int argc, char **argv)
 	struct dxl_log_writer_info info;
 	dxl_log_writer_get_info(wr, &info);
 	/* the tailer reads the primary's copy; live rings = held writer slots */
-	char *json = NULL;
-	struct dxl_replica_desc d;
-	if (dxl_member_get(zk, info.primary, &json, NULL) ||
-	    dxl_replica_desc_decode(json, strlen(json), &d)) {
-		fprintf(stderr, "taillag: nodes/%u: %s\n", info.primary, dxl_errmsg());
-		free(json);
+	static struct dxl_replica_desc d; /* ~145 KB with tables */
+	if (dxl_replica_desc_get(zk, info.primary, &d)) {
+		fprintf(stderr, "taillag: %s\n", dxl_errmsg());
 		goto out;
 	}
-	free(json);
 	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(&d, T.shard);
 	if (!sd || dxl_writer_slots_live(zk, T.shard, &T.live_mask)) {
 		fprintf(stderr, "taillag: shard %u on node %u: %s\n", T.shard, info.primary,

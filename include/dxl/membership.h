@@ -374,6 +374,10 @@ int dxl_cluster_config_set_shard(struct dxl_cluster_config *c, uint32_t id,
 				 uint32_t primary, const uint32_t *backups,
 				 uint32_t nbackups);
 
+/* dxl_cluster_shard_members -- the shard's members, primary first, into
+ * ids[DXL_CONFIG_MAX_REPLICAS]; returns their count (0 when sh is NULL) */
+uint32_t dxl_cluster_shard_members(const struct dxl_cluster_shard *sh, uint32_t *ids);
+
 /* lookups: NULL when absent */
 const struct dxl_cluster_node *
 dxl_cluster_config_node(const struct dxl_cluster_config *c, uint32_t id);

@@ -199,6 +199,13 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json);
 int dxl_replica_desc_decode(const char *json, size_t len,
 			    struct dxl_replica_desc *out);
 
+/*
+ * dxl_replica_desc_get -- read nodes/<id> and decode it into *out.
+ * Errors: DXL_E_NOENT (not registered), DXL_E_CORRUPT/DXL_E_VERSION (not a
+ * replica descriptor: dxl_replica_desc_decode's), ZooKeeper's errors.
+ */
+int dxl_replica_desc_get(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *out);
+
 /* dxl_replica_desc_shard -- the descriptor of shard id, NULL if absent */
 const struct dxl_shard_desc *
 dxl_replica_desc_shard(const struct dxl_replica_desc *d, uint32_t shard);

@@ -318,12 +318,8 @@ static int verify_shard(struct dxl_zk *zk, struct worker *w)
 		return -1;
 	}
 	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&cfg, w->shard);
-	uint32_t ids[MAX_REPLICAS], nid = 0;
-	if (sh) {
-		ids[nid++] = sh->primary;
-		for (uint32_t i = 0; i < sh->nbackups; i++)
-			ids[nid++] = sh->backups[i];
-	}
+	uint32_t ids[MAX_REPLICAS];
+	uint32_t nid = dxl_cluster_shard_members(sh, ids);
 	dxl_cluster_config_clear(&cfg);
 	struct vstate v = {.L = L, .shard = w->shard};
 	int ret = -1;

@@ -352,13 +352,7 @@ static void detach(struct stail *st)
 /* read_desc -- nodes/<id> decoded; DXL_E_NOENT if not registered */
 static int read_desc(struct tail *t, uint32_t id)
 {
-	char *json = NULL;
-	int ret = dxl_member_get(t->zk, id, &json, NULL);
-	if (ret)
-		return ret;
-	ret = dxl_replica_desc_decode(json, strlen(json), &t->desc);
-	free(json);
-	return ret;
+	return dxl_replica_desc_get(t->zk, id, &t->desc);
 }
 
 /* stale_msg -- the DXL_E_STALE error of st's tailer from `from` on replica r */

@@ -272,10 +272,7 @@ int shard_view(struct dxl_zk *zk, const struct conn *c, uint32_t shard,
 		dxl_cluster_config_clear(&cfg);
 		return EX_CLUSTER;
 	}
-	v->n = 0;
-	v->ids[v->n++] = s->primary;
-	for (uint32_t i = 0; i < s->nbackups; i++)
-		v->ids[v->n++] = s->backups[i];
+	v->n = dxl_cluster_shard_members(s, v->ids);
 	v->epoch = cfg.epoch;
 	dxl_cluster_config_clear(&cfg);
 	return 0;
@@ -284,18 +281,15 @@ int shard_view(struct dxl_zk *zk, const struct conn *c, uint32_t shard,
 /* get_desc -- the decoded nodes/<id> of a replica; 1 if not registered */
 int get_desc(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *d)
 {
-	char *json = NULL;
-	int ret = dxl_member_get(zk, id, &json, NULL);
+	int ret = dxl_replica_desc_get(zk, id, d);
 	if (ret == DXL_E_NOENT)
 		return 1;
-	if (ret) {
-		errf("reading nodes/%u: %s", id, dxl_errmsg());
+	if (ret == DXL_E_CORRUPT || ret == DXL_E_VERSION) {
+		errf("nodes/%u is not a replica descriptor: %s", id, dxl_errmsg());
 		return -1;
 	}
-	ret = dxl_replica_desc_decode(json, strlen(json), d);
-	free(json);
 	if (ret) {
-		errf("nodes/%u is not a replica descriptor: %s", id, dxl_errmsg());
+		errf("reading nodes/%u: %s", id, dxl_errmsg());
 		return -1;
 	}
 	return 0;
