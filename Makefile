@@ -51,7 +51,9 @@ TEST_BINS := $(foreach t,$(TEST_SRCS),$(O)/tests/$(basename $(notdir $(t))))
 # and one dxl-bench-<name> per bench/<name>/
 TOOL_DIRS  := $(patsubst tools/%/,%,$(sort $(dir $(wildcard tools/*/*.c))))
 TOOL_BINS  := $(TOOL_DIRS:%=$(O)/bin/%)
-BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
+# bench/lib/ is not a benchmark: its objects are linked into every one
+BENCH_DIRS := $(filter-out lib,$(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c)))))
+BENCH_LIB  := $(patsubst %.c,$(O)/%.o,$(wildcard bench/lib/*.c))
 BENCH_BINS := $(BENCH_DIRS:%=$(O)/bin/dxl-bench-%)
 BINS       := $(TOOL_BINS) $(BENCH_BINS)
 
@@ -87,7 +89,7 @@ endef
 $(foreach t,$(TOOL_DIRS),$(eval $(call tool_rule,$(t))))
 
 define bench_rule
-$(O)/bin/dxl-bench-$(1): $(patsubst %.c,$(O)/%.o,$(wildcard bench/$(1)/*.c)) $(LIB)
+$(O)/bin/dxl-bench-$(1): $(patsubst %.c,$(O)/%.o,$(wildcard bench/$(1)/*.c)) $(BENCH_LIB) $(LIB)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIB) $$(LDLIBS)
 endef

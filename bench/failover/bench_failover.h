@@ -29,8 +29,8 @@ int bf_cluster_read(const char *dir, struct bf_cluster *c);
 /* bf_zk_open -- a session on the cluster's ZooKeeper; 0 or -1 (message) */
 int bf_zk_open(const struct bf_cluster *c, struct dxl_zk **zk);
 
-/* bf_setup_json -- machine, date, command line and git revision */
-json_t *bf_setup_json(int argc, char **argv);
+/* the "setup" of a result: dxlb_setup_json (bench/lib) */
+#include "bench/lib/bench_lib.h"
 
 /* bf_parse_list -- "10,100,1000" into v[0..*n); 0 or -1 */
 int bf_parse_list(const char *s, uint32_t *v, uint32_t cap, uint32_t *n);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,29 +130,6 @@ int bf_zk_open(const struct bf_cluster *c, struct dxl_zk **zk)
 		return -1;
 	}
 	return 0;
-}
-
-json_t *bf_setup_json(int argc, char **argv)
-{
-	json_t *s = json_object();
-	struct utsname u;
-	uname(&u);
-	char host[300];
-	snprintf(host, sizeof(host), "%s %s %s", u.sysname, u.release, u.machine);
-	json_object_set_new(s, "kernel", json_string(host));
-	json_object_set_new(s, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
-	time_t now = time(NULL);
-	char ts[64];
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-	json_object_set_new(s, "date", json_string(ts));
-	json_object_set_new(s, "fabric", json_string("tcp (loopback)"));
-	char cmdline[2048] = "";
-	for (int i = 0; i < argc; i++) {
-		size_t l = strlen(cmdline);
-		snprintf(cmdline + l, sizeof(cmdline) - l, "%s%s", i ? " " : "", argv[i]);
-	}
-	json_object_set_new(s, "command", json_string(cmdline));
-	return s;
 }
 
 int bf_parse_list(const char *s, uint32_t *v, uint32_t cap, uint32_t *n)

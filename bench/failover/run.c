@@ -408,7 +408,7 @@ int bf_cmd_run(int argc, char **argv)
 
 	/* report */
 	json_t *o = json_object();
-	json_object_set_new(o, "setup", bf_setup_json(argc, argv));
+	json_object_set_new(o, "setup", dxlb_setup_json(argc, argv));
 	json_object_set_new(o, "cluster", json_string(R.c.cluster));
 	json_object_set_new(o, "session_timeout_ms", json_integer(R.c.session_timeout_ms));
 	json_object_set_new(o, "rate", json_integer((json_int_t)rate));

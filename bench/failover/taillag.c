@@ -379,7 +379,7 @@ int bf_cmd_taillag(int argc, char **argv)
 	double poll_ms = npolls ? (double)atomic_load(&T.poll_ns) / 1e6 / (double)npolls : 0;
 	json_t *o = json_object(), *arr = json_array();
 	json_object_set_new(o, "tailer_poll_ms", json_real(poll_ms));
-	json_object_set_new(o, "setup", bf_setup_json(argc, argv));
+	json_object_set_new(o, "setup", dxlb_setup_json(argc, argv));
 	json_object_set_new(o, "cluster", json_string(cl.cluster));
 	json_object_set_new(o, "shard", json_integer(T.shard));
 	json_object_set_new(o, "tailed_node", json_integer(info.primary));

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench/log/bench_log.h"
+#include "bench/lib/bench_lib.h"
 #include "common/common.h"
 
 static const char usage[] =
@@ -288,37 +288,6 @@ static void zk_stop(const char *script, const char *dir)
 		fprintf(stderr, "warning: %s\n", cmd);
 }
 
-static void setup_json(json_t *root, int argc, char **argv)
-{
-	json_t *s = json_object();
-	struct utsname u;
-	uname(&u);
-	char host[300];
-	snprintf(host, sizeof(host), "%s %s %s", u.sysname, u.release, u.machine);
-	json_object_set_new(s, "kernel", json_string(host));
-	json_object_set_new(s, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
-	time_t now = time(NULL);
-	char ts[64];
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-	json_object_set_new(s, "date", json_string(ts));
-	json_object_set_new(s, "fabric", json_string("tcp (loopback)"));
-	char cmdline[1024] = "";
-	for (int i = 0; i < argc; i++) {
-		size_t l = strlen(cmdline);
-		snprintf(cmdline + l, sizeof(cmdline) - l, "%s%s", i ? " " : "", argv[i]);
-	}
-	json_object_set_new(s, "command", json_string(cmdline));
-	FILE *g = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-	char rev[64] = "";
-	if (g) {
-		if (fgets(rev, sizeof(rev), g))
-			rev[strcspn(rev, "\n")] = '\0';
-		pclose(g);
-	}
-	json_object_set_new(s, "git", json_string(rev));
-	json_object_set_new(root, "setup", s);
-}
-
 int main(int argc, char **argv)
 {
 	struct opts o = {.duration_ms = 1000, .ring_size = 4u << 20, .zk = 1,
@@ -424,7 +393,7 @@ int main(int argc, char **argv)
 		o.dir = tmpdir;
 	}
 	json_t *root = json_object(), *cells = json_array(), *cmp = json_array();
-	setup_json(root, argc, argv);
+	json_object_set_new(root, "setup", dxlb_setup_json(argc, argv));
 
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
