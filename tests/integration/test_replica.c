@@ -58,12 +58,8 @@ static pid_t spawn(const char *logfile, uint32_t node, const char *dir,
 
 static struct dxl_zk *zk_open(void)
 {
-	struct dxl_zk_cfg c;
-	dxl_zk_cfg_init(&c);
-	snprintf(c.connect, sizeof(c.connect), "%s", g_zkc);
-	snprintf(c.cluster, sizeof(c.cluster), "%s", g_cluster);
 	struct dxl_zk *zk = NULL;
-	assert_int_equal(dxl_zk_new(&c, &zk), 0);
+	assert_int_equal(dxlt_zk_open(g_zkc, g_cluster, &zk), 0);
 	return zk;
 }
 

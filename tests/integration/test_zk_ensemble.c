@@ -215,12 +215,8 @@ static json_t *load_finish(pid_t p, const char *tag, int timeout_ms)
 
 static struct dxl_zk *zk_open(void)
 {
-	struct dxl_zk_cfg c;
-	dxl_zk_cfg_init(&c);
-	snprintf(c.connect, sizeof(c.connect), "%s", g_srv.connect);
-	snprintf(c.cluster, sizeof(c.cluster), "%s", g_cluster);
 	struct dxl_zk *zk = NULL;
-	assert_int_equal(dxl_zk_new(&c, &zk), 0);
+	assert_int_equal(dxlt_zk_open(g_srv.connect, g_cluster, &zk), 0);
 	return zk;
 }
 

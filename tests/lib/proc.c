@@ -180,3 +180,12 @@ int dxlt_replica_desc_wait(struct dxl_zk *zk, uint32_t node, uint64_t min_epoch,
 		usleep(20000);
 	}
 }
+
+int dxlt_zk_open(const char *connect, const char *cluster, struct dxl_zk **out)
+{
+	struct dxl_zk_cfg c;
+	dxl_zk_cfg_init(&c);
+	snprintf(c.connect, sizeof(c.connect), "%s", connect);
+	snprintf(c.cluster, sizeof(c.cluster), "%s", cluster);
+	return dxl_zk_new(&c, out);
+}

@@ -21,6 +21,11 @@
  * test binary (build/tests -> build/bin, also for build/asan, build/tsan) */
 int dxlt_prog_path(const char *prog, char *buf, size_t cap);
 
+struct dxl_zk;
+/* dxlt_zk_open -- a ZooKeeper session on connect for cluster (defaults
+ * otherwise); dxl_zk_new's errors */
+int dxlt_zk_open(const char *connect, const char *cluster, struct dxl_zk **out);
+
 /* dxlt_slurp -- up to cap-1 bytes of path into buf ("" if unreadable) */
 void dxlt_slurp(const char *path, char *buf, size_t cap);
 
