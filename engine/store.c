@@ -701,12 +701,17 @@ static uint32_t fresh_inc(uint32_t inc)
 /* take a free slot for key and make it live with version v (mutex held) */
 static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			 uint64_t v, uint64_t ts, const void *value,
-			 uint32_t len, uint64_t *slot, uint64_t *version)
+			 uint32_t len, uint64_t owner, uint64_t *slot,
+			 uint64_t *version)
 {
 	uint64_t si = 0;
 	int ret = fq_pop(t, &si);
 	if (ret)
 		return ret;
+	/* an owned insert: the lock word is set before the index can name
+	 * the slot (fq_pop passed over slots whose lock word is not 0) */
+	if (owner)
+		__atomic_store_n(&t->locks[si], owner, __ATOMIC_RELEASE);
 	struct dxl_record old;
 	dxl_record_peek(slot_at(t, si), &old);
 	uint32_t inc = fresh_inc(old.inc);
@@ -715,6 +720,8 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			    even_up(old.version)) + 2;
 	if (s->cfg.hooks.insert &&
 	    (ret = s->cfg.hooks.insert(s->cfg.hooks.arg, t->sc.id, key, si, inc))) {
+		if (owner)
+			__atomic_store_n(&t->locks[si], 0, __ATOMIC_RELEASE);
 		fq_push_front(t, si);
 		return ret;
 	}
@@ -733,6 +740,13 @@ int dxl_store_insert(struct dxl_store *s, uint32_t table, uint64_t key,
 		     uint64_t ts, const void *value, uint32_t len,
 		     uint64_t *slot, uint64_t *version)
 {
+	return dxl_store_insert_owned(s, table, key, ts, value, len, 0, slot, version);
+}
+
+int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
+			   uint64_t ts, const void *value, uint32_t len,
+			   uint64_t owner, uint64_t *slot, uint64_t *version)
+{
 	struct table *t = find_table(s, table);
 	if (!t)
 		return DXL_E_NOENT;
@@ -749,7 +763,7 @@ int dxl_store_insert(struct dxl_store *s, uint32_t table, uint64_t key,
 					  ? " (torn: replay the log first)"
 					  : "");
 	else
-		ret = insert_locked(s, t, key, 0, ts, value, len, slot, version);
+		ret = insert_locked(s, t, key, 0, ts, value, len, owner, slot, version);
 	pthread_mutex_unlock(&t->mu);
 	return ret;
 }
@@ -1055,7 +1069,7 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 	} else if (op == DXL_WS_DELETE) {
 		ret = 0; /* deleted before (or never here) */
 	} else {
-		ret = insert_locked(s, t, key, version, ts, value, len, NULL, NULL);
+		ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
 		if (!ret)
 			ret = 1;
 	}

@@ -634,14 +634,17 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	case DXL_RPC_ID_TABLE_READ:
 		ret = dxl_store_read(st, r->table, r->slot, &rep->rec, val, vcap);
 		if (!ret) {
+			/* the lock word too: a two-sided validation needs it */
+			rep->holder = dxl_store_lock_word(st, r->table, r->slot);
 			rep->slot = r->slot;
 			rep->data = val;
 			rep->data_len = rep->rec.len;
 		}
 		return ret;
 	case DXL_RPC_ID_TABLE_INSERT:
-		ret = dxl_store_insert(st, r->table, r->key, r->ts, r->value, r->len,
-				       &slot, NULL);
+		/* owner != 0: a transaction's insert, locked by it */
+		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
+					     r->len, r->owner, &slot, NULL);
 		return ret ? ret : read_fields(st, r->table, slot, rep);
 	case DXL_RPC_ID_TABLE_DELETE:
 		if ((ret = dxl_store_find(st, r->table, r->key, &slot)) ||

@@ -349,6 +349,19 @@ int dxl_store_insert(struct dxl_store *s, uint32_t table, uint64_t key,
 		     uint64_t *slot, uint64_t *version);
 
 /*
+ * dxl_store_insert_owned -- dxl_store_insert, with the new record's lock
+ * word set to owner (!= 0) before the record becomes live or the index
+ * names it: a transaction's insert, held until its commit (write-back not
+ * needed, unlock) or abort (delete, unlock). The owner's CPU writes that
+ * lock word even with NIC-owned locks: the slot was free, passed over if
+ * its lock word was not 0, and no peer can name it before the insert
+ * hook ran (docs/transactions.md "Inserts"). owner 0 = dxl_store_insert.
+ */
+int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
+			   uint64_t ts, const void *value, uint32_t len,
+			   uint64_t owner, uint64_t *slot, uint64_t *version);
+
+/*
  * dxl_store_update -- write a new value into the live record at slot
  * (version + 2) and persist it. The caller holds the record's lock: its
  * lock word must equal lock_owner.

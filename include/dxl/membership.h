@@ -596,6 +596,26 @@ int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot);
  * a live session (a tailer's live set: dxl_tail_cfg.live_mask) */
 int dxl_writer_slots_live(struct dxl_zk *zk, uint32_t shard, uint64_t *mask);
 
+/* ---- coordinators: coords/<id> (docs/transactions.md) ----------------------- */
+
+/*
+ * dxl_coord_znode_create -- register a coordinator: the ephemeral znode
+ * /dxl/<cluster>/coords/<id> holding data (a NUL-terminated string; may be
+ * NULL). id 0 = the first free id in 1..max_id. *id_out = the id taken.
+ * Errors: DXL_E_EXIST (id given and taken by another session), DXL_E_FULL
+ * (no free id), DXL_E_INVAL, common ZooKeeper errors.
+ */
+int dxl_coord_znode_create(struct dxl_zk *zk, uint32_t id, uint32_t max_id,
+			   const char *data, uint32_t *id_out);
+/* dxl_coord_znode_delete -- Errors: DXL_E_NOENT (not held by this session) */
+int dxl_coord_znode_delete(struct dxl_zk *zk, uint32_t id);
+/* dxl_coord_znode_list -- the live coordinators' ids, ascending, into
+ * ids[0..cap); returns how many there are (may exceed cap) */
+int dxl_coord_znode_list(struct dxl_zk *zk, uint32_t *ids, uint32_t cap);
+/* dxl_coord_znode_get -- coords/<id>'s data into buf (NUL-terminated);
+ * returns its length. Errors: DXL_E_NOENT, DXL_E_TOOBIG (over cap - 1). */
+int dxl_coord_znode_get(struct dxl_zk *zk, uint32_t id, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -244,10 +244,13 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * operation does not use (table below) is 0.
  *
  *   LOOKUP     key                           -> the key's live record
- *   INSERT     key, ts, value                -> slot, version, incarnation
+ *   INSERT     key, ts, value, owner         -> slot, version, incarnation
+ *              (owner != 0: inserted with its lock word = owner, a
+ *              transaction's insert; 0: unlocked)
  *   DELETE     key, owner, ts                -> slot, version, incarnation
  *              (the caller holds the record's lock: lock word == owner)
- *   READ       slot                          -> the record in the slot
+ *   READ       slot                          -> the record in the slot and
+ *                                               its lock word (holder)
  *   LOCK       slot, owner                   -> the record's header
  *              (engine.lock_mode=cpu only)
  *   UNLOCK     slot, owner                   (cpu only)

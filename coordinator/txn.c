@@ -1,0 +1,1444 @@
+/* txn.c -- workers and transactions: hybrid OCC in the phases of DrTM+H
+ * (include/dxl/txn.h, docs/transactions.md) */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "common/endian.h"
+#include "coordinator/coord_internal.h"
+
+/* ---- workers -------------------------------------------------------------------- */
+
+struct nqp { /* a QP to one node's RPC ctx (one-sided ops use it too) */
+	uint32_t node;
+	char addr[DXL_FABRIC_ADDR_MAX];
+	struct dxl_qp *qp;
+};
+
+struct pend { /* an append waiting for its result, in append order */
+	struct dxl_txn *t;
+	uint64_t ts;
+	uint64_t gen; /* t->gen when appended: a result for an older run is dropped */
+};
+
+struct wlog { /* the worker's writer of one shard */
+	struct dxl_log_writer *lw;
+	struct pend *q;
+	uint32_t qcap, head, n;
+};
+
+struct stats {
+	uint64_t committed, aborted, conflicts, unavail;
+	uint64_t onesided_reads, rpc_reads, cache_hits, cache_misses, log_appends;
+};
+
+struct dxl_coord_worker {
+	struct dxl_coord *c;
+	uint32_t idx;
+	uint32_t nco;
+	struct dxl_ctx *ctx;
+	struct dxl_sched *sched;
+	struct dxl_rpc *rpc;
+	struct dxl_mr *mr;
+	uint8_t *scratch;            /* nco * COORD_SCRATCH, registered */
+	struct dxl_txn **txns;       /* per coroutine id */
+	struct nqp *qps;
+	uint32_t nqps, qcap;
+	struct wlog *logs;           /* per shard */
+	uint32_t nlogs;
+	struct stats st;             /* written by the worker, read by anyone */
+	uint64_t rng;
+};
+
+static __thread struct dxl_coord_worker *tl_worker;
+
+struct dxl_coord_worker *dxl_coord_worker_self(void)
+{
+	return tl_worker;
+}
+
+int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
+			 struct dxl_coord_worker **out)
+{
+	if (!c || !out || !ncoroutines || ncoroutines > 256)
+		return dxl_err_set(DXL_E_INVAL, "dxl_coord_worker_new: %u coroutines (1..256)",
+				   ncoroutines);
+	pthread_mutex_lock(&c->mu);
+	uint32_t idx = COORD_MAX_WORKERS;
+	for (uint32_t i = 0; i < COORD_MAX_WORKERS; i++)
+		if (!c->workers[i]) {
+			idx = i;
+			break;
+		}
+	if (idx == COORD_MAX_WORKERS) {
+		pthread_mutex_unlock(&c->mu);
+		return dxl_err_set(DXL_E_FULL, "coordinator %u has %u workers already", c->id,
+				   COORD_MAX_WORKERS);
+	}
+	struct dxl_coord_worker *w = calloc(1, sizeof(*w));
+	if (!w) {
+		pthread_mutex_unlock(&c->mu);
+		return dxl_err_set(DXL_E_NOMEM, "worker");
+	}
+	c->workers[idx] = w; /* reserved */
+	pthread_mutex_unlock(&c->mu);
+	w->c = c;
+	w->idx = idx;
+	w->nco = ncoroutines;
+	w->rng = dxl_now_ns() ^ ((uint64_t)c->id << 32) ^ idx;
+	int ret = dxl_ctx_new(c->f, idx, &w->ctx);
+	struct dxl_sched_cfg sc;
+	dxl_sched_cfg_init(&sc);
+	sc.n_coroutines = ncoroutines + 1;
+	sc.idle_wait_ms = 5;
+	if (!ret)
+		ret = dxl_sched_new(&sc, w->ctx, &w->sched);
+	if (!ret)
+		ret = dxl_rpc_new(w->sched, NULL, &w->rpc);
+	size_t sbytes = (size_t)(ncoroutines + 1) * COORD_SCRATCH;
+	if (!ret) {
+		w->scratch = aligned_alloc(4096, sbytes);
+		w->txns = calloc(ncoroutines + 1, sizeof(*w->txns));
+		if (!w->scratch || !w->txns)
+			ret = dxl_err_set(DXL_E_NOMEM, "worker scratch");
+	}
+	if (!ret) {
+		memset(w->scratch, 0, sbytes);
+		ret = dxl_mr_reg(c->f, w->scratch, sbytes, DXL_MR_LOCAL_WRITE, &w->mr);
+	}
+	if (ret) {
+		dxl_coord_worker_delete(&w);
+		return ret;
+	}
+	tl_worker = w;
+	*out = w;
+	return 0;
+}
+
+static void worker_free_txns(struct dxl_coord_worker *w);
+
+void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
+{
+	struct dxl_coord_worker *w = wp ? *wp : NULL;
+	if (!w)
+		return;
+	for (uint32_t s = 0; s < w->nlogs; s++) {
+		dxl_log_writer_delete(&w->logs[s].lw);
+		free(w->logs[s].q);
+	}
+	free(w->logs);
+	for (uint32_t i = 0; i < w->nqps; i++)
+		dxl_qp_delete(&w->qps[i].qp);
+	free(w->qps);
+	dxl_ctx_delete(&w->ctx); /* before the rpc (rpc.h) */
+	dxl_rpc_delete(&w->rpc);
+	dxl_sched_delete(&w->sched);
+	dxl_mr_dereg(&w->mr);
+	free(w->scratch);
+	worker_free_txns(w);
+	free(w->txns);
+	pthread_mutex_lock(&w->c->mu);
+	w->c->workers[w->idx] = NULL;
+	pthread_mutex_unlock(&w->c->mu);
+	if (tl_worker == w)
+		tl_worker = NULL;
+	free(w);
+	*wp = NULL;
+}
+
+int dxl_coord_worker_spawn(struct dxl_coord_worker *w, dxl_co_fn fn, void *arg)
+{
+	if (!w || !fn)
+		return dxl_err_set(DXL_E_INVAL, "dxl_coord_worker_spawn: NULL argument");
+	int ret = dxl_sched_spawn(w->sched, fn, arg, NULL);
+	if (ret == DXL_E_AGAIN)
+		return dxl_err_set(DXL_E_FULL, "every coroutine slot of the worker is busy");
+	return ret;
+}
+
+int dxl_coord_worker_run(struct dxl_coord_worker *w)
+{
+	return dxl_sched_run(w->sched);
+}
+
+static void st_add(uint64_t *p, uint64_t n)
+{
+	__atomic_fetch_add(p, n, __ATOMIC_RELAXED);
+}
+
+void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct dxl_coord *cc = (struct dxl_coord *)c;
+	pthread_mutex_lock(&cc->mu);
+	for (uint32_t i = 0; i < COORD_MAX_WORKERS; i++) {
+		struct dxl_coord_worker *w = cc->workers[i];
+		if (!w)
+			continue;
+#define LD(f) __atomic_load_n(&w->st.f, __ATOMIC_RELAXED)
+		out->committed += LD(committed);
+		out->aborted += LD(aborted);
+		out->conflicts += LD(conflicts);
+		out->unavail += LD(unavail);
+		out->onesided_reads += LD(onesided_reads);
+		out->rpc_reads += LD(rpc_reads);
+		out->cache_hits += LD(cache_hits);
+		out->cache_misses += LD(cache_misses);
+		out->log_appends += LD(log_appends);
+#undef LD
+	}
+	pthread_mutex_unlock(&cc->mu);
+}
+
+/* the QP to a node's RPC ctx, connected on first use (and again after an
+ * error or an address change) */
+static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
+		   struct dxl_qp **out)
+{
+	struct nqp *e = NULL;
+	for (uint32_t i = 0; i < w->nqps; i++)
+		if (w->qps[i].node == vs->primary) {
+			e = &w->qps[i];
+			break;
+		}
+	if (!e) {
+		if (w->nqps == w->qcap) {
+			uint32_t ncap = w->qcap ? 2 * w->qcap : 8;
+			struct nqp *n = realloc(w->qps, ncap * sizeof(*n));
+			if (!n)
+				return dxl_err_set(DXL_E_NOMEM, "worker QPs");
+			w->qps = n;
+			w->qcap = ncap;
+		}
+		e = &w->qps[w->nqps++];
+		memset(e, 0, sizeof(*e));
+		e->node = vs->primary;
+	}
+	if (e->qp && (strcmp(e->addr, vs->addr) || dxl_qp_state(e->qp) != DXL_QP_RTS)) {
+		dxl_rpc_forget_qp(w->rpc, e->qp);
+		dxl_qp_delete(&e->qp);
+	}
+	if (!e->qp) {
+		int ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
+		if (ret) {
+			dxl_err_prefix("node %u at %s", vs->primary, vs->addr);
+			return ret;
+		}
+		snprintf(e->addr, sizeof(e->addr), "%s", vs->addr);
+	}
+	*out = e->qp;
+	return 0;
+}
+
+/* ---- the log: one writer per shard and worker ----------------------------------- */
+
+static int wlog_get(struct dxl_coord_worker *w, uint32_t shard, struct wlog **out)
+{
+	if (shard >= w->nlogs) {
+		uint32_t n = shard + 1;
+		struct wlog *l = realloc(w->logs, n * sizeof(*l));
+		if (!l)
+			return dxl_err_set(DXL_E_NOMEM, "worker writers");
+		memset(l + w->nlogs, 0, (n - w->nlogs) * sizeof(*l));
+		w->logs = l;
+		w->nlogs = n;
+	}
+	struct wlog *l = &w->logs[shard];
+	if (!l->lw) {
+		struct dxl_log_writer_cfg lc;
+		dxl_log_writer_cfg_init(&lc);
+		lc.shard = shard;
+		lc.unavail_ms = w->c->cfg.log_unavail_ms;
+		lc.fabric_timeout_ms = w->c->cfg.fabric_timeout_ms;
+		lc.max_inflight = 64;
+		int ret = dxl_log_writer_new(w->c->zk, &lc, &l->lw);
+		if (ret) {
+			dxl_err_prefix("log writer of shard %u", shard);
+			return ret;
+		}
+		if (!l->q) {
+			l->qcap = lc.max_queue;
+			l->q = calloc(l->qcap, sizeof(*l->q));
+			if (!l->q) {
+				dxl_log_writer_delete(&l->lw);
+				return dxl_err_set(DXL_E_NOMEM, "worker writer queue");
+			}
+		}
+	}
+	*out = l;
+	return 0;
+}
+
+/* ---- transactions ----------------------------------------------------------------- */
+
+enum { W_NONE = 0 }; /* op->wop: 0 or a dxl_ws_op */
+
+struct op {
+	uint32_t table, shard;
+	uint64_t key;
+	const struct view_table *vt;
+	/* E */
+	bool read;       /* the caller read it (validate it unless written) */
+	bool fetched;    /* E done: exists/slot/version known */
+	bool exists;
+	uint64_t slot, version;
+	uint32_t inc;
+	uint32_t vlen;
+	size_t voff;     /* value read, in the arena */
+	/* writes */
+	int wop;         /* 0 or enum dxl_ws_op */
+	uint32_t wlen;
+	size_t woff;
+	/* L / Log / C */
+	bool locked;
+	uint64_t lock_version; /* version under the lock */
+	uint64_t new_version;
+	uint64_t rec_ts;
+};
+
+struct dxl_txn {
+	struct dxl_coord_worker *w;
+	uint32_t co_id;
+	uint64_t gen;            /* runs of this handle */
+	struct view *v;
+	uint64_t id;
+	bool active;
+	uint32_t nops;
+	struct op ops[DXL_TXN_MAX_OPS];
+	uint8_t *arena;
+	size_t used, cap;
+	/* the Log phase */
+	uint32_t log_wait;       /* appends without a result yet */
+	int log_err;
+	bool log_sent;
+	struct dxl_txn_info info;
+	uint8_t *scr;            /* this coroutine's registered scratch */
+};
+
+static void worker_free_txns(struct dxl_coord_worker *w)
+{
+	for (uint32_t i = 0; w->txns && i <= w->nco; i++)
+		if (w->txns[i]) {
+			free(w->txns[i]->arena);
+			free(w->txns[i]);
+		}
+}
+
+static int arena_put(struct dxl_txn *t, const void *p, uint32_t len, size_t *off)
+{
+	if (t->used + len > t->cap) {
+		size_t ncap = DXL_MAX(t->cap ? 2 * t->cap : 16384, t->used + len);
+		uint8_t *n = realloc(t->arena, ncap);
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "transaction values");
+		t->arena = n;
+		t->cap = ncap;
+	}
+	*off = t->used;
+	if (len)
+		memcpy(t->arena + t->used, p, len);
+	t->used += len;
+	return 0;
+}
+
+static uint32_t lkey(const struct dxl_txn *t)
+{
+	return dxl_mr_lkey(t->w->mr);
+}
+
+/* the coroutine id from a slot's scratch (wr_ids carry the coroutine) */
+static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
+			const char *what)
+{
+	struct dxl_wr *bad = NULL;
+	int ret;
+	for (;;) {
+		ret = dxl_qp_post(qp, chain, &bad);
+		if (ret != DXL_E_AGAIN)
+			break;
+		dxl_co_yield();
+	}
+	if (ret) {
+		dxl_err_prefix("%s", what);
+		return ret;
+	}
+	struct dxl_wc wc[64];
+	int k = nsignaled;
+	int failed = 0;
+	enum dxl_wc_status st = DXL_WC_SUCCESS;
+	while (k > 0) {
+		int m = DXL_MIN(k, 64);
+		int f = dxl_co_wait_completions(m, wc, -1);
+		if (f < 0)
+			return f;
+		for (int i = 0; i < m; i++)
+			if (wc[i].status != DXL_WC_SUCCESS && st == DXL_WC_SUCCESS)
+				st = wc[i].status;
+		failed += f;
+		k -= m;
+	}
+	/* an unsignalled request that failed also produced a completion */
+	while (dxl_co_completions_buffered() > 0) {
+		int f = dxl_co_wait_completions(1, wc, 0);
+		if (f > 0 && st == DXL_WC_SUCCESS)
+			st = wc[0].status;
+		if (f < 0)
+			break;
+		failed += f > 0;
+	}
+	if (!failed)
+		return 0;
+	if (st == DXL_WC_REM_ACCESS_ERR)
+		return dxl_err_set(DXL_E_ACCESS, "%s: remote access error (fenced: new epoch?)", what);
+	return dxl_err_set(DXL_E_UNREACHABLE, "%s: %s", what, dxl_wc_status_str(st));
+}
+
+static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
+		    uint64_t raddr, uint32_t rkey, bool signaled)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = dxl_co_wrid(0);
+	wr->op = DXL_WR_READ;
+	wr->flags = signaled ? DXL_WR_SIGNALED : 0;
+	wr->local = local;
+	wr->lkey = lk;
+	wr->len = len;
+	wr->remote_addr = raddr;
+	wr->rkey = rkey;
+}
+
+static void wr_cas(struct dxl_wr *wr, uint64_t *local, uint32_t lk, uint64_t raddr,
+		   uint32_t rkey, uint64_t cmp, uint64_t swp, bool signaled)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = dxl_co_wrid(0);
+	wr->op = DXL_WR_CAS;
+	wr->flags = signaled ? DXL_WR_SIGNALED : 0;
+	wr->local = local;
+	wr->lkey = lk;
+	wr->len = 8;
+	wr->remote_addr = raddr;
+	wr->rkey = rkey;
+	wr->compare_add = cmp;
+	wr->swap = swp;
+}
+
+/* a one-sided failure or an RPC's "not here any more": look again */
+static bool is_view_error(int err)
+{
+	return err == DXL_E_STALE || err == DXL_E_UNAVAIL || err == DXL_E_ACCESS ||
+	       err == DXL_E_UNREACHABLE || err == DXL_E_TIMEDOUT;
+}
+
+/* an error of a phase before the commit point: conflicts and changes of
+ * the configuration make the transaction retryable (DXL_E_CONFLICT) */
+static int phase_err(struct dxl_txn *t, int err, const char *phase)
+{
+	if (is_view_error(err)) {
+		char msg[400];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		coord_mark_stale(t->w->c, msg);
+		return dxl_err_set(DXL_E_CONFLICT, "%s: %s (configuration changing: retry)", phase,
+				   msg);
+	}
+	return err;
+}
+
+static int table_rpc(struct dxl_txn *t, const struct op *o, uint16_t opc,
+		     struct dxl_table_req *req, struct dxl_table_rep *rep, void *val,
+		     uint32_t cap)
+{
+	const struct view_shard *vs = &t->v->shards[o->shard];
+	struct dxl_qp *qp;
+	int ret = node_qp(t->w, vs, &qp);
+	if (ret)
+		return ret;
+	req->shard = o->shard;
+	req->table = o->table;
+	req->epoch = t->v->epoch;
+	return dxl_table_call(t->w->rpc, qp, opc, req, rep, val, cap);
+}
+
+/* ---- E: reading a record ---------------------------------------------------------- */
+
+struct bucket_arg {
+	struct dxl_txn *t;
+	const struct view_table *vt;
+	struct dxl_qp *qp;
+	bool cache_only; /* hybrid: a miss goes to the RPC path */
+	bool missed;     /* read_bucket refused (cache_only): take the RPC */
+};
+
+static int read_bucket(void *arg, uint64_t off, void *buf)
+{
+	struct bucket_arg *a = arg;
+	if (a->cache_only) {
+		a->missed = true;
+		return DXL_E_AGAIN; /* not an error: the caller takes the RPC */
+	}
+	uint8_t *local = a->t->scr + COORD_SCRATCH - DXL_INDEX_BUCKET_SIZE;
+	struct dxl_wr wr;
+	wr_read(&wr, local, lkey(a->t), DXL_INDEX_BUCKET_SIZE, a->vt->st.index.addr + off,
+		a->vt->st.index.rkey, true);
+	int ret = co_post_wait(a->qp, &wr, 1, "index bucket READ");
+	if (!ret)
+		memcpy(buf, local, DXL_INDEX_BUCKET_SIZE);
+	return ret;
+}
+
+/* READ the slot and check it; 1 = it holds key (live, incarnation as the
+ * index said), 0 = it does not (stale location), < 0 error */
+static int read_slot(struct dxl_txn *t, struct op *o, struct dxl_qp *qp, uint64_t slot,
+		     uint16_t lossy_inc, bool check_inc, uint8_t *val, uint32_t cap)
+{
+	const struct view_table *vt = o->vt;
+	uint32_t ss = vt->st.t.slot_size;
+	uint8_t *local = t->scr;
+	for (int tries = 0;; tries++) {
+		struct dxl_wr wr;
+		wr_read(&wr, local, lkey(t), ss, vt->st.t.records.addr + slot * ss,
+			vt->st.t.records.rkey, true);
+		int ret = co_post_wait(qp, &wr, 1, "record READ");
+		if (ret)
+			return ret;
+		struct dxl_record r;
+		ret = dxl_record_read_check(local, ss, &r, val, cap);
+		if (ret == DXL_E_AGAIN && tries < 64) {
+			dxl_co_yield(); /* a write-back in progress */
+			continue;
+		}
+		if (ret)
+			return ret;
+		if (!r.live || r.key != o->key ||
+		    (check_inc && !dxl_index_inc_match(lossy_inc, r.inc)))
+			return 0;
+		o->slot = slot;
+		o->version = r.version;
+		o->inc = r.inc;
+		o->vlen = r.len;
+		return 1;
+	}
+}
+
+static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
+		    struct bucket_arg *ba)
+{
+	struct dxl_table_req req = {.key = o->key};
+	struct dxl_table_rep rep;
+	/* hybrid: refill the cache with the key's main bucket in the same
+	 * round trip (DrTM+H: a miss costs one RPC, the next access is a hit) */
+	uint8_t *bk = t->scr + COORD_SCRATCH - DXL_INDEX_BUCKET_SIZE;
+	uint64_t boff = 0;
+	bool refill = ba && ba->qp && t->w->c->cfg.mode == DXL_TXN_HYBRID;
+	if (refill) {
+		boff = dxl_index_bucket_addr(&o->vt->st.ihdr, o->key);
+		struct dxl_wr wr;
+		wr_read(&wr, bk, lkey(t), DXL_INDEX_BUCKET_SIZE, o->vt->st.index.addr + boff,
+			o->vt->st.index.rkey, true);
+		if (dxl_qp_post(ba->qp, &wr, NULL))
+			refill = false;
+	}
+	int ret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, val, cap);
+	if (refill) {
+		struct dxl_wc wc;
+		if (dxl_co_wait_completions(1, &wc, -1) == 0) {
+			struct dxl_index_find f;
+			if (dxl_index_bucket_find(&o->vt->st.ihdr, bk, o->key, &f) >= 0)
+				dxl_loccache_fill(o->vt->lc, boff, bk);
+			else
+				DXL_WARN("event=coord_bad_bucket off=%" PRIu64 " addr=%" PRIx64 " len=%" PRIu64 " w0=%" PRIx64 " w1=%" PRIx64 " msg=\"%s\"", boff, o->vt->st.index.addr, o->vt->st.index.len, dxl_get_le64(bk), dxl_get_le64(bk + 8), dxl_errmsg());
+		}
+	}
+	st_add(&t->w->st.rpc_reads, 1);
+	if (ret == DXL_E_NOENT) {
+		o->exists = false;
+		o->version = 0;
+		return 0;
+	}
+	if (ret)
+		return ret;
+	o->exists = true;
+	o->slot = rep.slot;
+	o->version = rep.rec.version;
+	o->inc = rep.rec.inc;
+	o->vlen = rep.rec.len;
+	return 0;
+}
+
+/* fetch o (exists, slot, version, value into val) from the primary */
+static int exec_fetch(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap)
+{
+	enum dxl_txn_mode mode = t->w->c->cfg.mode;
+	if (mode == DXL_TXN_TWOSIDED)
+		return exec_rpc(t, o, val, cap, NULL);
+	const struct view_shard *vs = &t->v->shards[o->shard];
+	struct bucket_arg ba = {.t = t, .vt = o->vt, .cache_only = mode == DXL_TXN_HYBRID};
+	int ret = node_qp(t->w, vs, &ba.qp);
+	if (ret)
+		return ret;
+	unsigned flags = 0;
+	for (int attempt = 0; attempt < 4; attempt++) {
+		struct dxl_index_find f;
+		ret = dxl_loccache_resolve(o->vt->lc, o->key, flags, read_bucket, &ba, &f);
+		if (ret < 0 && ba.missed) {
+			st_add(&t->w->st.cache_misses, 1);
+			return exec_rpc(t, o, val, cap, &ba);
+		}
+		if (ret < 0)
+			return ret;
+		st_add(f.reads ? &t->w->st.cache_misses : &t->w->st.cache_hits, 1);
+		if (f.result == DXL_INDEX_ABSENT) {
+			o->exists = false;
+			o->version = 0;
+			return 0;
+		}
+		st_add(&t->w->st.onesided_reads, 1);
+		ret = read_slot(t, o, ba.qp, f.slot, f.lossy_inc, true, val, cap);
+		if (ret < 0)
+			return ret;
+		if (ret == 1) {
+			o->exists = true;
+			return 0;
+		}
+		/* stale: the key moved or was deleted since the bucket was cached */
+		dxl_loccache_stale(o->vt->lc, o->key);
+		if (mode == DXL_TXN_HYBRID)
+			return exec_rpc(t, o, val, cap, &ba);
+		flags = DXL_LOCCACHE_FRESH;
+	}
+	return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": location kept changing",
+			   o->table, o->key);
+}
+
+/* ---- the handle ------------------------------------------------------------------- */
+
+static int check_usable(struct dxl_txn *t)
+{
+	if (!t || !t->active)
+		return dxl_err_set(DXL_E_INVAL, "the transaction is over (begin a new one)");
+	return 0;
+}
+
+static void release_all(struct dxl_txn *t);
+
+int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
+{
+	struct dxl_co *co = dxl_co_self();
+	if (!w || !out || !co || dxl_co_sched() != w->sched)
+		return dxl_err_set(DXL_E_STATE, "dxl_txn_begin: not in a coroutine of this worker");
+	uint32_t id = dxl_co_id(co) & 0xfffu; /* the slot index */
+	if (id > w->nco)
+		return dxl_err_set(DXL_E_STATE, "coroutine id %u out of range", id);
+	struct dxl_txn *t = w->txns[id];
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			return dxl_err_set(DXL_E_NOMEM, "transaction");
+		t->w = w;
+		t->co_id = id;
+		t->scr = w->scratch + (size_t)id * COORD_SCRATCH;
+		w->txns[id] = t;
+	}
+	if (t->active)
+		dxl_txn_abort(t);
+	dxl_coord_worker_poll(w);
+	t->gen++;
+	t->v = coord_view(w->c);
+	t->id = DXL_LOCK_OWNER(w->c->id, atomic_fetch_add(&w->c->seq, 1) + 1);
+	t->active = true;
+	t->nops = 0;
+	t->used = 0;
+	t->log_wait = 0;
+	t->log_err = 0;
+	t->log_sent = false;
+	memset(&t->info, 0, sizeof(t->info));
+	t->info.id = t->id;
+	*out = t;
+	return 0;
+}
+
+struct dxl_txn *dxl_txn_last(struct dxl_coord_worker *w)
+{
+	struct dxl_co *co = dxl_co_self();
+	uint32_t id = dxl_co_id(co) & 0xfffu;
+	if (!w || !co || dxl_co_sched() != w->sched || id > w->nco)
+		return NULL;
+	return w->txns[id];
+}
+
+/* the op of (table, key), adding it if absent (fetching nothing yet) */
+static int find_op(struct dxl_txn *t, uint32_t table, uint64_t key, struct op **out)
+{
+	for (uint32_t i = 0; i < t->nops; i++)
+		if (t->ops[i].table == table && t->ops[i].key == key) {
+			*out = &t->ops[i];
+			return 0;
+		}
+	if (!t->v || !t->v->nshards)
+		return dxl_err_set(DXL_E_UNAVAIL, "no configuration");
+	uint32_t shard = dxl_txn_shard_of(key, t->v->nshards);
+	const struct view_shard *vs = &t->v->shards[shard];
+	if (!vs->ok) {
+		coord_mark_stale(t->w->c, vs->why);
+		return dxl_err_set(DXL_E_UNAVAIL, "%s", vs->why);
+	}
+	const struct view_table *vt = NULL;
+	for (uint32_t i = 0; i < vs->ntables; i++)
+		if (vs->tables[i].st.t.id == table)
+			vt = &vs->tables[i];
+	if (!vt)
+		return dxl_err_set(DXL_E_INVAL, "unknown table %u (shard %u's primary %u has %u tables)",
+				   table, shard, vs->primary, vs->ntables);
+	if (t->nops == DXL_TXN_MAX_OPS)
+		return dxl_err_set(DXL_E_INVAL, "over %d records in one transaction",
+				   DXL_TXN_MAX_OPS);
+	struct op *o = &t->ops[t->nops++];
+	memset(o, 0, sizeof(*o));
+	o->table = table;
+	o->key = key;
+	o->shard = shard;
+	o->vt = vt;
+	*out = o;
+	return 0;
+}
+
+/* E for o if not done yet: fetch into the arena */
+static int ensure_fetched(struct dxl_txn *t, struct op *o)
+{
+	if (o->fetched)
+		return 0;
+	uint32_t cap = o->vt->st.t.value_size;
+	if (t->used + cap > t->cap) {
+		size_t ncap = DXL_MAX(t->cap ? 2 * t->cap : 16384, t->used + cap);
+		uint8_t *n = realloc(t->arena, ncap);
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "transaction values");
+		t->arena = n;
+		t->cap = ncap;
+	}
+	size_t off = t->used;
+	int ret = exec_fetch(t, o, t->arena + off, cap);
+	if (ret)
+		return ret;
+	o->voff = off;
+	if (o->exists)
+		t->used += o->vlen;
+	o->fetched = true;
+	return 0;
+}
+
+static int op_fail(struct dxl_txn *t, int err, const char *what)
+{
+	err = phase_err(t, err, what);
+	if (err == DXL_E_CONFLICT)
+		st_add(&t->w->st.conflicts, 1);
+	release_all(t);
+	return err;
+}
+
+int dxl_txn_get(struct dxl_txn *t, uint32_t table, uint64_t key, void *buf,
+		uint32_t cap, uint32_t *len)
+{
+	int ret = check_usable(t);
+	if (ret)
+		return ret;
+	if ((!buf && cap) || !len)
+		return dxl_err_set(DXL_E_INVAL, "dxl_txn_get: NULL buffer");
+	struct op *o;
+	if ((ret = find_op(t, table, key, &o)))
+		return ret == DXL_E_UNAVAIL ? op_fail(t, ret, "get") : ret;
+	if (o->wop) { /* read your own writes */
+		if (o->wop == DXL_WS_DELETE)
+			return dxl_err_set(DXL_E_NOENT, "table %u key %" PRIu64 ": deleted by this transaction",
+					   table, key);
+		if (o->wlen > cap)
+			return dxl_err_set(DXL_E_TOOBIG, "value of %u bytes, room for %u", o->wlen, cap);
+		memcpy(buf, t->arena + o->woff, o->wlen);
+		*len = o->wlen;
+		return 0;
+	}
+	if ((ret = ensure_fetched(t, o)))
+		return op_fail(t, ret, "get");
+	o->read = true;
+	if (!o->exists)
+		return dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64, table, key);
+	if (o->vlen > cap)
+		return dxl_err_set(DXL_E_TOOBIG, "table %u key %" PRIu64 ": value of %u bytes, room for %u",
+				   table, key, o->vlen, cap);
+	memcpy(buf, t->arena + o->voff, o->vlen);
+	*len = o->vlen;
+	return 0;
+}
+
+static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop,
+			const void *value, uint32_t len)
+{
+	int ret = check_usable(t);
+	if (ret)
+		return ret;
+	if (len && !value)
+		return dxl_err_set(DXL_E_INVAL, "NULL value");
+	struct op *o;
+	if ((ret = find_op(t, table, key, &o)))
+		return ret == DXL_E_UNAVAIL ? op_fail(t, ret, "write") : ret;
+	if (len > o->vt->st.t.value_size)
+		return dxl_err_set(DXL_E_TOOBIG, "table %u: value of %u bytes, its value size is %u",
+				   table, len, o->vt->st.t.value_size);
+	/* the state of the key as this transaction sees it */
+	bool exists;
+	if (o->wop)
+		exists = o->wop != DXL_WS_DELETE;
+	else {
+		if ((ret = ensure_fetched(t, o)))
+			return op_fail(t, ret, "write");
+		exists = o->exists;
+	}
+	if (wop == DXL_WS_INSERT && exists)
+		return dxl_err_set(DXL_E_EXIST, "table %u: key %" PRIu64 " exists", table, key);
+	if (wop != DXL_WS_INSERT && !exists)
+		return dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64, table, key);
+	/* what the log will say: relative to the record at the primary */
+	int eff = wop;
+	if (o->exists && wop == DXL_WS_INSERT)
+		eff = DXL_WS_UPDATE; /* deleted, then inserted again, here */
+	if (!o->exists && wop == DXL_WS_UPDATE)
+		eff = DXL_WS_INSERT; /* inserted here, then updated */
+	if (!o->exists && wop == DXL_WS_DELETE)
+		eff = W_NONE;        /* inserted here, then deleted: nothing */
+	size_t off = 0;
+	if (len && (ret = arena_put(t, value, len, &off)))
+		return ret;
+	o->wop = eff;
+	o->woff = off;
+	o->wlen = len;
+	return 0;
+}
+
+int dxl_txn_put(struct dxl_txn *t, uint32_t table, uint64_t key, const void *value,
+		uint32_t len)
+{
+	return buffer_write(t, table, key, DXL_WS_UPDATE, value, len);
+}
+
+int dxl_txn_insert(struct dxl_txn *t, uint32_t table, uint64_t key, const void *value,
+		   uint32_t len)
+{
+	return buffer_write(t, table, key, DXL_WS_INSERT, value, len);
+}
+
+int dxl_txn_delete(struct dxl_txn *t, uint32_t table, uint64_t key)
+{
+	return buffer_write(t, table, key, DXL_WS_DELETE, NULL, 0);
+}
+
+/* ---- L: locking the write set ----------------------------------------------------- */
+
+static bool nic_locks(const struct op *o)
+{
+	return o->vt->st.t.lock_mode == DXL_LOCKS_NIC;
+}
+
+static int unlock_one(struct dxl_txn *t, struct op *o)
+{
+	const struct view_shard *vs = &t->v->shards[o->shard];
+	int ret;
+	if (nic_locks(o)) {
+		struct dxl_qp *qp;
+		if ((ret = node_qp(t->w, vs, &qp)))
+			return ret;
+		uint64_t *res = (uint64_t *)(t->scr + COORD_SCRATCH - 8);
+		struct dxl_wr wr;
+		wr_cas(&wr, res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
+		       o->vt->st.t.locks.rkey, t->id, 0, true);
+		ret = co_post_wait(qp, &wr, 1, "unlock CAS");
+	} else {
+		struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
+		struct dxl_table_rep rep;
+		ret = table_rpc(t, o, DXL_RPC_ID_TABLE_UNLOCK, &req, &rep, NULL, 0);
+	}
+	o->locked = false;
+	return ret;
+}
+
+/* release what is held: inserted records are deleted, locks released.
+ * Failures (a dead primary) are ignored: its locks died with it. */
+static void release_all(struct dxl_txn *t)
+{
+	if (!t->active)
+		return;
+	for (uint32_t i = 0; i < t->nops; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->locked)
+			continue;
+		if (o->wop == DXL_WS_INSERT && !o->exists) {
+			struct dxl_table_req req = {.key = o->key, .owner = t->id};
+			struct dxl_table_rep rep;
+			table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
+		}
+		unlock_one(t, o);
+	}
+	t->active = false;
+	st_add(&t->w->st.aborted, 1);
+}
+
+void dxl_txn_abort(struct dxl_txn *t)
+{
+	if (t && t->active)
+		release_all(t);
+}
+
+static int lock_phase(struct dxl_txn *t)
+{
+	/* NIC-owned lock words: per op a CAS and a READ of line 0 on one QP,
+	 * all ops posted before waiting (one round trip for the write set) */
+	struct {
+		struct op *o;
+		struct dxl_qp *qp;
+		uint64_t *cas;
+		uint8_t *hdr;
+	} bt[DXL_TXN_MAX_OPS];
+	uint32_t nn = 0;
+	int ret = 0;
+	enum dxl_txn_mode mode = t->w->c->cfg.mode;
+	/* pass 0: RPCs (inserts, CPU-owned locks); pass 1: the CAS+READ batch,
+	 * so that an early refusal never leaves posted CASes behind */
+	for (int pass = 0; pass < 2; pass++)
+	for (uint32_t i = 0; i < t->nops; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->wop)
+			continue;
+		bool nic = nic_locks(o);
+		if ((pass == 1) != (nic && o->exists))
+			continue;
+		if ((nic && mode == DXL_TXN_TWOSIDED) || (!nic && mode != DXL_TXN_TWOSIDED))
+			return dxl_err_set(DXL_E_CONFIG,
+					   "table %u: lock words are %s-owned (engine.lock_mode=%s) but the coordinator's mode is %s (use %s)",
+					   o->table, nic ? "NIC" : "CPU", nic ? "nic" : "cpu",
+					   dxl_txn_mode_name(mode), nic ? "hybrid or onesided" : "twosided");
+		if (!o->exists) { /* insert: created locked at the primary */
+			struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = 0,
+						    .value = t->arena + o->woff, .len = o->wlen};
+			struct dxl_table_rep rep;
+			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_INSERT, &req, &rep, NULL, 0);
+			if (ret == DXL_E_EXIST)
+				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted by another transaction",
+						   o->table, o->key);
+			if (ret)
+				return ret;
+			o->locked = true;
+			o->slot = rep.slot;
+			o->inc = rep.rec.inc;
+			o->lock_version = rep.rec.version;
+			o->new_version = rep.rec.version;
+			continue;
+		}
+		if (!nic) {
+			struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
+			struct dxl_table_rep rep;
+			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOCK, &req, &rep, NULL, 0);
+			if (ret == DXL_E_BUSY)
+				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": locked by 0x%" PRIx64,
+						   o->table, o->key, rep.holder);
+			if (ret)
+				return ret;
+			o->locked = true;
+			o->lock_version = rep.rec.version;
+			if (!rep.rec.live || rep.rec.key != o->key || rep.rec.version != o->version)
+				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed since read (version %" PRIu64 " -> %" PRIu64 ")",
+						   o->table, o->key, o->version, rep.rec.version);
+			continue;
+		}
+		if (nn * 72 + 72 > COORD_SCRATCH - 256)
+			return dxl_err_set(DXL_E_INVAL, "write set too large for one lock round");
+		const struct view_shard *vs = &t->v->shards[o->shard];
+		if ((ret = node_qp(t->w, vs, &bt[nn].qp)))
+			return ret;
+		bt[nn].o = o;
+		bt[nn].cas = (uint64_t *)(t->scr + nn * 72);
+		bt[nn].hdr = t->scr + nn * 72 + 8;
+		struct dxl_wr wr[2];
+		wr_cas(&wr[0], bt[nn].cas, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
+		       o->vt->st.t.locks.rkey, 0, t->id, false);
+		wr_read(&wr[1], bt[nn].hdr, lkey(t), 64,
+			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
+			o->vt->st.t.records.rkey, true);
+		wr[0].next = &wr[1];
+		struct dxl_wr *bad;
+		while ((ret = dxl_qp_post(bt[nn].qp, wr, &bad)) == DXL_E_AGAIN)
+			dxl_co_yield();
+		if (ret)
+			return ret;
+		nn++;
+	}
+	if (!nn)
+		return 0;
+	/* one completion per READ (the CAS is unsignalled; its failure, if
+	 * any, arrives as an error completion) */
+	int failed = 0;
+	struct dxl_wc wc[DXL_TXN_MAX_OPS];
+	int f = dxl_co_wait_completions((int)nn, wc, -1);
+	if (f < 0)
+		return f;
+	failed = f;
+	while (dxl_co_completions_buffered() > 0) {
+		struct dxl_wc x;
+		if (dxl_co_wait_completions(1, &x, 0) > 0)
+			failed++;
+	}
+	int verdict = 0;
+	for (uint32_t k = 0; k < nn; k++) {
+		struct op *o = bt[k].o;
+		uint64_t old = *(volatile uint64_t *)bt[k].cas;
+		if (failed) {
+			/* we cannot tell which CASes landed: release by owner
+			 * (a CAS from t->id to 0 is harmless where we failed) */
+			o->locked = true;
+			continue;
+		}
+		if (old != 0) {
+			if (!verdict)
+				verdict = dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": locked by 0x%" PRIx64,
+						      o->table, o->key, old);
+			continue;
+		}
+		o->locked = true;
+		const uint8_t *h = bt[k].hdr;
+		uint64_t ver = dxl_get_le64(h);
+		uint64_t key = dxl_get_le64(h + 16);
+		uint32_t lf = dxl_get_le32(h + 28);
+		o->lock_version = ver;
+		o->inc = dxl_get_le32(h + 24);
+		if (!verdict && ((ver & 1) || ver != o->version || key != o->key ||
+				 !(lf & DXL_RECORD_LIVE)))
+			verdict = dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed since read (version %" PRIu64 " -> %" PRIu64 ")",
+					      o->table, o->key, o->version, ver);
+	}
+	if (failed)
+		return dxl_err_set(DXL_E_UNREACHABLE, "lock CAS/READ failed (%d completions)", failed);
+	return verdict;
+}
+
+/* ---- V: validating the read set ----------------------------------------------- */
+
+static int validate_phase(struct dxl_txn *t)
+{
+	if (t->w->c->cfg.no_validation)
+		return 0;
+	enum dxl_txn_mode mode = t->w->c->cfg.mode;
+	struct {
+		struct op *o;
+		uint8_t *hdr;
+		uint64_t *lock;
+	} v[DXL_TXN_MAX_OPS];
+	uint32_t nv = 0;
+	int ret;
+	for (uint32_t i = 0; i < t->nops; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->read || o->wop)
+			continue; /* written records were checked under their lock */
+		if (!o->exists || mode == DXL_TXN_TWOSIDED) {
+			/* absence (any mode), or everything in two-sided mode: RPC */
+			struct dxl_table_req req = {0};
+			struct dxl_table_rep rep;
+			uint16_t opc = o->exists ? DXL_RPC_ID_TABLE_READ : DXL_RPC_ID_TABLE_LOOKUP;
+			if (o->exists)
+				req.slot = o->slot;
+			else
+				req.key = o->key;
+			ret = table_rpc(t, o, opc, &req, &rep, NULL, 0);
+			if (!o->exists) {
+				if (ret == DXL_E_NOENT)
+					continue;
+				if (ret == 0 || ret == DXL_E_TOOBIG)
+					return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted since read",
+							   o->table, o->key);
+				return ret;
+			}
+			if (ret && ret != DXL_E_TOOBIG)
+				return ret == DXL_E_NOENT ? dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": deleted since read", o->table, o->key) : ret;
+			if (rep.rec.version != o->version || rep.rec.key != o->key || !rep.rec.live ||
+			    rep.holder)
+				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed or locked since read",
+						   o->table, o->key);
+			continue;
+		}
+		v[nv].o = o;
+		v[nv].hdr = t->scr + nv * 72;
+		v[nv].lock = (uint64_t *)(t->scr + nv * 72 + 64);
+		const struct view_shard *vs = &t->v->shards[o->shard];
+		struct dxl_qp *qp;
+		if ((ret = node_qp(t->w, vs, &qp)))
+			return ret;
+		struct dxl_wr wr[2];
+		wr_read(&wr[0], v[nv].hdr, lkey(t), 64,
+			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
+			o->vt->st.t.records.rkey, false);
+		wr_read(&wr[1], v[nv].lock, lkey(t), 8, o->vt->st.t.locks.addr + 8 * o->slot,
+			o->vt->st.t.locks.rkey, true);
+		wr[0].next = &wr[1];
+		struct dxl_wr *bad;
+		while ((ret = dxl_qp_post(qp, wr, &bad)) == DXL_E_AGAIN)
+			dxl_co_yield();
+		if (ret)
+			return ret;
+		nv++;
+	}
+	if (!nv)
+		return 0;
+	struct dxl_wc wc[DXL_TXN_MAX_OPS];
+	int f = dxl_co_wait_completions((int)nv, wc, -1);
+	if (f < 0)
+		return f;
+	while (dxl_co_completions_buffered() > 0) {
+		struct dxl_wc x;
+		if (dxl_co_wait_completions(1, &x, 0) > 0)
+			f++;
+	}
+	if (f)
+		return dxl_err_set(DXL_E_UNREACHABLE, "validation READs failed (%d)", f);
+	for (uint32_t k = 0; k < nv; k++) {
+		struct op *o = v[k].o;
+		uint64_t ver = dxl_get_le64(v[k].hdr);
+		uint64_t lock = *(volatile uint64_t *)v[k].lock;
+		if (ver != o->version || lock != 0)
+			return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": %s since read",
+					   o->table, o->key, lock ? "locked" : "changed");
+	}
+	return 0;
+}
+
+/* ---- Log ---------------------------------------------------------------------------- */
+
+void dxl_coord_worker_poll(struct dxl_coord_worker *w)
+{
+	struct dxl_log_writer_result res[64];
+	for (uint32_t s = 0; s < w->nlogs; s++) {
+		struct wlog *l = &w->logs[s];
+		if (!l->lw)
+			continue;
+		int n;
+		while ((n = dxl_log_writer_poll(l->lw, res, 64, 0)) > 0) {
+			for (int i = 0; i < n; i++) {
+				if (!l->n) {
+					DXL_WARN("event=coord_log_unexpected shard=%u ts=%" PRIu64, s,
+						 res[i].ts);
+					continue;
+				}
+				struct pend *p = &l->q[l->head];
+				l->head = (l->head + 1) % l->qcap;
+				l->n--;
+				if (p->ts != res[i].ts)
+					DXL_WARN("event=coord_log_order shard=%u want=%" PRIu64 " got=%" PRIu64,
+						 s, p->ts, res[i].ts);
+				struct dxl_txn *t = p->t;
+				if (!t || t->gen != p->gen)
+					continue;
+				if (res[i].status && !t->log_err) {
+					t->log_err = res[i].status;
+					t->info.maybe = t->info.maybe || res[i].maybe;
+				}
+				if (t->log_wait)
+					t->log_wait--;
+			}
+		}
+	}
+}
+
+static int log_phase(struct dxl_txn *t)
+{
+	struct dxl_ws_entry e[DXL_TXN_MAX_OPS];
+	uint8_t *buf = NULL;
+	uint32_t shards_done[DXL_TXN_MAX_OPS];
+	uint32_t nsh = 0;
+	int ret = 0;
+	for (uint32_t i = 0; i < t->nops && !ret; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->wop)
+			continue;
+		bool seen = false;
+		for (uint32_t k = 0; k < nsh; k++)
+			seen = seen || shards_done[k] == o->shard;
+		if (seen)
+			continue;
+		shards_done[nsh++] = o->shard;
+		uint32_t n = 0;
+		for (uint32_t j = i; j < t->nops; j++) {
+			struct op *p = &t->ops[j];
+			if (!p->wop || p->shard != o->shard)
+				continue;
+			if (p->wop == DXL_WS_INSERT && !p->exists)
+				p->new_version = p->lock_version;
+			else
+				p->new_version = p->lock_version + 2;
+			e[n++] = (struct dxl_ws_entry){
+				.table = p->table,
+				.op = p->exists ? (enum dxl_ws_op)p->wop : DXL_WS_INSERT,
+				.key = p->key,
+				.version = p->new_version,
+				.value = p->wop == DXL_WS_DELETE ? NULL : t->arena + p->woff,
+				.len = p->wop == DXL_WS_DELETE ? 0 : p->wlen,
+			};
+		}
+		int sz = dxl_writeset_size(e, n);
+		if (sz < 0) {
+			ret = sz;
+			break;
+		}
+		uint8_t *nb = realloc(buf, (size_t)sz);
+		if (!nb) {
+			ret = dxl_err_set(DXL_E_NOMEM, "write set");
+			break;
+		}
+		buf = nb;
+		if ((ret = dxl_writeset_encode(e, n, buf, (size_t)sz)) < 0)
+			break;
+		ret = 0;
+		struct wlog *l = NULL;
+		if ((ret = wlog_get(t->w, o->shard, &l)))
+			break;
+		if (l->n == l->qcap) {
+			ret = dxl_err_set(DXL_E_AGAIN, "shard %u: writer queue full", o->shard);
+			break;
+		}
+		uint64_t ts = 0;
+		while ((ret = dxl_log_writer_append(l->lw, buf, (uint32_t)sz, t->id, &ts)) ==
+		       DXL_E_AGAIN) {
+			dxl_coord_worker_poll(t->w);
+			dxl_co_yield();
+		}
+		if (ret)
+			break;
+		t->log_sent = true;
+		st_add(&t->w->st.log_appends, 1);
+		struct pend *p = &l->q[(l->head + l->n) % l->qcap];
+		p->t = t;
+		p->ts = ts;
+		p->gen = t->gen;
+		l->n++;
+		t->log_wait++;
+		for (uint32_t j = i; j < t->nops; j++)
+			if (t->ops[j].wop && t->ops[j].shard == o->shard)
+				t->ops[j].rec_ts = ts;
+		t->info.commit_ts = DXL_MAX(t->info.commit_ts, ts);
+	}
+	free(buf);
+	t->info.nshards = nsh;
+	/* wait for every append sent (even after an error: their results
+	 * tell whether something reached the log) */
+	while (t->log_wait) {
+		dxl_coord_worker_poll(t->w);
+		if (t->log_wait)
+			dxl_co_suspend(dxl_now_ns() + 30000);
+	}
+	if (!ret && t->log_err)
+		ret = t->log_err;
+	return ret;
+}
+
+/* ---- C: write back and unlock --------------------------------------------------- */
+
+static int commit_one(struct dxl_txn *t, struct op *o)
+{
+	const struct view_shard *vs = &t->v->shards[o->shard];
+	enum dxl_txn_mode mode = t->w->c->cfg.mode;
+	int ret;
+	if (o->wop == DXL_WS_INSERT && !o->exists)
+		return unlock_one(t, o); /* the value went in with the insert */
+	if (o->wop == DXL_WS_DELETE) {
+		struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
+		struct dxl_table_rep rep;
+		if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0)))
+			return ret;
+		return unlock_one(t, o);
+	}
+	bool nic = nic_locks(o);
+	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider)) {
+		uint32_t ss = o->vt->st.t.slot_size;
+		uint32_t nb = dxl_record_wb_bytes(ss);
+		uint32_t nwr = dxl_record_wb_nwr(ss);
+		if (nb + 64 > COORD_SCRATCH || nwr + 1 > 256)
+			return dxl_err_set(DXL_E_INTERNAL, "write-back of %u bytes does not fit", nb);
+		struct dxl_qp *qp;
+		if ((ret = node_qp(t->w, vs, &qp)))
+			return ret;
+		uint8_t *wb = t->scr + 64;
+		struct dxl_record r = {.version = o->new_version, .ts = o->rec_ts, .key = o->key,
+				       .inc = o->inc, .len = o->wlen, .live = true};
+		if ((ret = dxl_record_wb_build(wb, ss, o->lock_version, &r, t->arena + o->woff,
+					       NULL)))
+			return ret;
+		struct dxl_wr wr[257];
+		int n = dxl_record_wb_chain(wb, ss, lkey(t),
+					    o->vt->st.t.records.addr + o->slot * ss,
+					    o->vt->st.t.records.rkey, wr, 256);
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++)
+			wr[i].wr_id = dxl_co_wrid(0);
+		/* unlock: the lock word back to 0, after the record on the same
+		 * QP (a CAS from our id: the NIC owns lock words) */
+		uint64_t *res = (uint64_t *)t->scr;
+		wr_cas(&wr[n], res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
+		       o->vt->st.t.locks.rkey, t->id, 0, true);
+		wr[n - 1].next = &wr[n];
+		ret = co_post_wait(qp, wr, 1, "write-back");
+		if (!ret)
+			o->locked = false;
+		return ret;
+	}
+	struct dxl_table_req req = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
+				    .version = o->new_version,
+				    .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
+				    .value = t->arena + o->woff, .len = o->wlen};
+	struct dxl_table_rep rep;
+	if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_WRITEBACK, &req, &rep, NULL, 0)))
+		return ret;
+	if (!nic) {
+		o->locked = false;
+		return 0;
+	}
+	return unlock_one(t, o);
+}
+
+static void commit_phase(struct dxl_txn *t)
+{
+	for (uint32_t i = 0; i < t->nops; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->wop || !o->locked)
+			continue;
+		int ret = commit_one(t, o);
+		if (ret) {
+			/* past the commit point: the log has it. A primary that
+			 * is gone hands over to a backup that applies the log. */
+			DXL_INFO("event=coord_writeback_failed txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
+				 " code=%s msg=\"%s\"",
+				 t->id, o->shard, o->table, o->key, dxl_errname(ret), dxl_errmsg());
+			coord_mark_stale(t->w->c, "write-back failed");
+			o->locked = false;
+		}
+	}
+}
+
+int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
+{
+	int ret = check_usable(t);
+	if (ret)
+		return ret;
+	uint32_t nw = 0, nr = 0;
+	for (uint32_t i = 0; i < t->nops; i++) {
+		nw += t->ops[i].wop != 0;
+		nr += t->ops[i].read;
+	}
+	t->info.nreads = nr;
+	t->info.nwrites = nw;
+	const char *phase = "lock";
+	ret = lock_phase(t);
+	if (!ret) {
+		phase = "validate";
+		ret = validate_phase(t);
+	}
+	if (!ret && nw) {
+		phase = "log";
+		ret = log_phase(t);
+		if (ret) {
+			/* not committed (or unknown: info.maybe) */
+			int err = ret == DXL_E_CONFLICT ? ret : DXL_E_UNAVAIL;
+			char msg[400];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+			coord_mark_stale(t->w->c, msg);
+			release_all(t);
+			st_add(&t->w->st.unavail, 1);
+			if (info)
+				*info = t->info;
+			return dxl_err_set(err, "log: %s%s", msg,
+					   t->info.maybe ? " (outcome unknown: it may have committed)" : "");
+		}
+	}
+	if (ret) {
+		ret = phase_err(t, ret, phase);
+		if (ret == DXL_E_CONFLICT)
+			st_add(&t->w->st.conflicts, 1);
+		char msg[400];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		release_all(t);
+		if (info)
+			*info = t->info;
+		return dxl_err_set(ret, "%s", msg);
+	}
+	/* committed */
+	commit_phase(t);
+	t->active = false;
+	st_add(&t->w->st.committed, 1);
+	if (info)
+		*info = t->info;
+	return 0;
+}
+
+int dxl_txn_footprint(const struct dxl_txn *t, struct dxl_txn_access *out, uint32_t cap)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; t && i < t->nops; i++) {
+		const struct op *o = &t->ops[i];
+		if (o->read) {
+			if (n < cap)
+				out[n] = (struct dxl_txn_access){.table = o->table, .key = o->key,
+								 .version = o->exists ? o->version : 0};
+			n++;
+		}
+		if (o->wop) {
+			if (n < cap)
+				out[n] = (struct dxl_txn_access){.table = o->table, .write = true,
+								 .op = (enum dxl_ws_op)o->wop,
+								 .key = o->key,
+								 .version = o->new_version};
+			n++;
+		}
+	}
+	return (int)n;
+}
+
+static uint64_t rnd(struct dxl_coord_worker *w)
+{
+	w->rng ^= w->rng << 13;
+	w->rng ^= w->rng >> 7;
+	w->rng ^= w->rng << 17;
+	return w->rng;
+}
+
+int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t max_tries,
+		struct dxl_txn_info *info)
+{
+	if (!w || !fn)
+		return dxl_err_set(DXL_E_INVAL, "dxl_txn_run: NULL argument");
+	if (!max_tries)
+		max_tries = 1000;
+	uint64_t deadline = dxl_now_ms() + w->c->cfg.log_unavail_ms;
+	int ret = 0;
+	struct dxl_txn_info last = {0};
+	for (uint32_t k = 1; k <= max_tries; k++) {
+		struct dxl_txn *t;
+		if ((ret = dxl_txn_begin(w, &t)))
+			return ret;
+		ret = fn(t, arg);
+		if (!ret)
+			ret = dxl_txn_commit(t, &last);
+		else {
+			last = t->info;
+			dxl_txn_abort(t);
+		}
+		last.attempts = k;
+		if (info)
+			*info = last;
+		bool retry = ret == DXL_E_CONFLICT ||
+			     (ret == DXL_E_UNAVAIL && !last.maybe && dxl_now_ms() < deadline);
+		if (!retry)
+			return ret;
+		/* randomized backoff: 0..(2^min(k,6)) * 20 us; a few ms while the
+		 * configuration changes */
+		uint64_t span = (ret == DXL_E_UNAVAIL ? 5000000ull : 20000ull) << DXL_MIN(k, 6u);
+		dxl_co_suspend(dxl_now_ns() + rnd(w) % (span ? span : 1));
+	}
+	return ret;
+}
