@@ -21,6 +21,7 @@ struct pend { /* an append waiting for its result, in append order */
 	struct dxl_txn *t;
 	uint64_t ts;
 	uint64_t gen; /* t->gen when appended: a result for an older run is dropped */
+	uint32_t idx; /* in t->lrec */
 };
 
 struct wlog { /* the worker's writer of one shard */
@@ -253,6 +254,8 @@ static int wlog_get(struct dxl_coord_worker *w, uint32_t shard, struct wlog **ou
 		lc.unavail_ms = w->c->cfg.log_unavail_ms;
 		lc.fabric_timeout_ms = w->c->cfg.fabric_timeout_ms;
 		lc.max_inflight = 64;
+		lc.hold_until_decided = true;
+		lc.no_resend_on_new_primary = true;
 		int ret = dxl_log_writer_new(w->c->zk, &lc, &l->lw);
 		if (ret) {
 			dxl_err_prefix("log writer of shard %u", shard);
@@ -311,8 +314,15 @@ struct dxl_txn {
 	size_t used, cap;
 	/* the Log phase */
 	uint32_t log_wait;       /* appends without a result yet */
-	int log_err;
-	bool log_sent;
+	/* the Log phase: one record per written shard, then abort markers */
+	struct lrec {
+		uint32_t shard;
+		uint64_t ts;
+		uint32_t primary; /* the shard's primary when the record was acked */
+		int status;
+		bool done, maybe, marker;
+	} lrec[2 * DXL_TXN_MAX_OPS];
+	uint32_t nlrec;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
 };
@@ -651,8 +661,7 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	t->nops = 0;
 	t->used = 0;
 	t->log_wait = 0;
-	t->log_err = 0;
-	t->log_sent = false;
+	t->nlrec = 0;
 	memset(&t->info, 0, sizeof(t->info));
 	t->info.id = t->id;
 	*out = t;
@@ -1133,12 +1142,15 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 					DXL_WARN("event=coord_log_order shard=%u want=%" PRIu64 " got=%" PRIu64,
 						 s, p->ts, res[i].ts);
 				struct dxl_txn *t = p->t;
-				if (!t || t->gen != p->gen)
+				if (!t || t->gen != p->gen || p->idx >= t->nlrec)
 					continue;
-				if (res[i].status && !t->log_err) {
-					t->log_err = res[i].status;
-					t->info.maybe = t->info.maybe || res[i].maybe;
-				}
+				struct lrec *lr = &t->lrec[p->idx];
+				struct dxl_log_writer_info wi;
+				dxl_log_writer_get_info(l->lw, &wi);
+				lr->done = true;
+				lr->status = res[i].status;
+				lr->maybe = res[i].status && res[i].maybe;
+				lr->primary = wi.primary;
 				if (t->log_wait)
 					t->log_wait--;
 			}
@@ -1146,27 +1158,140 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 	}
 }
 
+/* append one record (a shard's write set, or an abort marker) for t; its
+ * result arrives in t->lrec[*idx] through dxl_coord_worker_poll */
+static int log_append(struct dxl_txn *t, uint32_t shard, const void *buf, uint32_t len,
+		      const uint32_t *parts, uint32_t nparts, bool marker)
+{
+	struct wlog *l = NULL;
+	int ret = wlog_get(t->w, shard, &l);
+	if (ret)
+		return ret;
+	if (l->n == l->qcap || t->nlrec == DXL_ARRAY_SIZE(t->lrec))
+		return dxl_err_set(DXL_E_AGAIN, "shard %u: writer queue full", shard);
+	uint64_t ts = 0;
+	while ((ret = dxl_log_writer_append_ex(l->lw, buf, len, t->id, parts, nparts, &ts)) ==
+	       DXL_E_AGAIN) {
+		dxl_coord_worker_poll(t->w);
+		dxl_co_yield();
+	}
+	if (ret)
+		return ret;
+	uint32_t idx = t->nlrec++;
+	t->lrec[idx] = (struct lrec){.shard = shard, .ts = ts, .marker = marker};
+	struct pend *p = &l->q[(l->head + l->n) % l->qcap];
+	*p = (struct pend){.t = t, .ts = ts, .gen = t->gen, .idx = idx};
+	l->n++;
+	t->log_wait++;
+	st_add(&t->w->st.log_appends, 1);
+	return 0;
+}
+
+static void log_wait_all(struct dxl_txn *t)
+{
+	while (t->log_wait) {
+		dxl_coord_worker_poll(t->w);
+		if (t->log_wait)
+			dxl_co_suspend(dxl_now_ns() + 30000);
+	}
+}
+
+/* the record of lrec[i] is decided: the watermark of its ring may pass it */
+static void log_decide(struct dxl_txn *t, uint32_t i)
+{
+	struct wlog *l = NULL;
+	if (wlog_get(t->w, t->lrec[i].shard, &l) == 0 &&
+	    dxl_log_writer_decide(l->lw, t->lrec[i].ts))
+		DXL_WARN("event=coord_decide_failed shard=%u ts=%" PRIu64 " msg=\"%s\"",
+			 t->lrec[i].shard, t->lrec[i].ts, dxl_errmsg());
+}
+
+/*
+ * log_abort -- t will not commit, but some of its records may be in the
+ * log: an abort marker goes after each of them (appliers skip the record),
+ * then both are decided. A record certainly not in the log (failed, not
+ * maybe) is decided at once. If a marker cannot be appended the record
+ * stays undecided: the shard's next primary holds its locks and it waits
+ * for resolution (docs/transactions.md).
+ */
+static bool log_abort(struct dxl_txn *t)
+{
+	uint32_t n = t->nlrec;
+	uint8_t m[DXL_ABORT_SIZE];
+	dxl_abort_marker_encode(t->id, m, sizeof(m));
+	uint64_t end = dxl_now_ms() + t->w->c->cfg.log_unavail_ms;
+	while (dxl_now_ms() < end) {
+		bool pending = false;
+		for (uint32_t i = 0; i < n; i++) {
+			struct lrec *r = &t->lrec[i];
+			if (r->marker || r->ts == 0)
+				continue;
+			if (r->status && !r->maybe) {
+				log_decide(t, i); /* not in the log */
+				r->ts = 0;
+				continue;
+			}
+			/* in the log, or maybe: mark it */
+			if (log_append(t, r->shard, m, sizeof(m), NULL, 0, true))
+				pending = true;
+		}
+		uint32_t first = n;
+		log_wait_all(t);
+		for (uint32_t k = first; k < t->nlrec; k++) {
+			struct lrec *mk = &t->lrec[k];
+			/* the record this marker is for: same shard, not marker */
+			for (uint32_t i = 0; i < n; i++) {
+				struct lrec *r = &t->lrec[i];
+				if (r->marker || r->ts == 0 || r->shard != mk->shard)
+					continue;
+				if (mk->status == 0) {
+					log_decide(t, i);
+					log_decide(t, k);
+					r->ts = 0;
+				} else if (!mk->maybe) {
+					log_decide(t, k); /* retried */
+					pending = true;
+				} else {
+					pending = true; /* the marker may be there: leave it */
+				}
+			}
+		}
+		t->nlrec = n; /* markers decided or left: forget them */
+		if (!pending)
+			return true;
+		dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
+	}
+	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"records stay undecided: resolution needed\"",
+		 t->id);
+	return false;
+}
+
 static int log_phase(struct dxl_txn *t)
 {
 	struct dxl_ws_entry e[DXL_TXN_MAX_OPS];
 	uint8_t *buf = NULL;
-	uint32_t shards_done[DXL_TXN_MAX_OPS];
-	uint32_t nsh = 0;
+	uint32_t parts[DXL_LOG_WRITER_MAX_PARTS];
+	uint32_t nparts = 0;
 	int ret = 0;
-	for (uint32_t i = 0; i < t->nops && !ret; i++) {
+	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop)
 			continue;
 		bool seen = false;
-		for (uint32_t k = 0; k < nsh; k++)
-			seen = seen || shards_done[k] == o->shard;
+		for (uint32_t k = 0; k < nparts; k++)
+			seen = seen || parts[k] == o->shard;
 		if (seen)
 			continue;
-		shards_done[nsh++] = o->shard;
-		uint32_t n = 0;
-		for (uint32_t j = i; j < t->nops; j++) {
+		if (nparts == DXL_LOG_WRITER_MAX_PARTS)
+			return dxl_err_set(DXL_E_INVAL, "a transaction may write at most %d shards",
+					   DXL_LOG_WRITER_MAX_PARTS);
+		parts[nparts++] = o->shard;
+	}
+	for (uint32_t k = 0; k < nparts && !ret; k++) {
+		uint32_t shard = parts[k], n = 0;
+		for (uint32_t j = 0; j < t->nops; j++) {
 			struct op *p = &t->ops[j];
-			if (!p->wop || p->shard != o->shard)
+			if (!p->wop || p->shard != shard)
 				continue;
 			if (p->wop == DXL_WS_INSERT && !p->exists)
 				p->new_version = p->lock_version;
@@ -1194,47 +1319,44 @@ static int log_phase(struct dxl_txn *t)
 		buf = nb;
 		if ((ret = dxl_writeset_encode(e, n, buf, (size_t)sz)) < 0)
 			break;
-		ret = 0;
-		struct wlog *l = NULL;
-		if ((ret = wlog_get(t->w, o->shard, &l)))
-			break;
-		if (l->n == l->qcap) {
-			ret = dxl_err_set(DXL_E_AGAIN, "shard %u: writer queue full", o->shard);
-			break;
-		}
-		uint64_t ts = 0;
-		while ((ret = dxl_log_writer_append(l->lw, buf, (uint32_t)sz, t->id, &ts)) ==
-		       DXL_E_AGAIN) {
-			dxl_coord_worker_poll(t->w);
-			dxl_co_yield();
-		}
-		if (ret)
-			break;
-		t->log_sent = true;
-		st_add(&t->w->st.log_appends, 1);
-		struct pend *p = &l->q[(l->head + l->n) % l->qcap];
-		p->t = t;
-		p->ts = ts;
-		p->gen = t->gen;
-		l->n++;
-		t->log_wait++;
-		for (uint32_t j = i; j < t->nops; j++)
-			if (t->ops[j].wop && t->ops[j].shard == o->shard)
-				t->ops[j].rec_ts = ts;
-		t->info.commit_ts = DXL_MAX(t->info.commit_ts, ts);
+		ret = log_append(t, shard, buf, (uint32_t)sz, parts, nparts, false);
 	}
 	free(buf);
-	t->info.nshards = nsh;
-	/* wait for every append sent (even after an error: their results
-	 * tell whether something reached the log) */
-	while (t->log_wait) {
-		dxl_coord_worker_poll(t->w);
-		if (t->log_wait)
-			dxl_co_suspend(dxl_now_ns() + 30000);
+	t->info.nshards = nparts;
+	/* every append sent gets its result (even after an error: they tell
+	 * what may be in the log) */
+	log_wait_all(t);
+	uint32_t nrec = t->nlrec;
+	for (uint32_t i = 0; i < nrec; i++) {
+		const struct lrec *r = &t->lrec[i];
+		for (uint32_t j = 0; j < t->nops; j++)
+			if (t->ops[j].wop && t->ops[j].shard == r->shard)
+				t->ops[j].rec_ts = r->ts;
+		t->info.commit_ts = DXL_MAX(t->info.commit_ts, r->ts);
+		if (!ret && r->status)
+			ret = dxl_err_set(r->status, "shard %u: %s", r->shard,
+					  r->status == DXL_E_STALE ?
+						  "its primary changed (records not kept)" :
+						  dxl_strerror(r->status));
+		t->info.maybe = t->info.maybe || r->maybe;
+		/* the locks are at the primary of the view: a record acked under
+		 * another primary cannot commit (that one did not hold them) */
+		if (!ret && r->primary != t->v->shards[r->shard].primary)
+			ret = dxl_err_set(DXL_E_CONFLICT,
+					  "shard %u: primary %u -> %u while committing (retry)",
+					  r->shard, t->v->shards[r->shard].primary, r->primary);
 	}
-	if (!ret && t->log_err)
-		ret = t->log_err;
-	return ret;
+	if (ret) {
+		/* the outcome is known now: aborted (markers) -- unless a marker
+		 * could not be written: then resolution decides (maybe) */
+		t->info.maybe = nrec && !log_abort(t);
+		return ret;
+	}
+	/* COMMITTED: every record acknowledged under the primaries holding
+	 * the locks. Decided: the watermarks may pass the records. */
+	for (uint32_t i = 0; i < nrec; i++)
+		log_decide(t, i);
+	return 0;
 }
 
 /* ---- C: write back and unlock --------------------------------------------------- */
@@ -1308,14 +1430,34 @@ static void commit_phase(struct dxl_txn *t)
 		struct op *o = &t->ops[i];
 		if (!o->wop || !o->locked)
 			continue;
+		uint32_t locked_at = t->v->shards[o->shard].primary;
 		int ret = commit_one(t, o);
+		/* past the commit point: the log has it. The same primary with a
+		 * new epoch (new rkeys) still holds the lock: write back again
+		 * with the new view. A new primary applied it (decided) before
+		 * serving: nothing to do there. */
+		for (int k = 0; ret && k < 100; k++) {
+			coord_mark_stale(t->w->c, "write-back failed");
+			dxl_co_suspend(dxl_now_ns() + 20000000ull);
+			struct view *v = coord_view(t->w->c);
+			if (!v || o->shard >= v->nshards || v->shards[o->shard].primary != locked_at)
+				break;
+			if (!v->shards[o->shard].ok)
+				continue;
+			const struct view_table *vt = NULL;
+			for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
+				if (v->shards[o->shard].tables[x].st.t.id == o->table)
+					vt = &v->shards[o->shard].tables[x];
+			if (!vt)
+				break;
+			t->v = v;
+			o->vt = vt;
+			ret = commit_one(t, o);
+		}
 		if (ret) {
-			/* past the commit point: the log has it. A primary that
-			 * is gone hands over to a backup that applies the log. */
-			DXL_INFO("event=coord_writeback_failed txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
+			DXL_INFO("event=coord_writeback_skipped txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
 				 " code=%s msg=\"%s\"",
 				 t->id, o->shard, o->table, o->key, dxl_errname(ret), dxl_errmsg());
-			coord_mark_stale(t->w->c, "write-back failed");
 			o->locked = false;
 		}
 	}
@@ -1343,8 +1485,9 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 		phase = "log";
 		ret = log_phase(t);
 		if (ret) {
-			/* not committed (or unknown: info.maybe) */
-			int err = ret == DXL_E_CONFLICT ? ret : DXL_E_UNAVAIL;
+			/* not committed: aborted, markers written */
+			int err = ret == DXL_E_CONFLICT || ret == DXL_E_STALE ? DXL_E_CONFLICT
+									     : DXL_E_UNAVAIL;
 			char msg[400];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 			coord_mark_stale(t->w->c, msg);
@@ -1352,8 +1495,7 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 			st_add(&t->w->st.unavail, 1);
 			if (info)
 				*info = t->info;
-			return dxl_err_set(err, "log: %s%s", msg,
-					   t->info.maybe ? " (outcome unknown: it may have committed)" : "");
+			return dxl_err_set(err, "log: %s", msg);
 		}
 	}
 	if (ret) {

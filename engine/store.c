@@ -912,6 +912,17 @@ static int lock_args(const struct dxl_store *s, uint32_t table, uint64_t slot,
 	return get_slot(s, table, slot, tp);
 }
 
+int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
+		       uint64_t word)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	__atomic_store_n(&t->locks[slot], word, __ATOMIC_RELEASE);
+	return 0;
+}
+
 /* Who may call: the owner's CPU in DXL_LOCKS_CPU mode, any thread. */
 int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 		   uint64_t owner, uint64_t *holder)
@@ -1221,6 +1232,11 @@ int dxl_store_apply_writeset(struct dxl_store *s, const void *payload,
 	return apply_entries(s, payload, len, ts, filter, arg, st, NULL, false);
 }
 
+struct aborted {
+	uint32_t writer;
+	uint64_t txn;
+};
+
 struct replay {
 	struct dxl_store *s;
 	dxl_store_filter_fn filter;
@@ -1229,13 +1245,49 @@ struct replay {
 	struct wmap wm;
 	bool pass1;
 	int err;
+	struct aborted *ab; /* the rings' abort markers */
+	size_t nab, abcap;
 };
+
+/* pass 0: every abort marker of every ring (whatever its timestamp) */
+static int collect_marker(uint32_t ring, const struct dxl_rec *rec, uint64_t pos, void *arg)
+{
+	(void)ring;
+	(void)pos;
+	struct replay *rp = arg;
+	uint64_t txn;
+	if (dxl_abort_marker_decode(rec->payload, rec->payload_len, &txn) != 1)
+		return 0;
+	if (rp->nab == rp->abcap) {
+		size_t ncap = rp->abcap ? 2 * rp->abcap : 64;
+		struct aborted *n = realloc(rp->ab, ncap * sizeof(*n));
+		if (!n) {
+			rp->err = dxl_err_set(DXL_E_NOMEM, "replay: abort markers");
+			return 1;
+		}
+		rp->ab = n;
+		rp->abcap = ncap;
+	}
+	rp->ab[rp->nab++] = (struct aborted){.writer = rec->writer, .txn = txn};
+	return 0;
+}
+
+static bool is_aborted(const struct replay *rp, const struct dxl_rec *rec)
+{
+	for (size_t i = 0; i < rp->nab; i++)
+		if (rp->ab[i].writer == rec->writer && rp->ab[i].txn == rec->txn_id)
+			return true;
+	return false;
+}
 
 static int replay_one(uint32_t ring, const struct dxl_rec *rec, uint64_t pos,
 		      void *arg)
 {
 	struct replay *rp = arg;
-	int ret = apply_entries(rp->s, rec->payload, rec->payload_len,
+	int m = dxl_abort_marker_decode(rec->payload, rec->payload_len, NULL);
+	if (m == 1 || (m == 0 && is_aborted(rp, rec)))
+		return 0; /* a marker, or a record it cancels */
+	int ret = m < 0 ? m : apply_entries(rp->s, rec->payload, rec->payload_len,
 				rec->commit_ts, rp->filter, rp->arg, rp->st,
 				&rp->wm, rp->pass1);
 	if (ret < 0) {
@@ -1266,12 +1318,15 @@ int dxl_store_replay(struct dxl_store *s, const struct dxl_logstore *ls,
 		return dxl_err_set(DXL_E_INVAL, "replay: NULL store or log");
 	struct replay rp = {.s = s, .filter = filter, .arg = arg, .st = st,
 			    .pass1 = true};
-	int n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
+	int n = dxl_log_scan_merged(ls, UINT64_MAX, collect_marker, &rp);
+	if (!rp.err && n >= 0)
+		n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
 	if (!rp.err && n >= 0) {
 		rp.pass1 = false;
 		n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
 	}
 	free(rp.wm.e);
+	free(rp.ab);
 	if (rp.err)
 		return rp.err;
 	return n;

@@ -197,3 +197,28 @@ int dxl_writeset_decode(const void *buf, size_t len, struct dxl_ws_entry *out,
 		;
 	return n;
 }
+
+int dxl_abort_marker_encode(uint64_t txn_id, void *buf, size_t cap)
+{
+	if (!txn_id || !buf || cap < DXL_ABORT_SIZE)
+		return dxl_err_set(DXL_E_INVAL, "abort marker: txn id 0 or %zu bytes of room", cap);
+	uint8_t *p = buf;
+	memset(p, 0, DXL_ABORT_SIZE);
+	dxl_put_le32(p, DXL_ABORT_MAGIC);
+	p[4] = 1;
+	dxl_put_le64(p + 8, txn_id);
+	return DXL_ABORT_SIZE;
+}
+
+int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id)
+{
+	const uint8_t *p = payload;
+	if (!p || len < 4 || dxl_get_le32(p) != DXL_ABORT_MAGIC)
+		return 0;
+	if (len != DXL_ABORT_SIZE || p[4] != 1 || p[5] || p[6] || p[7] || !dxl_get_le64(p + 8))
+		return dxl_err_set(DXL_E_CORRUPT, "abort marker: %zu bytes, format %u", len,
+				   len > 4 ? p[4] : 0);
+	if (txn_id)
+		*txn_id = dxl_get_le64(p + 8);
+	return 1;
+}

@@ -78,6 +78,9 @@ struct dxl_appender {
 	/* the commit timestamp of the first append that was not acknowledged:
 	 * the watermark never passes it (UINT64_MAX: none failed) */
 	uint64_t failed_floor;
+	/* the caller's hold (dxl_appender_set_hold): the watermark never
+	 * passes it either (UINT64_MAX: none) */
+	uint64_t hold;
 	uint64_t ring_size;
 };
 
@@ -498,6 +501,7 @@ int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 	a->ctx = ctx;
 	a->cfg = *cfg;
 	a->failed_floor = UINT64_MAX;
+	a->hold = UINT64_MAX;
 	a->n = n;
 	a->ring_size = targets[0].ring_size;
 	a->slots = calloc(cfg->max_inflight, sizeof(*a->slots));
@@ -805,7 +809,7 @@ int dxl_appender_wait(struct dxl_appender *a, int timeout_ms)
  */
 static uint64_t ack_floor(const struct dxl_appender *a, uint64_t upto)
 {
-	uint64_t f = DXL_MIN(upto, a->failed_floor);
+	uint64_t f = DXL_MIN(DXL_MIN(upto, a->failed_floor), a->hold);
 	for (uint64_t k = a->done_token; k < a->next_token; k++) {
 		const struct slot *s = &a->slots[k % a->cfg.max_inflight];
 		if (!s->heartbeat && (!s->done || s->failed))
@@ -987,6 +991,11 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 		*token = a->next_token;
 	a->next_token++;
 	return 0;
+}
+
+void dxl_appender_set_hold(struct dxl_appender *a, uint64_t ts)
+{
+	a->hold = ts;
 }
 
 int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts)

@@ -29,6 +29,14 @@ struct dxl_replica_server {
 	 * their RPC service (NULL without tables) */
 	struct dxl_tables *tables[DXL_REPLICA_MAX_SHARDS];
 	struct dxl_table_svc *svc;
+	/* the promotion gate (docs/transactions.md "Failures"): a shard this
+	 * node just became the primary of serves no table before every
+	 * decided transaction in its log is applied and the locks of those in
+	 * doubt are set; gate_ts: the time of the promotion; live writers'
+	 * watermarks must pass it (or gate_until_ms) */
+	bool gated[DXL_REPLICA_MAX_SHARDS];
+	uint64_t gate_ts[DXL_REPLICA_MAX_SHARDS];
+	uint64_t gate_since_ms[DXL_REPLICA_MAX_SHARDS];
 	/* the backup's applier: which writer slots are held, per shard */
 	uint64_t live_mask[DXL_REPLICA_MAX_SHARDS];
 	uint64_t live_ms[DXL_REPLICA_MAX_SHARDS]; /* when read; 0 = never */
@@ -419,7 +427,7 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		ret = dxl_err_set(DXL_E_STATE, "not serving (lease lapsed)");
 	for (uint32_t i = 0; !ret && i < s->nshards; i++) {
 		ret = dxl_shard_describe(s->shards[i], &d->shards[i]);
-		if (!ret && s->tables[i])
+		if (!ret && s->tables[i] && !s->gated[i])
 			ret = dxl_tables_describe(s->tables[i], &d->shards[i]);
 		d->shards[i].state = s->st[i];
 		d->shards[i].fill_pct = s->fill[i];
@@ -515,6 +523,13 @@ static void apply_config(struct dxl_replica_server *s)
 		dxl_cluster_config_clear(&c);
 		return;
 	}
+	bool was_primary[DXL_REPLICA_MAX_SHARDS];
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		const struct dxl_cluster_shard *osh =
+			dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
+		was_primary[i] = s->cfg_epoch && osh && osh->primary == s->cfg.node_id &&
+				 s->st[i] == DXL_SHARD_MEMBER;
+	}
 	dxl_cluster_config_clear(&s->conf);
 	s->conf = c;
 	s->cfg_epoch = c.epoch;
@@ -522,6 +537,18 @@ static void apply_config(struct dxl_replica_server *s)
 		const struct dxl_cluster_shard *sh =
 			dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
 		enum dxl_shard_state old = s->st[i];
+		bool primary = sh && sh->primary == s->cfg.node_id;
+		if (s->tables[i] && primary && !was_primary[i] && !s->gated[i]) {
+			s->gated[i] = true;
+			s->gate_ts[i] = DXL_HLC_MAKE(dxl_wall_ms(), 0);
+			s->gate_since_ms[i] = dxl_now_ms();
+			DXL_INFO("event=gate_closed shard=%u epoch=%" PRIu64 " gate_ts=%" PRIu64,
+				 dxl_shard_id(s->shards[i]), c.epoch, s->gate_ts[i]);
+		} else if (!primary && s->gated[i]) {
+			s->gated[i] = false;
+		}
+		if (s->svc)
+			dxl_table_svc_set_gated(s->svc, dxl_shard_id(s->shards[i]), s->gated[i]);
 		if (in_shard(sh, s->cfg.node_id)) {
 			if (s->st[i] != DXL_SHARD_MEMBER)
 				s->join_pull[i] = true;
@@ -840,7 +867,7 @@ static void apply_backups(struct dxl_replica_server *s)
 {
 	uint64_t now = dxl_now_ms();
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (!s->tables[i])
+		if (!s->tables[i] || s->gated[i])
 			continue;
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
@@ -867,6 +894,67 @@ static void apply_backups(struct dxl_replica_server *s)
 		}
 		dxl_tables_apply(s->tables[i], dxl_shard_logstore(s->shards[i]),
 				 s->live_mask[i], 4096);
+	}
+}
+
+/*
+ * gate_step -- a shard this node was promoted to primary of opens its tables
+ * once (1) every live writer's ring has a watermark at or past the
+ * promotion (gate_ts): every record below it is decided, and a writer that
+ * still holds one is a coordinator that must decide it first; a writer that
+ * does not get there within two session timeouts is treated as gone; (2)
+ * everything decided in the local log is applied (every ring up to its own
+ * watermark, abort markers honoured); (3) the records still undecided hold
+ * their keys' locks for their transactions (dxl_tables_recover_locks).
+ * Then the table RPCs serve the shard and its tables are published.
+ */
+static void gate_step(struct dxl_replica_server *s)
+{
+	uint64_t now = dxl_now_ms();
+	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (!s->gated[i])
+			continue;
+		uint32_t shard = dxl_shard_id(s->shards[i]);
+		const struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
+		uint64_t mask = 0;
+		if (dxl_writer_slots_live(s->zk, shard, &mask))
+			continue; /* retried next round */
+		uint64_t limit = 2ull * dxl_zk_session_timeout_ms(s->zk);
+		bool late = now - s->gate_since_ms[i] >= limit;
+		uint32_t waiting = 0;
+		for (uint32_t r = 0; r < dxl_logstore_nrings(ls) && r < 64; r++)
+			if (((mask >> r) & 1) && dxl_logstore_watermark(ls, r) < s->gate_ts[i])
+				waiting++;
+		if (waiting && !late)
+			continue;
+		int ret;
+		uint64_t applied0 = 0;
+		struct dxl_tables_apply_stats st;
+		dxl_tables_apply_stats(s->tables[i], &st);
+		applied0 = st.applied;
+		do
+			ret = dxl_tables_apply(s->tables[i], ls, 0, 1u << 20);
+		while (ret >= (int)(1u << 20));
+		if (ret < 0) {
+			DXL_WARN("event=gate_apply_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
+			continue;
+		}
+		uint32_t nlocks = 0;
+		int ndoubt = dxl_tables_recover_locks(s->tables[i], ls, &nlocks);
+		if (ndoubt < 0) {
+			DXL_WARN("event=gate_recover_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
+			continue;
+		}
+		dxl_tables_apply_stats(s->tables[i], &st);
+		dxl_tables_apply_stop(s->tables[i]);
+		s->gated[i] = false;
+		if (s->svc)
+			dxl_table_svc_set_gated(s->svc, shard, false);
+		s->published = false; /* the tables appear in nodes/<id> */
+		DXL_INFO("event=gate_opened shard=%u epoch=%" PRIu64 " wait_ms=%" PRIu64
+			 " applied=%" PRIu64 " in_doubt=%d locks=%u writers_late=%u",
+			 shard, s->cfg_epoch, now - s->gate_since_ms[i], st.applied - applied0,
+			 ndoubt, nlocks, waiting);
 	}
 }
 
@@ -1088,8 +1176,10 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=cm_candidacy_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease && s->serving && s->published)
+		if (lease && s->serving && s->published) {
+			gate_step(s);
 			apply_backups(s);
+		}
 		uint64_t now = dxl_now_ms();
 		if (lease && s->serving && s->published &&
 		    now - s->last_pull_ms >= s->cfg.pull_ms) {

@@ -19,10 +19,18 @@ struct tab {
 };
 
 /* the backup's applier: where each ring of the local log is applied up to */
+struct abm { /* an abort marker seen: ring (writer) and transaction */
+	uint32_t writer;
+	uint64_t txn, ts;
+};
+
 struct applier {
 	bool active;
 	uint32_t nrings;
 	uint64_t *pos, *seq; /* per ring: the next record to apply */
+	uint64_t *mpos, *mseq; /* per ring: the next record to look at for markers */
+	struct abm *ab;
+	size_t nab, abcap;
 	struct dxl_tables_apply_stats st;
 	uint64_t last_warn_ms;
 };
@@ -239,6 +247,9 @@ void dxl_tables_close(struct dxl_tables **tp)
 	dxl_tables_deregister(t);
 	free(t->ap.pos);
 	free(t->ap.seq);
+	free(t->ap.mpos);
+	free(t->ap.mseq);
+	free(t->ap.ab);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -399,9 +410,13 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	if (t->ap.nrings != n) {
 		free(t->ap.pos);
 		free(t->ap.seq);
+		free(t->ap.mpos);
+		free(t->ap.mseq);
 		t->ap.pos = calloc(n, sizeof(uint64_t));
 		t->ap.seq = calloc(n, sizeof(uint64_t));
-		t->ap.nrings = t->ap.pos && t->ap.seq ? n : 0;
+		t->ap.mpos = calloc(n, sizeof(uint64_t));
+		t->ap.mseq = calloc(n, sizeof(uint64_t));
+		t->ap.nrings = t->ap.pos && t->ap.seq && t->ap.mpos && t->ap.mseq ? n : 0;
 		if (!t->ap.nrings)
 			return dxl_err_set(DXL_E_NOMEM, "applier of shard %u", t->shard);
 	}
@@ -422,6 +437,8 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 			return ap_warn(t, ret, "ring head");
 		t->ap.pos[r] = it.pos;
 		t->ap.seq[r] = it.seq;
+		t->ap.mpos[r] = it.pos; /* markers: from the head */
+		t->ap.mseq[r] = it.seq;
 		struct dxl_rec rec;
 		uint64_t at;
 		while (dxl_ring_iter_next(&it, &rec, &at) == 1 && rec.commit_ts < bound) {
@@ -430,6 +447,7 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 		}
 	}
 	t->ap.active = true;
+	t->ap.nab = 0;
 	t->ap.st.records += rs.records;
 	t->ap.st.applied += rs.applied;
 	t->ap.st.last_ts = DXL_MAX(t->ap.st.last_ts, rs.last_ts);
@@ -437,6 +455,53 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 		 " superseded=%" PRIu64 " below_ts=%" PRIu64,
 		 t->shard, rs.records, rs.applied, rs.superseded, bound);
 	return 0;
+}
+
+/* scan_markers -- the abort markers appended since the last scan (a
+ * record's marker follows it in its ring, and it is there before the
+ * watermark passes the record: the coordinator holds it until then) */
+static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
+{
+	for (uint32_t r = 0; r < t->ap.nrings; r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init_at(&it, ls, r, t->ap.mpos[r], t->ap.mseq[r]))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			uint64_t txn;
+			if (dxl_abort_marker_decode(rec.payload, rec.payload_len, &txn) == 1) {
+				if (t->ap.nab == t->ap.abcap) {
+					/* markers are rare: drop the older half when full */
+					if (t->ap.abcap >= 4096) {
+						memmove(t->ap.ab, t->ap.ab + 2048,
+							(t->ap.nab - 2048) * sizeof(*t->ap.ab));
+						t->ap.nab -= 2048;
+					} else {
+						size_t nc = t->ap.abcap ? 2 * t->ap.abcap : 32;
+						struct abm *nb = realloc(t->ap.ab, nc * sizeof(*nb));
+						if (!nb)
+							return dxl_err_set(DXL_E_NOMEM, "abort markers");
+						t->ap.ab = nb;
+						t->ap.abcap = nc;
+					}
+				}
+				t->ap.ab[t->ap.nab++] = (struct abm){.writer = rec.writer, .txn = txn,
+								     .ts = rec.commit_ts};
+			}
+			t->ap.mpos[r] = it.pos;
+			t->ap.mseq[r] = it.seq;
+		}
+	}
+	return 0;
+}
+
+static bool ap_aborted(const struct dxl_tables *t, const struct dxl_rec *rec)
+{
+	for (size_t i = 0; i < t->ap.nab; i++)
+		if (t->ap.ab[i].writer == rec->writer && t->ap.ab[i].txn == rec->txn_id)
+			return true;
+	return false;
 }
 
 int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
@@ -451,6 +516,10 @@ int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 	if (!t->ap.active && (ret = ap_activate(t, ls, bd))) {
 		free(bd);
 		return ret;
+	}
+	if ((ret = scan_markers(t, ls))) {
+		free(bd);
+		return ap_warn(t, ret, "abort markers");
 	}
 	uint32_t n = t->ap.nrings, done = 0;
 	/* the merge: each ring's next record, the smallest (ts, writer) first */
@@ -489,6 +558,8 @@ int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 		struct dxl_rec *rec = &c[best].rec;
 		if (!is_writeset(rec)) {
 			t->ap.st.foreign++;
+		} else if (ap_aborted(t, rec)) {
+			t->ap.st.aborted++;
 		} else {
 			struct dxl_replay_stats rs = {0};
 			ret = dxl_store_apply_writeset(t->st, rec->payload, rec->payload_len,
@@ -528,6 +599,47 @@ int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 	free(c);
 	free(bd);
 	return ret < 0 ? ret : (int)done;
+}
+
+int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
+			     uint32_t *nlocks)
+{
+	if (!t->ap.active)
+		return dxl_err_set(DXL_E_STATE, "shard %u: the applier is not active", t->shard);
+	int ret = scan_markers(t, ls);
+	if (ret)
+		return ret;
+	uint32_t ndoubt = 0, nl = 0;
+	struct dxl_ws_entry e[64];
+	for (uint32_t r = 0; r < t->ap.nrings; r++) {
+		uint64_t wm = dxl_logstore_watermark(ls, r);
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init_at(&it, ls, r, t->ap.pos[r], t->ap.seq[r]))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if (rec.commit_ts < wm || !is_writeset(&rec) || ap_aborted(t, &rec))
+				continue;
+			int n = dxl_writeset_decode(rec.payload, rec.payload_len, e, 64);
+			if (n < 0)
+				continue;
+			ndoubt++;
+			for (int k = 0; k < n && k < 64; k++) {
+				uint64_t slot;
+				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot))
+					continue; /* an insert in doubt: nothing to hold */
+				if (!dxl_store_lock_set(t->st, e[k].table, slot, rec.txn_id))
+					nl++;
+			}
+			DXL_INFO("event=txn_in_doubt shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64
+				 " entries=%d",
+				 t->shard, r, rec.txn_id, rec.commit_ts, n);
+		}
+	}
+	if (nlocks)
+		*nlocks = nl;
+	return (int)ndoubt;
 }
 
 void dxl_tables_apply_stop(struct dxl_tables *t)
@@ -576,6 +688,7 @@ struct dxl_table_svc {
 	bool serving;
 	uint32_t n;
 	struct dxl_tables *t[DXL_REPLICA_MAX_SHARDS];
+	bool gated[DXL_REPLICA_MAX_SHARDS]; /* by index in t[] */
 	uint64_t served, refused;
 };
 
@@ -698,6 +811,23 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	}
 }
 
+static bool svc_gated(const struct dxl_table_svc *svc, uint32_t shard)
+{
+	for (uint32_t i = 0; i < svc->n; i++)
+		if (svc->t[i] && svc->t[i]->shard == shard)
+			return svc->gated[i];
+	return false;
+}
+
+void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gated)
+{
+	pthread_mutex_lock(&svc->mu);
+	for (uint32_t i = 0; i < svc->n; i++)
+		if (svc->t[i] && svc->t[i]->shard == shard)
+			svc->gated[i] = gated;
+	pthread_mutex_unlock(&svc->mu);
+}
+
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		  size_t len, void *reply, size_t cap, size_t *reply_len)
 {
@@ -732,6 +862,10 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 				  svc->node_id, r.shard, cs->primary);
 	else if (!t)
 		ret = dxl_err_set(DXL_E_NOENT, "node %u hosts no tables of shard %u",
+				  svc->node_id, r.shard);
+	else if (svc_gated(svc, r.shard))
+		ret = dxl_err_set(DXL_E_UNAVAIL,
+				  "node %u became the primary of shard %u and is applying its log",
 				  svc->node_id, r.shard);
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);

@@ -84,11 +84,25 @@ struct dxl_tables_apply_stats {
 	uint64_t skipped;  /* entries already applied (version) */
 	uint64_t foreign;  /* records that are not write sets */
 	uint64_t corrupt;  /* write sets that failed decoding: passed over */
+	uint64_t aborted;  /* write sets an abort marker cancels: passed over */
 	uint64_t last_ts;  /* commit timestamp of the last record passed */
 	uint64_t resolved; /* the resolved timestamp of the last call */
 };
 int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 		     uint64_t live_mask, uint32_t max_records);
+/*
+ * dxl_tables_recover_locks -- a promoted primary, before it serves: every
+ * write set in its log above its ring's watermark (a transaction not
+ * decided yet: its coordinator will write it back or abort it) and not
+ * cancelled by an abort marker gets, for each key it writes that the store
+ * holds, the lock word = the record's txn id (what its coordinator's locks
+ * at the old primary said). Call after applying everything decided
+ * (dxl_tables_apply with live_mask 0). Returns the number of records in
+ * doubt; *nlocks (may be NULL) the lock words set. Errors: as the applier.
+ */
+int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
+			     uint32_t *nlocks);
+
 /* not a backup any more (primary, catching up, left): forget the positions */
 void dxl_tables_apply_stop(struct dxl_tables *t);
 bool dxl_tables_applying(const struct dxl_tables *t);
@@ -129,6 +143,10 @@ void dxl_table_svc_stop(struct dxl_table_svc **svc);
  */
 void dxl_table_svc_set_config(struct dxl_table_svc *svc,
 			      const struct dxl_cluster_config *c);
+
+/* dxl_table_svc_set_gated -- while true, requests for shard are refused
+ * (DXL_E_UNAVAIL: a promoted primary applying its log). Any thread. */
+void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gated);
 
 /* dxl_table_svc_set_serving -- false: every request is refused
  * (DXL_E_UNAVAIL) from the moment this returns. Any thread. */

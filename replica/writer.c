@@ -22,6 +22,15 @@ struct entry {
 	bool sent;        /* posted at least once: may be in the log */
 	uint32_t len;
 	uint8_t *payload;
+	uint16_t nparts;
+	uint32_t parts[DXL_LOG_WRITER_MAX_PARTS];
+};
+
+/* hold_until_decided: the timestamps of records not decided yet, in append
+ * (= timestamp) order; the watermark never passes the first */
+struct und {
+	uint64_t ts;
+	bool decided;
 };
 
 struct dxl_log_writer {
@@ -48,6 +57,9 @@ struct dxl_log_writer {
 	bool acked_since_hb;    /* an append was acknowledged after the last
 				   heartbeat: the next idle moment writes one */
 	char why[256];          /* why the shard is unavailable (last reopen) */
+	struct und *und;        /* [ucap], entries [uhead, utail) */
+	uint64_t uhead, utail;
+	uint32_t ucap;
 	/* what the writer appends to now */
 	struct dxl_log_writer_info info;
 };
@@ -67,6 +79,17 @@ void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg)
 static struct entry *ent(struct dxl_log_writer *w, uint64_t i)
 {
 	return &w->q[i % w->qcap];
+}
+
+static uint64_t hold_ts(const struct dxl_log_writer *w)
+{
+	return w->uhead < w->utail ? w->und[w->uhead % w->ucap].ts : UINT64_MAX;
+}
+
+static void apply_hold(struct dxl_log_writer *w)
+{
+	if (w->ap && w->cfg.hold_until_decided)
+		dxl_appender_set_hold(w->ap, hold_ts(w));
 }
 
 /* ---- opening the shard (and reopening it) ----------------------------------- */
@@ -168,18 +191,29 @@ static int try_open(struct dxl_log_writer *w)
 	/* new timestamps above everything the rings promise (a previous
 	 * holder of the slot may have had a clock ahead of ours) */
 	dxl_hlc_observe(&w->clk, dxl_appender_min_ts(w->ap));
+	apply_hold(w);
 	/* resolve what was in flight */
 	uint64_t last = dxl_appender_last_ts(w->ap);
-	uint32_t recovered = 0, again = 0;
+	uint32_t recovered = 0, again = 0, dropped = 0;
+	/* a new primary, and the caller's records must not follow it (their
+	 * transactions' locks were at the old one): what is not in the log now
+	 * -- the repair made every member equal to the new primary -- fails */
+	bool drop = w->cfg.no_resend_on_new_primary && w->info.epoch && w->info.primary &&
+		    w->info.primary != ids[0];
 	for (uint64_t i = w->head; i < w->tail; i++) {
 		struct entry *e = ent(w, i);
-		if (e->state != E_POSTED)
+		if (e->state == E_DONE)
 			continue;
-		if (e->ts <= last) {
+		if (e->state == E_POSTED && e->ts <= last) {
 			e->state = E_DONE;
 			e->status = 0;
 			recovered++;
-		} else {
+		} else if (drop) {
+			e->state = E_DONE;
+			e->status = DXL_E_STALE;
+			e->sent = false; /* certainly not in the log */
+			dropped++;
+		} else if (e->state == E_POSTED) {
 			e->state = E_QUEUED;
 			again++;
 		}
@@ -198,11 +232,11 @@ static int try_open(struct dxl_log_writer *w)
 	uint64_t bc = 0;
 	uint32_t tt = 0;
 	dxl_appender_repaired(w->ap, &bc, &tt);
-	if (changed || recovered || again || bc || tt)
+	if (changed || recovered || again || bc || tt || dropped)
 		DXL_INFO("event=writer_opened shard=%u slot=%u epoch=%" PRIu64
-			 " primary=%u replicas=%u recovered=%u resent=%u repaired_bytes=%" PRIu64
+			 " primary=%u replicas=%u recovered=%u resent=%u dropped=%u repaired_bytes=%" PRIu64
 			 " truncated=%u",
-			 w->cfg.shard, w->slot, epoch, ids[0], n, recovered, again, bc, tt);
+			 w->cfg.shard, w->slot, epoch, ids[0], n, recovered, again, dropped, bc, tt);
 	return 0;
 }
 
@@ -303,6 +337,7 @@ void dxl_log_writer_delete(struct dxl_log_writer **wp)
 	for (uint64_t i = w->head; i < w->tail; i++)
 		free(ent(w, i)->payload);
 	free(w->q);
+	free(w->und);
 	free(w);
 	*wp = NULL;
 }
@@ -312,18 +347,39 @@ void dxl_log_writer_delete(struct dxl_log_writer **wp)
 int dxl_log_writer_append(struct dxl_log_writer *w, const void *payload, uint32_t len,
 			  uint64_t txn_id, uint64_t *ts)
 {
-	if (!w || (!payload && len))
+	return dxl_log_writer_append_ex(w, payload, len, txn_id, NULL, 0, ts);
+}
+
+int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint32_t len,
+			     uint64_t txn_id, const uint32_t *parts, uint32_t nparts,
+			     uint64_t *ts)
+{
+	if (!w || (!payload && len) || (nparts && !parts))
 		return dxl_err_set(DXL_E_INVAL, "writer append: NULL argument");
+	if (nparts > DXL_LOG_WRITER_MAX_PARTS)
+		return dxl_err_set(DXL_E_INVAL, "writer append: %u participants (at most %d)",
+				   nparts, DXL_LOG_WRITER_MAX_PARTS);
 	if (w->dead)
 		return dxl_err_set(DXL_E_STATE, "writer of shard %u: %s", w->cfg.shard, w->why);
 	if (!len)
 		return dxl_err_set(DXL_E_INVAL, "writer append: empty record");
-	if (dxl_rec_size(0, len) > w->cfg.max_record)
+	if (dxl_rec_size(nparts, len) > w->cfg.max_record)
 		return dxl_err_set(DXL_E_TOOBIG,
 				   "record of %u bytes: over the writer's max_record %u (encoded)",
 				   len, w->cfg.max_record);
 	if (w->tail - w->head >= w->qcap)
 		return dxl_err_set(DXL_E_AGAIN, "writer: %u records not finished", w->qcap);
+	if (w->cfg.hold_until_decided && w->utail - w->uhead >= w->ucap) {
+		uint32_t ncap = w->ucap ? 2 * w->ucap : 256;
+		struct und *n = malloc(ncap * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "writer: undecided records");
+		for (uint64_t i = w->uhead; i < w->utail; i++)
+			n[i % ncap] = w->und[i % w->ucap];
+		free(w->und);
+		w->und = n;
+		w->ucap = ncap;
+	}
 	struct entry *e = ent(w, w->tail);
 	memset(e, 0, sizeof(*e));
 	e->payload = malloc(len);
@@ -334,7 +390,15 @@ int dxl_log_writer_append(struct dxl_log_writer *w, const void *payload, uint32_
 	e->ts = dxl_hlc_now(&w->clk);
 	e->txn_id = txn_id ? txn_id : e->ts;
 	e->state = E_QUEUED;
+	e->nparts = (uint16_t)nparts;
+	if (nparts)
+		memcpy(e->parts, parts, nparts * sizeof(parts[0]));
 	w->tail++;
+	if (w->cfg.hold_until_decided) {
+		w->und[w->utail % w->ucap] = (struct und){.ts = e->ts};
+		w->utail++;
+		apply_hold(w);
+	}
 	if (ts)
 		*ts = e->ts;
 	return 0;
@@ -363,9 +427,10 @@ static void post(struct dxl_log_writer *w)
 			continue;
 		}
 		struct dxl_rec rec = {.txn_id = e->txn_id, .commit_ts = e->ts,
-				      .payload = e->payload, .payload_len = e->len};
+				      .payload = e->payload, .payload_len = e->len,
+				      .nparts = e->nparts};
 		uint64_t tok;
-		int ret = dxl_appender_append(w->ap, &rec, NULL, &tok);
+		int ret = dxl_appender_append(w->ap, &rec, e->nparts ? e->parts : NULL, &tok);
 		if (ret == DXL_E_AGAIN)
 			return;
 		if (ret == DXL_E_TOOBIG || ret == DXL_E_INVAL) {
@@ -527,6 +592,34 @@ int dxl_log_writer_poll(struct dxl_log_writer *w, struct dxl_log_writer_result *
 		else
 			usleep(w->dead ? 10000 : 2000);
 	}
+}
+
+int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts)
+{
+	if (!w || !w->cfg.hold_until_decided)
+		return dxl_err_set(DXL_E_INVAL, "writer decide: not a holding writer");
+	uint64_t i = w->uhead;
+	while (i < w->utail && w->und[i % w->ucap].ts != ts)
+		i++;
+	if (i == w->utail)
+		return dxl_err_set(DXL_E_NOENT, "writer of shard %u: no undecided record at %" PRIu64,
+				   w->cfg.shard, ts);
+	w->und[i % w->ucap].decided = true;
+	bool moved = false;
+	while (w->uhead < w->utail && w->und[w->uhead % w->ucap].decided) {
+		w->uhead++;
+		moved = true;
+	}
+	if (moved) {
+		apply_hold(w);
+		w->acked_since_hb = true; /* the new watermark soon (progress) */
+	}
+	return 0;
+}
+
+uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w)
+{
+	return hold_ts(w);
 }
 
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w)

@@ -415,6 +415,15 @@ int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 		   uint64_t owner, uint64_t *holder);
 int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 		     uint64_t owner);
+/*
+ * dxl_store_lock_set -- set the lock word of a slot to word (0 = free) with
+ * the CPU, in either lock mode: ONLY while no peer can reach the lock words
+ * (not registered, or registered but not yet published: a promoted primary
+ * recovering the locks of transactions in doubt before it serves,
+ * docs/transactions.md "Failures"). Errors: DXL_E_NOENT (table, slot).
+ */
+int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
+		       uint64_t word);
 /* the current lock word (an acquire load; any mode); 0 if out of range */
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot);
@@ -510,6 +519,24 @@ int dxl_writeset_encode(const struct dxl_ws_entry *e, uint32_t n, void *buf,
  */
 int dxl_writeset_decode(const void *buf, size_t len, struct dxl_ws_entry *out,
 			uint32_t cap);
+
+/*
+ * An abort marker is the payload of a log record that a coordinator appends
+ * to a ring after its own record of transaction txn_id there, when that
+ * transaction aborted after the record was sent (docs/transactions.md
+ * "watermark = decided"): appliers skip the record of txn_id of that ring
+ * (dxl_rec.writer). Little-endian, 16 bytes: magic "DXAB" (0x42415844),
+ * format 1, three zero bytes, txn id u64 (not 0).
+ */
+#define DXL_ABORT_MAGIC 0x42415844u
+#define DXL_ABORT_SIZE 16
+/* dxl_abort_marker_encode -- DXL_ABORT_SIZE bytes into buf; returns 16 or
+ * DXL_E_INVAL (txn_id 0, cap too small) */
+int dxl_abort_marker_encode(uint64_t txn_id, void *buf, size_t cap);
+/* dxl_abort_marker_decode -- 1 and *txn_id if payload is an abort marker,
+ * 0 if it is not one (another magic), DXL_E_CORRUPT if it claims to be one
+ * but is malformed */
+int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
 
 /* ---- applying the log -------------------------------------------------------- */
 

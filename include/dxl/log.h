@@ -798,6 +798,17 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
  */
 int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts);
 
+/*
+ * dxl_appender_set_hold -- the watermarks written from now on (inline with
+ * appends, heartbeats) stay at or below ts, whatever is acknowledged:
+ * records at or above ts are not "confirmed" for tailers and appliers yet
+ * (a coordinator holds its transactions' records until they are decided:
+ * docs/transactions.md). UINT64_MAX = no hold (the default). The caller
+ * never sets it below a watermark already written (it holds only records
+ * appended after that watermark).
+ */
+void dxl_appender_set_hold(struct dxl_appender *a, uint64_t ts);
+
 uint32_t dxl_appender_inflight(const struct dxl_appender *a);
 /* bit i set: target i's QP failed; appends no longer reach it */
 uint32_t dxl_appender_failed_targets(const struct dxl_appender *a);

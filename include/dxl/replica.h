@@ -449,9 +449,19 @@ struct dxl_log_writer_cfg {
 	uint32_t retry_ms;      /* between reopen attempts (20) */
 	uint32_t heartbeat_ms;  /* idle watermark heartbeat period (100) */
 	uint32_t fabric_timeout_ms; /* dead-member detection (1000) */
+	/* a coordinator's writer (docs/transactions.md "watermark =
+	 * decided"): every record stays above the ring's watermark until
+	 * dxl_log_writer_decide(ts) says its transaction is decided (false) */
+	bool hold_until_decided;
+	/* after a reopen under a NEW PRIMARY, records not in the log (above
+	 * the repaired ring's end, or never posted) fail with DXL_E_STALE and
+	 * maybe = false instead of being sent again: a coordinator's locks
+	 * were at the old primary (false) */
+	bool no_resend_on_new_primary;
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
+#define DXL_LOG_WRITER_MAX_PARTS 16 /* participants of one record */
 
 struct dxl_log_writer_result {
 	uint64_t ts;     /* the record's commit timestamp */
@@ -511,6 +521,21 @@ int dxl_log_writer_append(struct dxl_log_writer *w, const void *payload, uint32_
  */
 int dxl_log_writer_poll(struct dxl_log_writer *w, struct dxl_log_writer_result *res,
 			int max, int timeout_ms);
+
+/* dxl_log_writer_append_ex -- dxl_log_writer_append with the record's
+ * participants (parts[0..nparts), nparts <= DXL_LOG_WRITER_MAX_PARTS: the
+ * shards a transaction wrote) */
+int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint32_t len,
+			     uint64_t txn_id, const uint32_t *parts, uint32_t nparts,
+			     uint64_t *ts);
+
+/* dxl_log_writer_decide -- (hold_until_decided) the record of timestamp ts
+ * is decided (its transaction committed, or aborted and marked): the
+ * watermark may pass it once every earlier record is decided too.
+ * Errors: DXL_E_NOENT (no undecided record ts), DXL_E_INVAL. */
+int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts);
+/* the hold: the oldest undecided record's timestamp (UINT64_MAX: none) */
+uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w);
 
 /* records appended and not yet returned by poll */
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);
