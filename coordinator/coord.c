@@ -127,6 +127,7 @@ static int view_build(struct dxl_coord *c, struct view **out)
 		v->provider = d->provider;
 		snprintf(vs->addr, sizeof(vs->addr), "%s", d->addr);
 		vs->rpc_ctx = d->rpc_ctx;
+		vs->nrings = sd->nrings;
 		vs->ntables = sd->ntables;
 		for (uint32_t t = 0; t < sd->ntables && !ret; t++) {
 			vs->tables[t].st = sd->tables[t];

@@ -28,6 +28,7 @@ struct view_shard {
 	uint32_t primary;
 	char addr[DXL_FABRIC_ADDR_MAX];
 	uint32_t rpc_ctx;
+	uint32_t nrings;            /* of the shard's log */
 	uint32_t ntables;
 	struct view_table tables[DXL_REPLICA_MAX_TABLES];
 };
@@ -55,6 +56,8 @@ struct dxl_coord {
 	atomic_uint_fast64_t seq;   /* transaction sequence numbers */
 	struct dxl_coord_worker *workers[COORD_MAX_WORKERS];
 	uint32_t nworkers_made;
+	atomic_bool resolving;      /* one resolution at a time per process */
+	atomic_uint_fast64_t resolved; /* transactions resolved (stats) */
 };
 
 /* the view in use (a refresh happens at begin when stale) */
@@ -63,5 +66,18 @@ struct view *coord_view(struct dxl_coord *c);
 int coord_refresh(struct dxl_coord *c);
 void coord_mark_stale(struct dxl_coord *c, const char *why);
 void coord_views_free(struct dxl_coord *c);
+
+/* resolve.c: the transactions of dead coordinators (docs/transactions.md) */
+/* a lock word held by another transaction was met: remember its coordinator */
+void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder);
+/* if a noted coordinator is gone: resolve every dead writer's ring and
+ * release the gone coordinators' locks (from a coroutine of w) */
+void coord_maybe_resolve(struct dxl_coord_worker *w);
+
+/* what resolve.c needs of txn.c */
+struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w);
+int coord_table_call(struct dxl_coord_worker *w, const struct view *v, uint32_t shard,
+		     uint16_t op, struct dxl_table_req *req, struct dxl_table_rep *rep,
+		     void *val, uint32_t cap);
 
 #endif /* DXL_COORDINATOR_COORD_INTERNAL_H */

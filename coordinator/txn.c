@@ -37,6 +37,10 @@ struct stats {
 
 struct dxl_coord_worker {
 	struct dxl_coord *c;
+	/* coordinators whose transactions held locks we met (resolve.c) */
+	uint32_t suspects[8];
+	uint32_t nsuspects;
+	uint64_t last_resolve_ms;
 	uint32_t idx;
 	uint32_t nco;
 	struct dxl_ctx *ctx;
@@ -126,6 +130,17 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 	if (!w)
 		return;
 	for (uint32_t s = 0; s < w->nlogs; s++) {
+		/* a last watermark past every decided record: the next holder
+		 * of the slot finds nothing in doubt */
+		if (w->logs[s].lw) {
+			struct dxl_log_writer_result res[16];
+			for (int k = 0; k < 50 && dxl_log_writer_pending(w->logs[s].lw); k++)
+				dxl_log_writer_poll(w->logs[s].lw, res, 16, 10);
+			if (dxl_log_writer_hold(w->logs[s].lw) == UINT64_MAX &&
+			    dxl_log_writer_flush(w->logs[s].lw, 2000))
+				DXL_DEBUG("event=coord_final_flush_failed shard=%u msg=\"%s\"", s,
+					  dxl_errmsg());
+		}
 		dxl_log_writer_delete(&w->logs[s].lw);
 		free(w->logs[s].q);
 	}
@@ -190,6 +205,7 @@ void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
 		out->log_appends += LD(log_appends);
 #undef LD
 	}
+	out->resolved = atomic_load(&cc->resolved);
 	pthread_mutex_unlock(&cc->mu);
 }
 
@@ -454,6 +470,56 @@ static int phase_err(struct dxl_txn *t, int err, const char *phase)
 				   msg);
 	}
 	return err;
+}
+
+struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w)
+{
+	return w->c;
+}
+
+void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder)
+{
+	uint32_t id = (uint32_t)(holder >> 48);
+	if (!holder || id == w->c->id)
+		return;
+	for (uint32_t i = 0; i < w->nsuspects; i++)
+		if (w->suspects[i] == id)
+			return;
+	if (w->nsuspects < DXL_ARRAY_SIZE(w->suspects))
+		w->suspects[w->nsuspects++] = id;
+}
+
+int coord_table_call(struct dxl_coord_worker *w, const struct view *v, uint32_t shard,
+		     uint16_t op, struct dxl_table_req *req, struct dxl_table_rep *rep,
+		     void *val, uint32_t cap)
+{
+	if (shard >= v->nshards || !v->shards[shard].ok)
+		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", shard);
+	struct dxl_qp *qp;
+	int ret = node_qp(w, &v->shards[shard], &qp);
+	if (ret)
+		return ret;
+	req->shard = shard;
+	req->epoch = v->epoch;
+	return dxl_table_call(w->rpc, qp, op, req, rep, val, cap);
+}
+
+/* suspects: the worker's list, for resolve.c */
+uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32_t cap,
+			       uint64_t **last_ms);
+uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32_t cap,
+			       uint64_t **last_ms)
+{
+	uint32_t n = DXL_MIN(w->nsuspects, cap);
+	memcpy(ids, w->suspects, n * sizeof(ids[0]));
+	*last_ms = &w->last_resolve_ms;
+	return n;
+}
+
+void coord_worker_clear_suspects(struct dxl_coord_worker *w);
+void coord_worker_clear_suspects(struct dxl_coord_worker *w)
+{
+	w->nsuspects = 0;
 }
 
 static int table_rpc(struct dxl_txn *t, const struct op *o, uint16_t opc,
@@ -947,9 +1013,11 @@ static int lock_phase(struct dxl_txn *t)
 			struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
 			struct dxl_table_rep rep;
 			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOCK, &req, &rep, NULL, 0);
-			if (ret == DXL_E_BUSY)
+			if (ret == DXL_E_BUSY) {
+				coord_note_holder(t->w, rep.holder);
 				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": locked by 0x%" PRIx64,
 						   o->table, o->key, rep.holder);
+			}
 			if (ret)
 				return ret;
 			o->locked = true;
@@ -1007,6 +1075,7 @@ static int lock_phase(struct dxl_txn *t)
 			continue;
 		}
 		if (old != 0) {
+			coord_note_holder(t->w, old);
 			if (!verdict)
 				verdict = dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": locked by 0x%" PRIx64,
 						      o->table, o->key, old);
@@ -1067,6 +1136,7 @@ static int validate_phase(struct dxl_txn *t)
 			}
 			if (ret && ret != DXL_E_TOOBIG)
 				return ret == DXL_E_NOENT ? dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": deleted since read", o->table, o->key) : ret;
+			coord_note_holder(t->w, rep.holder);
 			if (rep.rec.version != o->version || rep.rec.key != o->key || !rep.rec.live ||
 			    rep.holder)
 				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed or locked since read",
@@ -1111,6 +1181,7 @@ static int validate_phase(struct dxl_txn *t)
 		struct op *o = v[k].o;
 		uint64_t ver = dxl_get_le64(v[k].hdr);
 		uint64_t lock = *(volatile uint64_t *)v[k].lock;
+		coord_note_holder(t->w, lock);
 		if (ver != o->version || lock != 0)
 			return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": %s since read",
 					   o->table, o->key, lock ? "locked" : "changed");
@@ -1559,7 +1630,11 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 	uint64_t deadline = dxl_now_ms() + w->c->cfg.log_unavail_ms;
 	int ret = 0;
 	struct dxl_txn_info last = {0};
-	for (uint32_t k = 1; k <= max_tries; k++) {
+	/* conflicts are retried max_tries times -- and, while the locks met
+	 * may belong to a coordinator that died (resolved once its session
+	 * expires), for log_unavail_ms at least */
+	bool foreign = false; /* met another coordinator's lock */
+	for (uint32_t k = 1; k <= max_tries || (foreign && dxl_now_ms() < deadline); k++) {
 		struct dxl_txn *t;
 		if ((ret = dxl_txn_begin(w, &t)))
 			return ret;
@@ -1577,10 +1652,17 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 			     (ret == DXL_E_UNAVAIL && !last.maybe && dxl_now_ms() < deadline);
 		if (!retry)
 			return ret;
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		if (ret == DXL_E_CONFLICT && w->nsuspects) {
+			foreign = true;
+			coord_maybe_resolve(w);
+		}
 		/* randomized backoff: 0..(2^min(k,6)) * 20 us; a few ms while the
 		 * configuration changes */
 		uint64_t span = (ret == DXL_E_UNAVAIL ? 5000000ull : 20000ull) << DXL_MIN(k, 6u);
 		dxl_co_suspend(dxl_now_ns() + rnd(w) % (span ? span : 1));
+		dxl_err_set(ret, "%s", msg); /* the attempt's reason, not the sleep's */
 	}
 	return ret;
 }

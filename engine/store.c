@@ -923,6 +923,22 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return 0;
 }
 
+int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
+{
+	int n = 0;
+	for (uint32_t i = 0; i < s->nt; i++) {
+		struct table *t = &s->t[i];
+		for (uint64_t k = 0; k < t->sc.capacity; k++) {
+			uint64_t w = __atomic_load_n(&t->locks[k], __ATOMIC_ACQUIRE);
+			if (w && (w >> 48) == coord &&
+			    __atomic_compare_exchange_n(&t->locks[k], &w, 0, false,
+							__ATOMIC_RELEASE, __ATOMIC_RELAXED))
+				n++;
+		}
+	}
+	return n;
+}
+
 /* Who may call: the owner's CPU in DXL_LOCKS_CPU mode, any thread. */
 int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 		   uint64_t owner, uint64_t *holder)

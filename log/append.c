@@ -74,6 +74,7 @@ struct dxl_appender {
 	 * at start the last record's, the head's and every watermark */
 	uint64_t last_ts;
 	uint64_t ref_last_ts; /* dxl_appender_last_ts */
+	uint64_t ref_wmark;   /* the reference's watermark at open */
 	struct dxl_repair_stats repair;
 	/* the commit timestamp of the first append that was not acknowledged:
 	 * the watermark never passes it (UINT64_MAX: none failed) */
@@ -415,6 +416,7 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	a->tail_pos = rv.end_pos;
 	a->tail_seq = rv.end_seq;
 	a->ref_last_ts = rv.last_ts;
+	a->ref_wmark = rv.wmark;
 	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
 	for (unsigned i = 1; i < a->n; i++) {
 		const struct dxl_log_target *ti = &a->tg[i].t;
@@ -584,6 +586,11 @@ void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
 uint64_t dxl_appender_last_ts(const struct dxl_appender *a)
 {
 	return a->ref_last_ts;
+}
+
+uint64_t dxl_appender_open_watermark(const struct dxl_appender *a)
+{
+	return a->ref_wmark;
 }
 
 uint64_t dxl_appender_min_ts(const struct dxl_appender *a)

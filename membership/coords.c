@@ -25,8 +25,25 @@ int dxl_coord_znode_create(struct dxl_zk *zk, uint32_t id, uint32_t max_id,
 		goto out;
 	}
 	int dlen = data ? (int)strlen(data) : -1;
-	uint32_t first = id ? id : 1, last = id ? id : max_id;
-	for (uint32_t k = first; k <= last; k++) {
+	/* id 0: start after the id given out last (a sequential znode's
+	 * number), so a coordinator's id is not handed out again soon after
+	 * it died: its locks and log records stay attributable while they
+	 * are resolved (docs/transactions.md) */
+	uint32_t start = id ? id : 1, count = id ? 1 : max_id;
+	if (!id) {
+		char seqp[ZK_PATH_MAX + 16], made[ZK_PATH_MAX + 32];
+		snprintf(seqp, sizeof(seqp), "%s/seq-", dir);
+		rc = zoo_create(c->zh, seqp, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+				ZOO_EPHEMERAL | ZOO_SEQUENCE, made, sizeof(made));
+		if (rc == ZOK) {
+			const char *num = strrchr(made, '-');
+			unsigned long long n = num ? strtoull(num + 1, NULL, 10) : 0;
+			start = (uint32_t)(n % max_id) + 1;
+			zoo_delete(c->zh, made, -1);
+		}
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t k = (start - 1 + i) % max_id + 1;
 		snprintf(path, sizeof(path), "%s/%u", dir, k);
 		rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
 				NULL, 0);
@@ -137,7 +154,8 @@ int dxl_coord_znode_get(struct dxl_zk *zk, uint32_t id, char *buf, size_t cap)
 		return ret;
 	char *data = NULL;
 	int len = 0;
-	int rc = zk_get(c, path, false, &data, &len, NULL);
+	struct Stat st;
+	int rc = zk_get(c, path, false, &data, &len, &st);
 	if (rc == ZNONODE)
 		ret = dxl_err_set(DXL_E_NOENT, "no coordinator %u (%s)", id, path);
 	else if (rc != ZOK)

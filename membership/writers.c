@@ -22,8 +22,29 @@ static int ensure_dir(struct zk_conn *c, const char *path)
 	return 0;
 }
 
+static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_t nslots,
+		      uint32_t *slot);
+
 int dxl_writer_slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t nslots,
 			  uint32_t *slot)
+{
+	return slot_lease(zk, shard, 0, nslots, slot);
+}
+
+int dxl_writer_slot_take(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
+{
+	uint32_t got;
+	if (slot >= DXL_RING_MAX)
+		return dxl_err_set(DXL_E_INVAL, "writer slot %u (at most %d)", slot, DXL_RING_MAX - 1);
+	int ret = slot_lease(zk, shard, slot, slot + 1, &got);
+	if (ret == DXL_E_FULL)
+		return dxl_err_set(DXL_E_EXIST, "writer slot %u of shard %u is held by a live session",
+				   slot, shard);
+	return ret;
+}
+
+static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_t nslots,
+		      uint32_t *slot)
 {
 	if (!zk || !slot || !nslots || nslots > DXL_RING_MAX)
 		return dxl_err_set(DXL_E_INVAL, "dxl_writer_slot_lease: bad argument (nslots %u)",
@@ -46,7 +67,7 @@ int dxl_writer_slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t nslots,
 			    "{\"pid\":%d,\"host\":\"%s\",\"session\":\"0x%llx\"}",
 			    (int)getpid(), host,
 			    (unsigned long long)zk_conn_session(c));
-	for (uint32_t k = 0; k < nslots; k++) {
+	for (uint32_t k = first; k < nslots; k++) {
 		snprintf(path, sizeof(path), "%s/%u", sdir, k);
 		int rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE,
 				    ZOO_EPHEMERAL, NULL, 0);

@@ -1071,6 +1071,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		};
 		if ((ret = dxl_tables_open(&tc, &s->tables[i])))
 			goto fail;
+		if (s->tables[i])
+			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
 	}
 	/* the table RPC service (its own thread and ctx) */
 	if (cfg->ntables &&

@@ -36,6 +36,7 @@ struct applier {
 };
 
 struct dxl_tables {
+	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
 	uint32_t shard;
 	struct dxl_store *st;
 	uint32_t n;
@@ -710,6 +711,197 @@ static int read_fields(struct dxl_store *st, uint32_t table, uint64_t slot,
 	return ret;
 }
 
+void dxl_tables_set_log(struct dxl_tables *t, const struct dxl_logstore *ls)
+{
+	t->ls = ls;
+}
+
+/* the markers of every ring, from the heads (resolution is rare) */
+static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *aborted,
+			  bool *present)
+{
+	*aborted = *present = false;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at, m;
+		if (dxl_ring_iter_init(&it, ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if (rec.txn_id != txn)
+				continue;
+			if (dxl_abort_marker_decode(rec.payload, rec.payload_len, &m) == 1)
+				*aborted = true;
+			else if (is_writeset(&rec))
+				*present = true;
+		}
+	}
+	return 0;
+}
+
+/*
+ * unlock_coord_forward -- before the locks of a gone coordinator are
+ * released: a transaction of it whose lock is still held here and whose
+ * write set is in this shard's log BELOW its ring's watermark was decided
+ * -- committed, since no abort marker cancels it -- but its write-back
+ * may not have happened: apply it (idempotent by version). A write set
+ * above the watermark is in doubt: its locks stay for the ring's resolver.
+ * Returns the write sets applied.
+ */
+static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
+{
+	int applied = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
+		uint64_t wm = dxl_logstore_watermark(t->ls, r);
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, t->ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
+				continue;
+			struct dxl_ws_entry e[64];
+			int n = dxl_writeset_decode(rec.payload, rec.payload_len, e, 64);
+			bool held = false;
+			for (int k = 0; k < n && k < 64 && !held; k++) {
+				uint64_t slot;
+				held = dxl_store_find(t->st, e[k].table, e[k].key, &slot) == 0 &&
+				       dxl_store_lock_word(t->st, e[k].table, slot) == rec.txn_id;
+			}
+			if (!held)
+				continue;
+			bool ab, pr;
+			collect_aborts(t->ls, rec.txn_id, &ab, &pr);
+			if (ab || rec.commit_ts >= wm) {
+				if (!ab) /* in doubt: keep every lock of it */
+					return dxl_err_set(DXL_E_BUSY,
+							   "shard %u: transaction 0x%" PRIx64 " of coordinator %u is in doubt (ring %u): resolve its ring first",
+							   t->shard, rec.txn_id, coord, r);
+				continue;
+			}
+			int ret = dxl_store_apply_writeset(t->st, rec.payload, rec.payload_len,
+							   rec.commit_ts, NULL, NULL, NULL);
+			if (ret < 0)
+				return ret;
+			applied++;
+			DXL_INFO("event=txn_rolled_forward shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64,
+				 t->shard, r, rec.txn_id, rec.commit_ts);
+		}
+	}
+	return applied;
+}
+
+/* serve_resolution -- the resolution RPCs (no table lookup for the first) */
+static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
+			    struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap)
+{
+	if (!t->ls)
+		return dxl_err_set(DXL_E_STATE, "shard %u: no log attached", t->shard);
+	if (op == DXL_RPC_ID_TABLE_TXN_STATUS) {
+		bool ab, pr;
+		collect_aborts(t->ls, r->key, &ab, &pr);
+		rep->holder = ab ? DXL_TXN_ABORTED : pr ? DXL_TXN_PRESENT : DXL_TXN_ABSENT;
+		return 0;
+	}
+	if (op == DXL_RPC_ID_TABLE_UNLOCK_COORD) {
+		if (!r->key || r->key > 0xffff)
+			return dxl_err_set(DXL_E_INVAL, "unlock-coord: coordinator id %" PRIu64, r->key);
+		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
+		if (fwd < 0)
+			return fwd;
+		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
+		rep->holder = (uint64_t)fwd;
+		if (rep->slot || fwd)
+			DXL_INFO("event=coord_locks_released shard=%u coord=%" PRIu64 " locks=%" PRIu64
+				 " rolled_forward=%d",
+				 t->shard, r->key, rep->slot, fwd);
+		return 0;
+	}
+	/* IN_DOUBT */
+	if (r->slot >= dxl_logstore_nrings(t->ls))
+		return dxl_err_set(DXL_E_NOENT, "shard %u has no ring %" PRIu64, t->shard, r->slot);
+	uint32_t ring = (uint32_t)r->slot;
+	uint64_t wm = dxl_logstore_watermark(t->ls, ring);
+	struct dxl_ring_iter it;
+	struct dxl_rec rec;
+	uint64_t at, skip = r->key, k = 0, n = 0;
+	uint32_t used = 0;
+	int ret = dxl_ring_iter_init(&it, t->ls, ring);
+	if (ret)
+		return ret;
+	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+		if (rec.commit_ts < wm || !is_writeset(&rec))
+			continue;
+		bool ab, pr;
+		collect_aborts(t->ls, rec.txn_id, &ab, &pr);
+		if (ab)
+			continue;
+		if (k++ < skip)
+			continue;
+		uint32_t need = DXL_IN_DOUBT_HDR + 4u * rec.nparts + rec.payload_len;
+		need = (need + 7u) & ~7u;
+		if (used + need > vcap) {
+			rep->holder = 1;
+			break;
+		}
+		uint8_t *p = val + used;
+		memset(p, 0, need);
+		dxl_put_le64(p, rec.txn_id);
+		dxl_put_le64(p + 8, rec.commit_ts);
+		dxl_put_le16(p + 16, rec.nparts);
+		dxl_put_le32(p + 20, rec.payload_len);
+		for (unsigned i = 0; i < rec.nparts; i++)
+			dxl_put_le32(p + DXL_IN_DOUBT_HDR + 4 * i, dxl_rec_part(&rec, i));
+		memcpy(p + DXL_IN_DOUBT_HDR + 4u * rec.nparts, rec.payload, rec.payload_len);
+		used += need;
+		n++;
+	}
+	rep->slot = n;
+	rep->data = val;
+	rep->data_len = used;
+	return 0;
+}
+
+/* RESOLVE of one entry (the table known) */
+static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
+			 struct dxl_table_rep *rep)
+{
+	struct dxl_store *st = t->st;
+	uint32_t opv = r->flags & 0x3u;
+	bool abort = r->flags & DXL_TABLE_RESOLVE_ABORT;
+	if (!r->owner || opv < DXL_WS_INSERT || opv > DXL_WS_DELETE || !r->version || (r->version & 1))
+		return dxl_err_set(DXL_E_INVAL, "resolve: owner 0x%" PRIx64 ", op %u, version %" PRIu64,
+				   r->owner, opv, r->version);
+	uint64_t slot;
+	bool have = dxl_store_find(st, r->table, r->key, &slot) == 0;
+	uint64_t w = have ? dxl_store_lock_word(st, r->table, slot) : 0;
+	if (have && w && w != r->owner)
+		return dxl_err_set(DXL_E_BUSY, "table %u key %" PRIu64 ": locked by 0x%" PRIx64
+				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
+	int ret = 0;
+	if (abort) {
+		if (have && w == r->owner && opv == DXL_WS_INSERT) {
+			struct dxl_record cur;
+			if (dxl_store_read(st, r->table, slot, &cur, NULL, 0) == 0 &&
+			    cur.version == r->version)
+				ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL);
+		}
+	} else {
+		ret = dxl_store_apply(st, r->table, r->key, (enum dxl_ws_op)opv, r->version,
+				      r->ts, r->value, r->len);
+		if (ret > 0)
+			ret = 0;
+	}
+	if (ret)
+		return ret;
+	if (have && w == r->owner)
+		dxl_store_lock_set(st, r->table, slot, 0);
+	if (dxl_store_find(st, r->table, r->key, &slot) == 0)
+		read_fields(st, r->table, slot, rep);
+	return 0;
+}
+
 /* serve -- one operation on the tables of a shard this node is primary of
  * (svc->mu held); the value of LOOKUP/READ goes to val[0..vcap) */
 static int serve(struct dxl_tables *t, uint16_t op,
@@ -717,6 +909,9 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		 uint8_t *val, uint32_t vcap)
 {
 	struct dxl_store *st = t->st;
+	if (op == DXL_RPC_ID_TABLE_TXN_STATUS || op == DXL_RPC_ID_TABLE_IN_DOUBT ||
+	    op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
+		return serve_resolution(t, op, r, rep, val, vcap);
 	struct tab *tb = find_tab(t, r->table);
 	if (!tb)
 		return dxl_err_set(DXL_E_NOENT, "shard %u has no table %u", t->shard, r->table);
@@ -806,6 +1001,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 			dxl_store_unlock(st, r->table, r->slot, r->owner);
 		return read_fields(st, r->table, r->slot, rep);
 	}
+	case DXL_RPC_ID_TABLE_RESOLVE:
+		return serve_resolve(t, r, rep);
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
@@ -901,6 +1098,10 @@ HANDLER(read, DXL_RPC_ID_TABLE_READ)
 HANDLER(lock, DXL_RPC_ID_TABLE_LOCK)
 HANDLER(unlock, DXL_RPC_ID_TABLE_UNLOCK)
 HANDLER(writeback, DXL_RPC_ID_TABLE_WRITEBACK)
+HANDLER(txn_status, DXL_RPC_ID_TABLE_TXN_STATUS)
+HANDLER(in_doubt, DXL_RPC_ID_TABLE_IN_DOUBT)
+HANDLER(resolve, DXL_RPC_ID_TABLE_RESOLVE)
+HANDLER(unlock_coord, DXL_RPC_ID_TABLE_UNLOCK_COORD)
 #undef HANDLER
 
 static const struct {
@@ -914,6 +1115,10 @@ static const struct {
 	{DXL_RPC_ID_TABLE_LOCK, h_lock},
 	{DXL_RPC_ID_TABLE_UNLOCK, h_unlock},
 	{DXL_RPC_ID_TABLE_WRITEBACK, h_writeback},
+	{DXL_RPC_ID_TABLE_TXN_STATUS, h_txn_status},
+	{DXL_RPC_ID_TABLE_IN_DOUBT, h_in_doubt},
+	{DXL_RPC_ID_TABLE_RESOLVE, h_resolve},
+	{DXL_RPC_ID_TABLE_UNLOCK_COORD, h_unlock_coord},
 };
 
 /* svc_main -- the service thread: its ctx, scheduler and RPC endpoint are

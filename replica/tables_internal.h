@@ -46,6 +46,10 @@ struct dxl_tables_cfg {
  */
 int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out);
 
+/* dxl_tables_set_log -- the shard's local log (read by the resolution RPCs:
+ * TXN_STATUS, IN_DOUBT); it must outlive t */
+void dxl_tables_set_log(struct dxl_tables *t, const struct dxl_logstore *ls);
+
 /* dxl_tables_close -- deregister, free the indexes, close the store; *t = NULL */
 void dxl_tables_close(struct dxl_tables **t);
 

@@ -74,6 +74,7 @@ void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg)
 	cfg->retry_ms = 20;
 	cfg->heartbeat_ms = 100;
 	cfg->fabric_timeout_ms = 1000;
+	cfg->slot = -1;
 }
 
 static struct entry *ent(struct dxl_log_writer *w, uint64_t i)
@@ -292,25 +293,68 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 	dxl_err_clear(); /* not registered: the slot count is checked at open */
 	free(d);
 	dxl_cluster_config_clear(&c);
-	if ((ret = dxl_writer_slot_lease(zk, cfg->shard, nslots, &w->slot)))
-		goto fail;
-	w->slot_held = true;
-	w->session_epoch = dxl_zk_session_epoch(zk);
-	w->info.slot = w->slot;
-	/* open now: a clear error at once when the shard cannot be written;
-	 * unavailability is retried for unavail_ms */
-	uint64_t deadline = dxl_now_ms() + cfg->unavail_ms;
+	/* a coordinator's writer (hold_until_decided) does not take over a
+	 * ring whose last records are above its watermark: transactions of a
+	 * gone coordinator in doubt, which only a resolver may decide (its
+	 * watermark would confirm them); it takes the next free slot */
+	uint64_t skip = 0;
 	for (;;) {
-		ret = try_open(w);
-		if (ret != DXL_E_UNAVAIL && ret != DXL_E_UNREACHABLE && ret != DXL_E_ACCESS &&
-		    ret != DXL_E_STALE)
+		if (cfg->slot >= 0) {
+			w->slot = (uint32_t)cfg->slot;
+			ret = (uint32_t)cfg->slot >= nslots ?
+				      dxl_err_set(DXL_E_INVAL, "writer slot %d: shard %u has %u",
+						  cfg->slot, cfg->shard, nslots) :
+				      dxl_writer_slot_take(zk, cfg->shard, w->slot);
+		} else if (!skip) {
+			ret = dxl_writer_slot_lease(zk, cfg->shard, nslots, &w->slot);
+		} else {
+			ret = dxl_err_set(DXL_E_FULL, "every free writer slot of shard %u holds records in doubt",
+					  cfg->shard);
+			for (uint32_t k = 0; k < nslots && k < 64; k++) {
+				if ((skip >> k) & 1)
+					continue;
+				ret = dxl_writer_slot_take(zk, cfg->shard, k);
+				if (ret == DXL_E_EXIST)
+					continue;
+				w->slot = k;
+				break;
+			}
+			if (ret == DXL_E_EXIST)
+				ret = dxl_err_set(DXL_E_FULL,
+						  "every writer slot of shard %u is taken or holds records in doubt",
+						  cfg->shard);
+		}
+		if (ret)
+			goto fail;
+		w->slot_held = true;
+		w->session_epoch = dxl_zk_session_epoch(zk);
+		w->info.slot = w->slot;
+		/* open now: a clear error at once when the shard cannot be
+		 * written; unavailability is retried for unavail_ms */
+		uint64_t deadline = dxl_now_ms() + cfg->unavail_ms;
+		for (;;) {
+			ret = try_open(w);
+			if (ret != DXL_E_UNAVAIL && ret != DXL_E_UNREACHABLE && ret != DXL_E_ACCESS &&
+			    ret != DXL_E_STALE)
+				break;
+			if (dxl_now_ms() >= deadline)
+				break;
+			usleep(cfg->retry_ms * 1000);
+		}
+		if (ret)
+			goto fail;
+		if (!cfg->hold_until_decided || cfg->slot >= 0 || w->slot >= 64 ||
+		    dxl_appender_last_ts(w->ap) <= dxl_appender_open_watermark(w->ap))
 			break;
-		if (dxl_now_ms() >= deadline)
-			break;
-		usleep(cfg->retry_ms * 1000);
+		DXL_INFO("event=writer_slot_in_doubt shard=%u slot=%u last_ts=%" PRIu64
+			 " watermark=%" PRIu64 " action=next_slot",
+			 cfg->shard, w->slot, dxl_appender_last_ts(w->ap),
+			 dxl_appender_open_watermark(w->ap));
+		skip |= 1ull << w->slot;
+		close_appender(w);
+		dxl_writer_slot_release(zk, cfg->shard, w->slot);
+		w->slot_held = false;
 	}
-	if (ret)
-		goto fail;
 	w->info.available = true;
 	*out = w;
 	return 0;

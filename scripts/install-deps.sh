@@ -18,6 +18,7 @@ PKGS=(
 	libinih-dev                                            # config files
 	libjansson-dev                                         # JSON (bench results, CLI)
 	libisal-dev                                            # CRC32C of log records
+	etcd-server                                            # the SmallBank peer (scripts/etcd.sh)
 )
 RDMA_TEST_PKGS=(qemu-system-x86 busybox-static kmod perftest rdmacm-utils cpio iproute2 ibverbs-providers)
 

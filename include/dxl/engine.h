@@ -424,6 +424,13 @@ int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
  */
 int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 		       uint64_t word);
+/*
+ * dxl_store_unlock_coord -- release every lock word held by a transaction
+ * of coordinator `coord` (DXL_LOCK_OWNER's top 16 bits), in every table:
+ * the CPU does it in either mode, for a coordinator that is gone and whose
+ * transactions were resolved (docs/transactions.md). Returns the count.
+ */
+int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord);
 /* the current lock word (an acquire load; any mode); 0 if out of range */
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot);

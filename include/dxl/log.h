@@ -833,6 +833,12 @@ uint64_t dxl_appender_last_ts(const struct dxl_appender *a);
  */
 uint64_t dxl_appender_min_ts(const struct dxl_appender *a);
 
+/* dxl_appender_open_watermark -- the reference ring's watermark when the
+ * appender opened it (0: none); records above it (dxl_appender_last_ts >
+ * it) were not confirmed by their writer: a coordinator's transactions in
+ * doubt, if that writer held its records (docs/transactions.md) */
+uint64_t dxl_appender_open_watermark(const struct dxl_appender *a);
+
 /* What the repair of dxl_appender_new did (all 0 without cfg.repair). */
 struct dxl_repair_stats {
 	uint32_t copied;          /* bit i: target i was behind, bytes copied */

@@ -588,6 +588,11 @@ int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard);
 int dxl_writer_slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t nslots,
 			  uint32_t *slot);
 
+/* dxl_writer_slot_take -- lease exactly slot `slot` of shard (a resolver
+ * taking over a dead writer's ring). Errors: DXL_E_EXIST (held by a live
+ * session), as dxl_writer_slot_lease. */
+int dxl_writer_slot_take(struct dxl_zk *zk, uint32_t shard, uint32_t slot);
+
 /* dxl_writer_slot_release -- delete writers/<shard>/<slot> if this session
  * holds it. Errors: DXL_E_NOENT (not held by this session), common ones. */
 int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot);

@@ -260,6 +260,24 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  *              2, or the current one: a retry, nothing written; flag
  *              DXL_TABLE_WB_UNLOCK releases the lock after, cpu only)
  *
+ *
+ * Resolution (a coordinator resolving a dead coordinator's transactions,
+ * docs/transactions.md "Coordinator dies"; any lock mode):
+ *   TXN_STATUS   key = txn id              -> holder = enum dxl_txn_status
+ *                (this shard's local log, every ring)
+ *   IN_DOUBT     slot = ring, key = skip   -> data = the ring's write sets
+ *                above its watermark and not aborted (DXL_IN_DOUBT_HDR
+ *                records), from the skip-th; slot = how many, holder = 1 if
+ *                more follow
+ *   RESOLVE      key, owner = txn id, version, ts, flags = op (1 insert,
+ *                2 update, 3 delete) [| DXL_TABLE_RESOLVE_ABORT], value:
+ *                forward: the entry applied idempotently by version
+ *                (dxl_store_apply), the lock word must be 0 or owner and is
+ *                released; abort: a record owner inserted (its version) is
+ *                deleted, owner's lock released
+ *   UNLOCK_COORD key = coordinator id      -> slot = lock words released
+ *                (every lock word of that coordinator's transactions)
+ *
  * Reply payload, DXL_TABLE_REP_SIZE bytes + data, for every status:
  *    0 u64 epoch (the node's)   8 u32 primary of the shard (0: unknown)
  *   12 u32 flags (bit 0: the record is LIVE)
@@ -296,7 +314,24 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	DXL_RPC_ID_TABLE_LOCK = 1012,
 	DXL_RPC_ID_TABLE_UNLOCK = 1013,
 	DXL_RPC_ID_TABLE_WRITEBACK = 1014,
+	/* resolution of a dead coordinator's transactions (docs/transactions.md) */
+	DXL_RPC_ID_TABLE_TXN_STATUS = 1015,
+	DXL_RPC_ID_TABLE_IN_DOUBT = 1016,
+	DXL_RPC_ID_TABLE_RESOLVE = 1017,
+	DXL_RPC_ID_TABLE_UNLOCK_COORD = 1018,
 };
+
+/* TXN_STATUS's answer (in the reply's holder field) */
+enum dxl_txn_status {
+	DXL_TXN_ABSENT = 0,  /* no record of the transaction in this shard's log */
+	DXL_TXN_PRESENT = 1, /* its write set is in the log, no abort marker */
+	DXL_TXN_ABORTED = 2, /* an abort marker for it is in the log */
+};
+#define DXL_TABLE_RESOLVE_ABORT 0x100u /* RESOLVE: roll back, not forward */
+/* one record of an IN_DOUBT reply: txn u64, ts u64, nparts u16, 2 zero
+ * bytes, payload length u32, parts (u32 each), the payload, zero padding
+ * to a multiple of 8 */
+#define DXL_IN_DOUBT_HDR 24
 
 /* dxl_table_op_name -- "lookup", ... ("?" for other ids) */
 const char *dxl_table_op_name(uint16_t op);
@@ -458,6 +493,9 @@ struct dxl_log_writer_cfg {
 	 * maybe = false instead of being sent again: a coordinator's locks
 	 * were at the old primary (false) */
 	bool no_resend_on_new_primary;
+	/* lease exactly this writer slot (its ring): a resolver taking over a
+	 * dead writer's ring; -1 = the first free one (default) */
+	int32_t slot;
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);

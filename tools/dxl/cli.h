@@ -89,5 +89,7 @@ int cmd_log_append(int argc, char **argv);
 int cmd_log_load(int argc, char **argv);
 int writer_err_exit(int ret);
 int cmd_tail(int argc, char **argv);
+int cmd_kv(int argc, char **argv);  /* get|put|insert|del (txn.c) */
+int cmd_txn(int argc, char **argv);
 
 #endif /* DXL_TOOLS_CLI_H */

@@ -43,6 +43,10 @@ static void usage(FILE *out)
 "  tail             print a shard's (or every shard's) records in\n"
 "                   commit-timestamp order; consumer groups\n"
 "  status           the same as 'cluster status'\n"
+"  get, put, insert, del\n"
+"                   one operation as one transaction through a dxl-coord\n"
+"                   coordinator (exit 3: no such key, 4: conflicts)\n"
+"  txn              operations from stdin, committed as one transaction\n"
 "\n"
 "Most commands find the cluster through DIR/cluster.json (--dir, default\n"
 "./dxl-cluster) or --zk CONNECT --cluster NAME. docs/cli.md has the details.\n"
@@ -98,6 +102,16 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "tail")) {
 		g_cmd = "dxl tail";
 		return cmd_tail(argc - 1, argv + 1);
+	}
+	if (!strcmp(argv[1], "get") || !strcmp(argv[1], "put") || !strcmp(argv[1], "insert") ||
+	    !strcmp(argv[1], "del") || !strcmp(argv[1], "delete")) {
+		snprintf(cmdname, sizeof(cmdname), "dxl %s", argv[1]);
+		g_cmd = cmdname;
+		return cmd_kv(argc - 1, argv + 1);
+	}
+	if (!strcmp(argv[1], "txn")) {
+		g_cmd = "dxl txn";
+		return cmd_txn(argc - 1, argv + 1);
 	}
 	fprintf(stderr, "dxl: unknown command '%s' (see dxl --help)\n", argv[1]);
 	return EX_USAGE;
