@@ -116,7 +116,9 @@ test-long: all
 	zkd=$$(mktemp -d /tmp/dxl-zk-long.XXXXXX) && \
 	export DXL_TEST_ZK=$$(scripts/zk.sh start $$zkd) && \
 	DXL_FAULT_STEPS=$${DXL_FAULT_STEPS:-150} DXL_TEST_FILTER=test_random_faults \
-		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover; \
+		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover && \
+	DXL_TXN_CRASH_STEPS=$${DXL_TXN_CRASH_STEPS:-30} DXL_TEST_TIMEOUT=2400 \
+		scripts/run-tests.sh $(O)/tests test_txn_crash; \
 	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 
 # sanitizer builds add their flags through CFLAGS_EXTRA/LDFLAGS_EXTRA: a
