@@ -939,6 +939,72 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 
 /* release what is held: inserted records are deleted, locks released.
  * Failures (a dead primary) are ignored: its locks died with it. */
+/* the lock word of o's slot (o->vt, t->v) is t's (a READ: its holder) */
+static bool lock_is_ours(struct dxl_txn *t, struct op *o)
+{
+	struct dxl_table_req req = {.slot = o->slot};
+	struct dxl_table_rep rep;
+	int ret = table_rpc(t, o, DXL_RPC_ID_TABLE_READ, &req, &rep, NULL, 0);
+	return (ret == 0 || ret == DXL_E_TOOBIG) && rep.holder == t->id;
+}
+
+/*
+ * settle_new_primary -- o's shard has a new primary since o was locked. A
+ * promotion gate that gave up waiting for this coordinator's watermark
+ * locked o's key there for this transaction (dxl_tables_recover_locks):
+ * commit = write back there and unlock, abort = unlock. Only through RPCs
+ * that check the lock word is this transaction's: if it is not (the gate
+ * applied a decided record, or never saw this one), nothing is done.
+ */
+static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_at, bool commit)
+{
+	struct view *v = coord_view(t->w->c);
+	if (!v || o->shard >= v->nshards || !v->shards[o->shard].ok ||
+	    v->shards[o->shard].primary == locked_at)
+		return;
+	const struct view_table *vt = NULL;
+	for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
+		if (v->shards[o->shard].tables[x].st.t.id == o->table)
+			vt = &v->shards[o->shard].tables[x];
+	if (!vt)
+		return;
+	struct view *v0 = t->v;
+	const struct view_table *vt0 = o->vt;
+	uint64_t slot0 = o->slot;
+	t->v = v;
+	o->vt = vt;
+	struct dxl_table_req req = {.key = o->key};
+	struct dxl_table_rep rep;
+	if (table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0) == 0) {
+		o->slot = rep.slot;
+		bool nic = nic_locks(o);
+		int ret = DXL_E_STATE;
+		if (commit && o->wop == DXL_WS_UPDATE) {
+			struct dxl_table_req wb = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
+						   .version = o->new_version,
+						   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
+						   .value = t->arena + o->woff, .len = o->wlen};
+			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_WRITEBACK, &wb, &rep, NULL, 0);
+			if (!ret && nic)
+				unlock_one(t, o);
+		} else if (commit && o->wop == DXL_WS_DELETE) {
+			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
+			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			if (!ret)
+				unlock_one(t, o);
+		} else if (lock_is_ours(t, o)) {
+			ret = unlock_one(t, o);
+		}
+		if (!ret)
+			DXL_INFO("event=coord_settled_new_primary txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " %s",
+				 t->id, o->shard, o->key, commit ? "committed" : "released");
+	}
+	t->v = v0;
+	o->vt = vt0;
+	o->slot = slot0;
+}
+
 static void release_all(struct dxl_txn *t)
 {
 	if (!t->active)
@@ -952,7 +1018,8 @@ static void release_all(struct dxl_txn *t)
 			struct dxl_table_rep rep;
 			table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
 		}
-		unlock_one(t, o);
+		if (unlock_one(t, o))
+			settle_new_primary(t, o, t->v->shards[o->shard].primary, false);
 	}
 	t->active = false;
 	st_add(&t->w->st.aborted, 1);
@@ -1525,6 +1592,8 @@ static void commit_phase(struct dxl_txn *t)
 			o->vt = vt;
 			ret = commit_one(t, o);
 		}
+		if (ret)
+			settle_new_primary(t, o, locked_at, true);
 		if (ret) {
 			DXL_INFO("event=coord_writeback_skipped txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
 				 " code=%s msg=\"%s\"",
@@ -1557,8 +1626,9 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 		ret = log_phase(t);
 		if (ret) {
 			/* not committed: aborted, markers written */
-			int err = ret == DXL_E_CONFLICT || ret == DXL_E_STALE ? DXL_E_CONFLICT
-									     : DXL_E_UNAVAIL;
+			int err = (ret == DXL_E_CONFLICT || ret == DXL_E_STALE) && !t->info.maybe
+					  ? DXL_E_CONFLICT
+					  : DXL_E_UNAVAIL; /* maybe: never retried blindly */
 			char msg[400];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 			coord_mark_stale(t->w->c, msg);

@@ -14,6 +14,45 @@
 #include "dxl/membership.h"
 #include "membership/zk_internal.h"
 
+/*
+ * The slots this process holds: every writer of one process may share one
+ * ZooKeeper session (a coordinator's workers do), so "the znode is owned by
+ * my session" does not mean "it is mine": only the registry says whether
+ * another writer here holds it or a create of ours lost its reply.
+ */
+#include <pthread.h>
+static pthread_mutex_t g_held_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct held {
+	int64_t session;
+	uint32_t shard, slot;
+} g_held[4096];
+static unsigned g_nheld;
+
+static bool held_has(int64_t session, uint32_t shard, uint32_t slot)
+{
+	for (unsigned i = 0; i < g_nheld; i++)
+		if (g_held[i].session == session && g_held[i].shard == shard &&
+		    g_held[i].slot == slot)
+			return true;
+	return false;
+}
+
+static void held_add(int64_t session, uint32_t shard, uint32_t slot)
+{
+	if (!held_has(session, shard, slot) && g_nheld < 4096)
+		g_held[g_nheld++] = (struct held){session, shard, slot};
+}
+
+static void held_del(int64_t session, uint32_t shard, uint32_t slot)
+{
+	for (unsigned i = 0; i < g_nheld; i++)
+		if (g_held[i].session == session && g_held[i].shard == shard &&
+		    g_held[i].slot == slot) {
+			g_held[i] = g_held[--g_nheld];
+			return;
+		}
+}
+
 static int ensure_dir(struct zk_conn *c, const char *path)
 {
 	int rc = zoo_create(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
@@ -69,24 +108,39 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 			    (unsigned long long)zk_conn_session(c));
 	for (uint32_t k = first; k < nslots; k++) {
 		snprintf(path, sizeof(path), "%s/%u", sdir, k);
+		/* the registry's lock spans the create and the check: two
+		 * threads of one session must not both see the znode as theirs */
+		pthread_mutex_lock(&g_held_mu);
 		int rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE,
 				    ZOO_EPHEMERAL, NULL, 0);
 		if (rc == ZOK) {
+			held_add(zk_conn_session(c), shard, k);
+			pthread_mutex_unlock(&g_held_mu);
 			*slot = k;
 			ret = 0;
 			goto out;
 		}
 		if (rc == ZNODEEXISTS) {
-			/* ours already? (a retried create after a lost reply) */
+			/* ours already? A retried create after a lost reply -- unless
+			 * another writer of this process (same session) holds it */
 			struct Stat st;
 			if (zk_exists(c, path, false, &st) == ZOK &&
 			    st.ephemeralOwner == zk_conn_session(c)) {
-				*slot = k;
-				ret = 0;
-				goto out;
+				bool other = held_has(zk_conn_session(c), shard, k);
+				if (!other)
+					held_add(zk_conn_session(c), shard, k);
+				pthread_mutex_unlock(&g_held_mu);
+				if (!other) {
+					*slot = k;
+					ret = 0;
+					goto out;
+				}
+				continue;
 			}
+			pthread_mutex_unlock(&g_held_mu);
 			continue;
 		}
+		pthread_mutex_unlock(&g_held_mu);
 		ret = zk_err(rc, "create", path);
 		goto out;
 	}
@@ -112,8 +166,13 @@ int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
 		ret = dxl_err_set(DXL_E_NOENT, "writer slot %s is not held by this session", path);
 	else if (rc != ZOK)
 		ret = zk_err(rc, "exists", path);
-	else if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
-		ret = zk_err(rc, "delete", path);
+	else {
+		pthread_mutex_lock(&g_held_mu);
+		if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
+			ret = zk_err(rc, "delete", path);
+		held_del(zk_conn_session(c), shard, slot);
+		pthread_mutex_unlock(&g_held_mu);
+	}
 	zk_conn_put(c);
 	return ret;
 }
