@@ -23,9 +23,7 @@
 #   --coroutines LIST   coroutines per thread [1,2,4,8,16; quick 1,4,16]
 #   --threads T         worker threads of the load and of every run [1] (2
 #                       cores are shared with 3 replica processes and
-#                       ZooKeeper: 1 or 2; with 2, see the note in the report
-#                       about writer slots shared by the workers of one
-#                       coordinator)
+#                       ZooKeeper: 1 or 2)
 #   --modes LIST        dxl modes [hybrid,onesided,twosided]
 #   --shards S          shards [3]
 #   --no-etcd           skip the etcd peer
