@@ -1327,9 +1327,18 @@ static int log_append(struct dxl_txn *t, uint32_t shard, const void *buf, uint32
 
 static void log_wait_all(struct dxl_txn *t)
 {
+	/* an append is acknowledged in a few hundred microseconds: spin
+	 * (yielding to the other coroutines) that long, then sleep in short
+	 * steps; a scheduler with nothing else to run would otherwise block
+	 * for its shortest wait (a millisecond) on every commit */
+	uint64_t spin_until = dxl_now_ns() + 1000000;
 	while (t->log_wait) {
 		dxl_coord_worker_poll(t->w);
-		if (t->log_wait)
+		if (!t->log_wait)
+			break;
+		if (dxl_now_ns() < spin_until)
+			dxl_co_yield();
+		else
 			dxl_co_suspend(dxl_now_ns() + 30000);
 	}
 }
