@@ -51,6 +51,10 @@ struct dxl_coord_worker {
 	struct dxl_txn **txns;       /* per coroutine id */
 	struct nqp *qps;
 	uint32_t nqps, qcap;
+	/* replaced QPs: other coroutines may still be inside a call on one
+	 * (it fails); freed with the worker */
+	struct dxl_qp **dead_qps;
+	uint32_t ndead, deadcap;
 	struct wlog *logs;           /* per shard */
 	uint32_t nlogs;
 	struct stats st;             /* written by the worker, read by anyone */
@@ -148,6 +152,9 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 	for (uint32_t i = 0; i < w->nqps; i++)
 		dxl_qp_delete(&w->qps[i].qp);
 	free(w->qps);
+	for (uint32_t i = 0; i < w->ndead; i++)
+		dxl_qp_delete(&w->dead_qps[i]);
+	free(w->dead_qps);
 	dxl_ctx_delete(&w->ctx); /* before the rpc (rpc.h) */
 	dxl_rpc_delete(&w->rpc);
 	dxl_sched_delete(&w->sched);
@@ -235,7 +242,16 @@ static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
 	}
 	if (e->qp && (strcmp(e->addr, vs->addr) || dxl_qp_state(e->qp) != DXL_QP_RTS)) {
 		dxl_rpc_forget_qp(w->rpc, e->qp);
-		dxl_qp_delete(&e->qp);
+		if (w->ndead == w->deadcap) {
+			uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
+			struct dxl_qp **n = realloc(w->dead_qps, nc * sizeof(*n));
+			if (!n)
+				return dxl_err_set(DXL_E_NOMEM, "worker QPs");
+			w->dead_qps = n;
+			w->deadcap = nc;
+		}
+		w->dead_qps[w->ndead++] = e->qp;
+		e->qp = NULL;
 	}
 	if (!e->qp) {
 		int ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
