@@ -87,6 +87,9 @@ static void cluster_down(struct cl *c)
 	const char *args[] = {"cluster", "down", "--dir", c->dir, NULL};
 	if (run_dxl(args, 30000))
 		print_message("cluster down: %s%s\n", g_out, g_err);
+	int k = dxlt_cluster_reap(c->dir);
+	if (k)
+		print_message("cluster down left %d replicas: killed\n", k);
 	c->up = false;
 }
 

@@ -712,6 +712,7 @@ static int group_teardown(void **state)
 		}
 	if (g_up)
 		DXL(60000, "cluster", "down", "--dir", g_dir);
+	dxlt_cluster_reap(g_dir); /* what a slow or failed shutdown left */
 	if (!getenv("DXL_TEST_KEEP")) {
 		char cmd[300];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);

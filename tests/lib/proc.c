@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <jansson.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -188,4 +189,43 @@ int dxlt_zk_open(const char *connect, const char *cluster, struct dxl_zk **out)
 	snprintf(c.connect, sizeof(c.connect), "%s", connect);
 	snprintf(c.cluster, sizeof(c.cluster), "%s", cluster);
 	return dxl_zk_new(&c, out);
+}
+
+int dxlt_cluster_reap(const char *dir)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/cluster.json", dir);
+	json_error_t jerr;
+	json_t *root = json_load_file(path, 0, &jerr);
+	if (!root)
+		return 0;
+	int n = 0;
+	json_t *reps = json_object_get(root, "replicas"), *r;
+	size_t i;
+	json_array_foreach(reps, i, r) {
+		json_t *jp = json_object_get(r, "pid");
+		if (!json_is_integer(jp))
+			continue;
+		pid_t pid = (pid_t)json_integer_value(jp);
+		char cpath[64], cmd[4096];
+		snprintf(cpath, sizeof(cpath), "/proc/%d/cmdline", (int)pid);
+		FILE *f = fopen(cpath, "r");
+		if (!f)
+			continue;
+		size_t len = fread(cmd, 1, sizeof(cmd) - 1, f);
+		fclose(f);
+		for (size_t k = 0; k < len; k++)
+			if (!cmd[k])
+				cmd[k] = ' ';
+		cmd[len] = 0;
+		if (!strstr(cmd, dir))
+			continue;
+		kill(pid, SIGCONT);
+		if (kill(pid, SIGKILL) == 0) {
+			waitpid(pid, NULL, WNOHANG);
+			n++;
+		}
+	}
+	json_decref(root);
+	return n;
 }

@@ -44,6 +44,12 @@ void dxlt_untrack(pid_t p);
  * and reap every tracked child */
 void dxlt_kill_all(void);
 
+/* dxlt_cluster_reap -- after `dxl cluster down --dir DIR` (which may give
+ * up on a slow daemon, e.g. a sanitizer build): SIGKILL every replica that
+ * DIR/cluster.json lists and that is still a process of that cluster (its
+ * command line names DIR). Returns how many were killed. */
+int dxlt_cluster_reap(const char *dir);
+
 /* dxlt_wait_exit -- p's exit status within timeout_ms; -1 if it was killed
  * by a signal or did not exit in time (then it is killed and reaped) */
 int dxlt_wait_exit(pid_t p, int timeout_ms);
