@@ -36,6 +36,8 @@
 #include "tests/lib/proc.h"
 
 #define T_ACCT 1
+#define NACCT 40
+#define BASE_BAL 1000
 #define VALSZ 8
 #define OUT_CAP 65536
 
@@ -206,24 +208,23 @@ static void load_accounts(struct env *e, uint64_t first, uint64_t n, int64_t bal
 	assert_int_equal(l.ret, 0);
 }
 
-/* ---- sum of balances (one read-only transaction) ----------------------------- */
+/* ---- every account: balances and versions (one read-only transaction) ------- */
 
-struct sum {
+struct vsnap {
 	struct env *e;
-	uint64_t first, n;
+	uint64_t v[NACCT];
 	int64_t total;
-	uint64_t versions;
 	int ret;
 };
 
-static int sum_fn(struct dxl_txn *t, void *arg)
+static int vsnap_fn(struct dxl_txn *t, void *arg)
 {
-	struct sum *s = arg;
+	struct vsnap *s = arg;
 	s->total = 0;
-	for (uint64_t k = s->first; k < s->first + s->n; k++) {
+	for (uint64_t k = 0; k < NACCT; k++) {
 		uint8_t v[8];
 		uint32_t len;
-		int ret = dxl_txn_get(t, T_ACCT, k, v, sizeof(v), &len);
+		int ret = dxl_txn_get(t, T_ACCT, k, v, 8, &len);
 		if (ret)
 			return ret;
 		if (len != 8)
@@ -233,30 +234,36 @@ static int sum_fn(struct dxl_txn *t, void *arg)
 	return 0;
 }
 
-static void co_sum(void *arg)
+static void co_vsnap(void *arg)
 {
-	struct sum *s = arg;
-	int64_t total = 0;
-	/* 60 keys per transaction (DXL_TXN_MAX_OPS) */
-	for (uint64_t at = s->first; at < s->first + s->n; at += 60) {
-		struct sum part = *s;
-		part.first = at;
-		part.n = DXL_MIN(60, s->first + s->n - at);
-		s->ret = dxl_txn_run(s->e->w, sum_fn, &part, 0, NULL);
-		if (s->ret) {
-			print_message("sum: %s: %s\n", dxl_errname(s->ret), dxl_errmsg());
-			return;
-		}
-		total += part.total;
-	}
-	s->total = total;
+	struct vsnap *s = arg;
+	struct dxl_txn_info info;
+	s->ret = dxl_txn_run(s->e->w, vsnap_fn, s, 0, &info);
+	if (s->ret)
+		return;
+	struct dxl_txn_access acc[NACCT];
+	int n = dxl_txn_footprint(dxl_txn_last(s->e->w), acc, NACCT);
+	for (int k = 0; k < n && k < NACCT; k++)
+		s->v[acc[k].key] = acc[k].version;
 }
 
-static int64_t sum_accounts(struct env *e, uint64_t first, uint64_t n)
+static void snapshot(const struct cl *c, struct vsnap *s)
 {
-	struct sum s = {.e = e, .first = first, .n = n};
-	run1(e, co_sum, &s);
-	assert_int_equal(s.ret, 0);
+	struct env e;
+	env_open(&e, c, DXL_TXN_HYBRID, false);
+	memset(s, 0, sizeof(*s));
+	s->e = &e;
+	run1(&e, co_vsnap, s);
+	if (s->ret)
+		fail_msg("snapshot: %s: %s", dxl_errname(s->ret), dxl_errmsg());
+	s->e = NULL;
+	env_close(&e);
+}
+
+static int64_t sum_accounts(const struct cl *c)
+{
+	struct vsnap s;
+	snapshot(c, &s);
 	return s.total;
 }
 
@@ -435,8 +442,6 @@ static void test_conflict(void **state)
 
 /* ---- concurrent transfers: money conserved, history serializable ---------------- */
 
-#define NACCT 40
-#define BASE_BAL 1000
 
 struct xfer {
 	struct env *e;
@@ -540,46 +545,12 @@ static void co_xfer(void *arg)
 
 /* the versions the accounts have now, as the writes of one transaction of
  * the history (the one that "wrote" the starting state) */
-struct seed {
-	struct env *e;
-	struct dxlt_history *h;
-	int ret;
-};
-
-static int seed_fn(struct dxl_txn *t, void *arg)
-{
-	(void)arg;
-	for (uint64_t k = 0; k < NACCT; k++) {
-		uint8_t v[8];
-		uint32_t len;
-		int ret = dxl_txn_get(t, T_ACCT, k, v, 8, &len);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-static void co_seed(void *arg)
-{
-	struct seed *s = arg;
-	struct dxl_txn_info info;
-	s->ret = dxl_txn_run(s->e->w, seed_fn, NULL, 0, &info);
-	if (s->ret)
-		return;
-	struct dxl_txn_access acc[NACCT];
-	int n = dxl_txn_footprint(dxl_txn_last(s->e->w), acc, NACCT);
-	for (int k = 0; k < n && k < NACCT; k++)
-		dxlt_history_write(s->h, 1, acc[k].table, acc[k].key, acc[k].version);
-}
-
 static void history_seed(const struct cl *c, struct dxlt_history *h)
 {
-	struct env e;
-	env_open(&e, c, DXL_TXN_HYBRID, false);
-	struct seed s = {.e = &e, .h = h};
-	run1(&e, co_seed, &s);
-	assert_int_equal(s.ret, 0);
-	env_close(&e);
+	struct vsnap s;
+	snapshot(c, &s);
+	for (uint64_t k = 0; k < NACCT; k++)
+		dxlt_history_write(h, 1, T_ACCT, k, s.v[k]);
 }
 
 static uint64_t g_deadline_ms; /* xfer_run: run until then (0: ntxn each) */
@@ -636,10 +607,7 @@ static void test_serializable(void **state)
 {
 	(void)state;
 	NEED_ENV();
-	struct env e;
-	env_open(&e, &g_nic, DXL_TXN_HYBRID, false);
-	int64_t before = sum_accounts(&e, 0, NACCT);
-	env_close(&e);
+	int64_t before = sum_accounts(&g_nic);
 	struct dxlt_history *h = dxlt_history_new();
 	assert_non_null(h);
 	history_seed(&g_nic, h);
@@ -647,9 +615,7 @@ static void test_serializable(void **state)
 	xfer_run(&g_nic, DXL_TXN_ONESIDED, false, false, 12, 40, h, NULL, 2);
 	check_history(h, true);
 	dxlt_history_free(h);
-	env_open(&e, &g_nic, DXL_TXN_HYBRID, false);
-	assert_int_equal(sum_accounts(&e, 0, NACCT), before);
-	env_close(&e);
+	assert_int_equal(sum_accounts(&g_nic), before);
 }
 
 /* validation disabled: the checker must find the write skew */
@@ -679,10 +645,7 @@ static void test_processes(void **state)
 	enum { NPROC = 3 };
 	char path[NPROC][300];
 	pid_t pid[NPROC];
-	struct env e;
-	env_open(&e, &g_nic, DXL_TXN_HYBRID, false);
-	int64_t before = sum_accounts(&e, 0, NACCT);
-	env_close(&e);
+	int64_t before = sum_accounts(&g_nic);
 	struct dxlt_history *h = dxlt_history_new();
 	history_seed(&g_nic, h);
 	for (int i = 0; i < NPROC; i++) {
@@ -728,9 +691,7 @@ static void test_processes(void **state)
 	assert_true(lines >= (size_t)NPROC * 8 * 40 * 3);
 	check_history(h, true);
 	dxlt_history_free(h);
-	env_open(&e, &g_nic, DXL_TXN_HYBRID, false);
-	assert_int_equal(sum_accounts(&e, 0, NACCT), before);
-	env_close(&e);
+	assert_int_equal(sum_accounts(&g_nic), before);
 }
 
 /* two-sided mode on CPU-owned lock words; and the mode mismatch */
@@ -743,17 +704,15 @@ static void test_twosided(void **state)
 	struct env e;
 	env_open(&e, &g_cpu, DXL_TXN_TWOSIDED, false);
 	load_accounts(&e, 0, NACCT, BASE_BAL);
-	assert_int_equal(sum_accounts(&e, 0, NACCT), NACCT * BASE_BAL);
 	env_close(&e);
+	assert_int_equal(sum_accounts(&g_cpu), NACCT * BASE_BAL);
 	conflict_case(&g_cpu, DXL_TXN_TWOSIDED);
 	struct dxlt_history *h = dxlt_history_new();
 	history_seed(&g_cpu, h);
 	xfer_run(&g_cpu, DXL_TXN_TWOSIDED, false, false, 12, 50, h, NULL, 5);
 	check_history(h, true);
 	dxlt_history_free(h);
-	env_open(&e, &g_cpu, DXL_TXN_TWOSIDED, false);
-	assert_int_equal(sum_accounts(&e, 0, NACCT), NACCT * BASE_BAL + 110);
-	env_close(&e);
+	assert_int_equal(sum_accounts(&g_cpu), NACCT * BASE_BAL + 110);
 	/* hybrid needs NIC-owned lock words: a clear error, nothing changed */
 	env_open(&e, &g_cpu, DXL_TXN_HYBRID, false);
 	assert_int_equal(one(&e, 'p', 2, 5, "x", NULL), DXL_E_NOENT);
@@ -762,62 +721,12 @@ static void test_twosided(void **state)
 	run1(&e, co_one, &o);
 	assert_int_equal(o.ret, DXL_E_CONFIG);
 	env_close(&e);
-	env_open(&e, &g_cpu, DXL_TXN_TWOSIDED, false);
-	assert_int_equal(sum_accounts(&e, 0, NACCT), NACCT * BASE_BAL + 110);
-	env_close(&e);
+	assert_int_equal(sum_accounts(&g_cpu), NACCT * BASE_BAL + 110);
 }
 
 /* ---- failover: kill primaries under load --------------------------------------- */
 
 static struct cl g_fo;
-
-struct vsnap {
-	struct env *e;
-	uint64_t v[NACCT];
-	int64_t total;
-	int ret;
-};
-
-static int vsnap_fn(struct dxl_txn *t, void *arg)
-{
-	struct vsnap *s = arg;
-	s->total = 0;
-	for (uint64_t k = 0; k < NACCT; k++) {
-		uint8_t v[8];
-		uint32_t len;
-		int ret = dxl_txn_get(t, T_ACCT, k, v, 8, &len);
-		if (ret)
-			return ret;
-		s->total += get64(v);
-	}
-	return 0;
-}
-
-static void co_vsnap(void *arg)
-{
-	struct vsnap *s = arg;
-	struct dxl_txn_info info;
-	s->ret = dxl_txn_run(s->e->w, vsnap_fn, s, 0, &info);
-	if (s->ret)
-		return;
-	struct dxl_txn_access acc[NACCT];
-	int n = dxl_txn_footprint(dxl_txn_last(s->e->w), acc, NACCT);
-	for (int k = 0; k < n && k < NACCT; k++)
-		s->v[acc[k].key] = acc[k].version;
-}
-
-static void snapshot(const struct cl *c, struct vsnap *s)
-{
-	struct env e;
-	env_open(&e, c, DXL_TXN_HYBRID, false);
-	memset(s, 0, sizeof(*s));
-	s->e = &e;
-	run1(&e, co_vsnap, s);
-	if (s->ret)
-		fail_msg("snapshot: %s: %s", dxl_errname(s->ret), dxl_errmsg());
-	s->e = NULL;
-	env_close(&e);
-}
 
 struct killer {
 	const struct cl *c;
