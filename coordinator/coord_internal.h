@@ -74,7 +74,11 @@ void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder);
  * release the gone coordinators' locks (from a coroutine of w) */
 void coord_maybe_resolve(struct dxl_coord_worker *w);
 
-/* what resolve.c needs of txn.c */
+/* what resolve.c needs of txn.c: the worker's noted coordinators (up to
+ * cap into ids; *last_ms: when it last checked them), forgetting them */
+uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32_t cap,
+			       uint64_t **last_ms);
+void coord_worker_clear_suspects(struct dxl_coord_worker *w);
 struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w);
 int coord_table_call(struct dxl_coord_worker *w, const struct view *v, uint32_t shard,
 		     uint16_t op, struct dxl_table_req *req, struct dxl_table_rep *rep,

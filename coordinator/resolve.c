@@ -34,10 +34,6 @@
 #include "common/endian.h"
 #include "coordinator/coord_internal.h"
 
-uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32_t cap,
-			       uint64_t **last_ms);
-void coord_worker_clear_suspects(struct dxl_coord_worker *w);
-
 #define RESOLVE_BUF DXL_ENGINE_MAX_VALUE /* an RPC reply's data */
 
 struct doubt {

@@ -520,9 +520,6 @@ int coord_table_call(struct dxl_coord_worker *w, const struct view *v, uint32_t 
 	return dxl_table_call(w->rpc, qp, op, req, rep, val, cap);
 }
 
-/* suspects: the worker's list, for resolve.c */
-uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32_t cap,
-			       uint64_t **last_ms);
 uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32_t cap,
 			       uint64_t **last_ms)
 {
@@ -532,7 +529,6 @@ uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32
 	return n;
 }
 
-void coord_worker_clear_suspects(struct dxl_coord_worker *w);
 void coord_worker_clear_suspects(struct dxl_coord_worker *w)
 {
 	w->nsuspects = 0;
@@ -542,15 +538,8 @@ static int table_rpc(struct dxl_txn *t, const struct op *o, uint16_t opc,
 		     struct dxl_table_req *req, struct dxl_table_rep *rep, void *val,
 		     uint32_t cap)
 {
-	const struct view_shard *vs = &t->v->shards[o->shard];
-	struct dxl_qp *qp;
-	int ret = node_qp(t->w, vs, &qp);
-	if (ret)
-		return ret;
-	req->shard = o->shard;
 	req->table = o->table;
-	req->epoch = t->v->epoch;
-	return dxl_table_call(t->w->rpc, qp, opc, req, rep, val, cap);
+	return coord_table_call(t->w, t->v, o->shard, opc, req, rep, val, cap);
 }
 
 /* ---- E: reading a record ---------------------------------------------------------- */
