@@ -739,6 +739,46 @@ static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *abo
 	return 0;
 }
 
+/* the txn ids every abort marker of the log names: one pass over the rings
+ * for a whole request (the caller frees *ids) */
+static int log_aborted(const struct dxl_logstore *ls, uint64_t **ids, size_t *n)
+{
+	size_t cap = 0;
+	*ids = NULL;
+	*n = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at, m;
+		if (dxl_ring_iter_init(&it, ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if (dxl_abort_marker_decode(rec.payload, rec.payload_len, &m) != 1)
+				continue;
+			if (*n == cap) {
+				cap = cap ? 2 * cap : 16;
+				uint64_t *x = realloc(*ids, cap * sizeof(*x));
+				if (!x) {
+					free(*ids);
+					*ids = NULL;
+					return dxl_err_set(DXL_E_NOMEM, "abort markers");
+				}
+				*ids = x;
+			}
+			(*ids)[(*n)++] = m;
+		}
+	}
+	return 0;
+}
+
+static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
 /*
  * unlock_coord_forward -- before the locks of a gone coordinator are
  * released: a transaction of it whose lock is still held here and whose
@@ -750,7 +790,11 @@ static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *abo
  */
 static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 {
-	int applied = 0;
+	uint64_t *ab_ids;
+	size_t nab;
+	int applied = log_aborted(t->ls, &ab_ids, &nab);
+	if (applied < 0)
+		return applied;
 	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
 		uint64_t wm = dxl_logstore_watermark(t->ls, r);
 		struct dxl_ring_iter it;
@@ -771,24 +815,28 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 			}
 			if (!held)
 				continue;
-			bool ab, pr;
-			collect_aborts(t->ls, rec.txn_id, &ab, &pr);
+			bool ab = id_in(ab_ids, nab, rec.txn_id);
 			if (ab || rec.commit_ts >= wm) {
-				if (!ab) /* in doubt: keep every lock of it */
+				if (!ab) { /* in doubt: keep every lock of it */
+					free(ab_ids);
 					return dxl_err_set(DXL_E_BUSY,
 							   "shard %u: transaction 0x%" PRIx64 " of coordinator %u is in doubt (ring %u): resolve its ring first",
 							   t->shard, rec.txn_id, coord, r);
+				}
 				continue;
 			}
 			int ret = dxl_store_apply_writeset(t->st, rec.payload, rec.payload_len,
 							   rec.commit_ts, NULL, NULL, NULL);
-			if (ret < 0)
+			if (ret < 0) {
+				free(ab_ids);
 				return ret;
+			}
 			applied++;
 			DXL_INFO("event=txn_rolled_forward shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64,
 				 t->shard, r, rec.txn_id, rec.commit_ts);
 		}
 	}
+	free(ab_ids);
 	return applied;
 }
 
@@ -830,12 +878,12 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 	int ret = dxl_ring_iter_init(&it, t->ls, ring);
 	if (ret)
 		return ret;
+	uint64_t *ab_ids;
+	size_t nab;
+	if ((ret = log_aborted(t->ls, &ab_ids, &nab)))
+		return ret;
 	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
-		if (rec.commit_ts < wm || !is_writeset(&rec))
-			continue;
-		bool ab, pr;
-		collect_aborts(t->ls, rec.txn_id, &ab, &pr);
-		if (ab)
+		if (rec.commit_ts < wm || !is_writeset(&rec) || id_in(ab_ids, nab, rec.txn_id))
 			continue;
 		if (k++ < skip)
 			continue;
@@ -857,6 +905,7 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 		used += need;
 		n++;
 	}
+	free(ab_ids);
 	rep->slot = n;
 	rep->data = val;
 	rep->data_len = used;
