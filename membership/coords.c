@@ -86,14 +86,7 @@ int dxl_coord_znode_delete(struct dxl_zk *zk, uint32_t id)
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "unregistering a coordinator")))
 		return ret;
-	struct Stat st;
-	int rc = zk_exists(c, path, false, &st);
-	if (rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != zk_conn_session(c)))
-		ret = dxl_err_set(DXL_E_NOENT, "%s is not held by this session", path);
-	else if (rc != ZOK)
-		ret = zk_err(rc, "exists", path);
-	else if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
-		ret = zk_err(rc, "delete", path);
+	ret = zk_delete_own(c, path);
 	zk_conn_put(c);
 	return ret;
 }

@@ -160,19 +160,15 @@ int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "releasing a writer slot")))
 		return ret;
-	struct Stat st;
-	int rc = zk_exists(c, path, false, &st);
-	if (rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != zk_conn_session(c)))
-		ret = dxl_err_set(DXL_E_NOENT, "writer slot %s is not held by this session", path);
-	else if (rc != ZOK)
-		ret = zk_err(rc, "exists", path);
-	else {
-		pthread_mutex_lock(&g_held_mu);
-		if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
-			ret = zk_err(rc, "delete", path);
+	/* the registry's lock spans the delete: no other writer of this
+	 * process may take the slot before it leaves the registry */
+	pthread_mutex_lock(&g_held_mu);
+	ret = zk_delete_own(c, path);
+	if (!ret)
 		held_del(zk_conn_session(c), shard, slot);
-		pthread_mutex_unlock(&g_held_mu);
-	}
+	pthread_mutex_unlock(&g_held_mu);
+	if (ret == DXL_E_NOENT)
+		dxl_err_prefix("writer slot");
 	zk_conn_put(c);
 	return ret;
 }

@@ -547,6 +547,19 @@ int zk_children(struct zk_conn *c, const char *path, bool watch,
 		     : zoo_get_children(c->zh, path, 0, out);
 }
 
+int zk_delete_own(struct zk_conn *c, const char *path)
+{
+	struct Stat st;
+	int rc = zk_exists(c, path, false, &st);
+	if (rc == ZNONODE || (rc == ZOK && st.ephemeralOwner != zk_conn_session(c)))
+		return dxl_err_set(DXL_E_NOENT, "%s is not held by this session", path);
+	if (rc != ZOK)
+		return zk_err(rc, "exists", path);
+	if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
+		return zk_err(rc, "delete", path);
+	return 0;
+}
+
 int zk_exists(struct zk_conn *c, const char *path, bool watch, struct Stat *st)
 {
 	return watch ? zoo_wexists(c->zh, path, zk_watcher, c, st)

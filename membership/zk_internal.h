@@ -93,6 +93,11 @@ int zk_children(struct zk_conn *c, const char *path, bool watch,
 int zk_exists(struct zk_conn *c, const char *path, bool watch,
 	      struct Stat *st);
 
+/* zk_delete_own -- delete the ephemeral znode path if this connection's
+ * session owns it: 0, DXL_E_NOENT (absent or another session's), or the
+ * ZooKeeper error */
+int zk_delete_own(struct zk_conn *c, const char *path);
+
 /* observers */
 void zk_obs_add(struct dxl_zk *zk, struct zk_obs *o);
 /* zk_obs_remove -- unlink, wait until the event thread is done with it
