@@ -540,6 +540,7 @@ static void apply_config(struct dxl_replica_server *s)
 		bool primary = sh && sh->primary == s->cfg.node_id;
 		if (s->tables[i] && primary && !was_primary[i] && !s->gated[i]) {
 			s->gated[i] = true;
+			s->live_ms[i] = 0; /* the live writers as of now */
 			s->gate_ts[i] = DXL_HLC_MAKE(dxl_wall_ms(), 0);
 			s->gate_since_ms[i] = dxl_now_ms();
 			DXL_INFO("event=gate_closed shard=%u epoch=%" PRIu64 " gate_ts=%" PRIu64,
@@ -856,6 +857,25 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 
 /* ---- the backups' tables: applying the log ------------------------------------ */
 
+/* live_writers -- s->live_mask[i], the writer slots of shard i held by live
+ * sessions, read from ZooKeeper at most every 50 ms; false while it was
+ * never read */
+static bool live_writers(struct dxl_replica_server *s, uint32_t i, uint64_t now)
+{
+	if (!s->live_ms[i] || now - s->live_ms[i] >= 50) {
+		uint64_t mask = 0;
+		uint32_t shard = dxl_shard_id(s->shards[i]);
+		if (dxl_writer_slots_live(s->zk, shard, &mask)) {
+			DXL_DEBUG("event=writer_slots_unknown shard=%u msg=\"%s\"", shard,
+				  dxl_errmsg());
+			return s->live_ms[i] != 0;
+		}
+		s->live_mask[i] = mask;
+		s->live_ms[i] = now;
+	}
+	return true;
+}
+
 /*
  * apply_backups -- for every shard with tables this node is a backup of
  * (a member, not the primary), apply what became decided in its log to its
@@ -879,19 +899,9 @@ static void apply_backups(struct dxl_replica_server *s)
 			continue;
 		}
 		/* which writers are alive: their rings bound the resolved
-		 * timestamp (read at most every 50 ms) */
-		if (!s->live_ms[i] || now - s->live_ms[i] >= 50) {
-			uint64_t mask = 0;
-			if (dxl_writer_slots_live(s->zk, shard, &mask)) {
-				DXL_DEBUG("event=writer_slots_unknown shard=%u msg=\"%s\"", shard,
-					  dxl_errmsg());
-				if (!s->live_ms[i])
-					continue; /* never known: nothing is resolved */
-			} else {
-				s->live_mask[i] = mask;
-				s->live_ms[i] = now;
-			}
-		}
+		 * timestamp */
+		if (!live_writers(s, i, now))
+			continue; /* never known: nothing is resolved */
 		dxl_tables_apply(s->tables[i], dxl_shard_logstore(s->shards[i]),
 				 s->live_mask[i], 4096);
 	}
@@ -916,9 +926,9 @@ static void gate_step(struct dxl_replica_server *s)
 			continue;
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
-		uint64_t mask = 0;
-		if (dxl_writer_slots_live(s->zk, shard, &mask))
+		if (!live_writers(s, i, now))
 			continue; /* retried next round */
+		uint64_t mask = s->live_mask[i];
 		uint64_t limit = 2ull * dxl_zk_session_timeout_ms(s->zk);
 		bool late = now - s->gate_since_ms[i] >= limit;
 		uint32_t waiting = 0;
