@@ -20,23 +20,38 @@ extern "C" {
  * since the Unix epoch, then 16 logical bits (000 L1973-2005: DST's scalar
  * timestamp). Timestamps from one clock strictly increase, even if the wall
  * clock steps back; dxl_hlc_observe() folds in a timestamp seen from another
- * node so causally later events get larger timestamps.
+ * node so causally later events get larger timestamps -- but never one
+ * further ahead of this host's physical clock than max_ahead_ms: a clock
+ * that jumped forward on one node must not drag every other clock (and
+ * every later holder of its writer slot) with it.
  */
 #define DXL_HLC_LOGICAL_BITS 16
 #define DXL_HLC_PHYS(ts) ((ts) >> DXL_HLC_LOGICAL_BITS)
 #define DXL_HLC_LOGICAL(ts) ((ts) & ((1u << DXL_HLC_LOGICAL_BITS) - 1))
 #define DXL_HLC_MAKE(ms, l) (((uint64_t)(ms) << DXL_HLC_LOGICAL_BITS) | (uint64_t)(l))
+/* how far ahead of the physical clock an observed timestamp may be */
+#define DXL_HLC_MAX_AHEAD_MS 60000u
 
 struct dxl_hlc {
 	uint64_t last; /* accessed with atomics: any thread may call */
 	uint64_t (*wall_ms)(void); /* NULL = CLOCK_REALTIME; tests inject */
+	uint32_t max_ahead_ms; /* 0 = DXL_HLC_MAX_AHEAD_MS */
 };
 
 void dxl_hlc_init(struct dxl_hlc *c);
 /* dxl_hlc_now -- a timestamp larger than every one this clock returned or observed */
 uint64_t dxl_hlc_now(struct dxl_hlc *c);
-/* dxl_hlc_observe -- remember ts (e.g. from a received message) */
-void dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
+/*
+ * dxl_hlc_observe -- remember ts (e.g. from a received message, a ring's
+ * watermark): later dxl_hlc_now values are above it. A ts more than
+ * max_ahead_ms ahead of this host's physical clock is not taken: the clock
+ * goes only as far as dxl_hlc_max_ts(), a warning is logged, and the call
+ * returns DXL_E_INVAL (the caller then knows its timestamps stay below ts).
+ * Returns 0 otherwise. Never aborts, whatever ts is.
+ */
+int dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
+/* dxl_hlc_max_ts -- the largest timestamp dxl_hlc_observe accepts now */
+uint64_t dxl_hlc_max_ts(const struct dxl_hlc *c);
 
 /* ---- log records ---------------------------------------------------------- */
 
