@@ -10,6 +10,12 @@
 /* dxl_fsync_parent -- fsync the directory holding path (after a rename) */
 void dxl_fsync_parent(const char *path);
 
+/* tests: called with the directory each dxl_fsync_parent fsyncs (NULL =
+ * none), and an errno for the region's posix_fallocate to fail with
+ * instead of being called (0 = call it) */
+extern void (*dxl_test_fsync_dir_hook)(const char *dir);
+extern int dxl_test_fallocate_err;
+
 /* dxl_region_sb_decode -- check and decode a region superblock (fuzzed) */
 int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
 			 enum dxl_durability *mode, struct dxl_region_id *id,
