@@ -32,10 +32,13 @@
  *
  * A shard nobody writes to (no writer slot held in ZooKeeper) would hold
  * the merge back forever at its last watermark. A writer must lease a slot
- * before it appends, and then appends at its clock's time, so once a read
- * of writers/<S> at wall time W found no slot held and a later poll caught
- * up, nothing below W can still come from S: the bound of such a shard is
- * W - IDLE_MARGIN_MS (the margin covers clock skew between hosts and a
+ * before it appends, and then appends at its clock's time (or above the
+ * shard's watermarks), so once a read of writers/<S> at wall time W found
+ * no slot held and a later poll caught up with every ring of S closed (the
+ * tailer says no ring held its resolved timestamp: a ring whose writer
+ * crashed may still get records confirmed below W by the next holder of its
+ * slot), nothing below W can still come from S: the bound of such a shard
+ * is W - IDLE_MARGIN_MS (the margin covers clock skew between hosts and a
  * ZooKeeper read served a little late).
  *
  * Consumer group cursors (cursors/<group>/<shard>) hold "the next commit
@@ -158,6 +161,7 @@ struct stail {
 	uint64_t last_ts, last_seq;
 	uint32_t last_writer;
 	bool caught_up;      /* the last poll left nothing below resolved */
+	unsigned holding;    /* rings that held resolved at the last poll */
 	uint64_t live_mask;  /* writer slots held, as last read */
 	bool live_known;
 	uint64_t live_at;    /* dxl_now_ms of the last read; 0 = read now */
@@ -332,7 +336,8 @@ static int poll_shard(struct tail *t, struct stail *st)
 	}
 	st->cur = DXL_MAX(st->cur, c);
 	st->caught_up = dxl_tailer_caught_up(st->tl);
-	if (st->caught_up && st->idle_cand) {
+	st->holding = dxl_tailer_holding(st->tl);
+	if (st->caught_up && st->idle_cand && !st->holding) {
 		st->idle_bound = DXL_MAX(st->idle_bound, st->idle_cand);
 		st->idle_cand = 0;
 	}
@@ -614,7 +619,8 @@ static bool waiting_helps(const struct tail *t)
 		return false;
 	for (uint32_t i = 0; i < t->n; i++) {
 		const struct stail *o = &t->s[i];
-		if (o != b && !o->qh && bound(o) <= b->qh->ts && o->live_known && !o->live_mask)
+		if (o != b && !o->qh && bound(o) <= b->qh->ts && o->live_known && !o->live_mask &&
+		    !o->holding)
 			return true;
 	}
 	return false;
