@@ -93,6 +93,7 @@ struct dxl_tailer {
 	struct dxl_mr *mr;
 	uint64_t cursor;
 	int started; /* positions found from the heads and the cursor */
+	int delivered; /* a record was delivered since */
 	int caught_up; /* the last poll delivered everything below resolved */
 	unsigned holding; /* rings that held resolved at the last poll */
 	uint64_t reclaimed_ts; /* largest head last_ts seen by the last poll */
@@ -365,7 +366,9 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		/* the later head: below it, the window may hold the writer's
 		 * next lap */
 		if (h.pos > r->pos) {
-			if (t->cursor > 0 && h.last_ts >= t->cursor)
+			/* (cursor 0, nothing delivered yet: "the earliest
+			 * record retained" is still to be found) */
+			if ((t->cursor > 0 || t->delivered) && h.last_ts >= t->cursor)
 				return dxl_err_set(DXL_E_STALE,
 						   "tailer: ring %u was reclaimed past the tailer (head %llu, past commit timestamp %llu; tailer at %llu, cursor %llu): the cursor is older than the retention",
 						   i, (unsigned long long)h.pos,
@@ -429,6 +432,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		best->seq = best->it.seq;
 		if (best->cur.commit_ts >= t->cursor) {
 			n++;
+			t->delivered = 1;
 			if (fn && fn((uint32_t)(best - t->r), &best->cur, arg)) {
 				t->cursor = best->cur.commit_ts;
 				if (cursor)

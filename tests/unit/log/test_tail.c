@@ -578,6 +578,23 @@ static void test_heads_after_windows(void **state)
 	for (uint32_t i = n0; i < g.n; i++)
 		assert_int_equal(g.ts[i], from + (i - n0));
 	dxl_tailer_delete(&t);
+
+	/* from the earliest record: a first poll that delivered some, cut
+	 * short by its window, leaves the cursor at 0; the head passing the
+	 * rest then is a loss all the same */
+	tc.from_ts = 0;
+	t = tailer(x, &tc);
+	struct got g4 = {0};
+	assert_true(dxl_tailer_poll(t, collect, &g4, NULL) > 0);
+	assert_int_equal(dxl_tailer_cursor(t), 0);
+	assert_false(dxl_tailer_caught_up(t));
+	w = (struct when){.x = x, .stage = DXL_TAIL_STAGE_CTL, .ring = 0, .armed = 1,
+			  .what = reclaim_and_overwrite};
+	dxl_tail_set_test_hook(on_read, &w);
+	ret = dxl_tailer_poll(t, collect, &g4, NULL);
+	dxl_tail_set_test_hook(NULL, NULL);
+	assert_int_equal(ret, DXL_E_STALE);
+	dxl_tailer_delete(&t);
 	fx_free(x);
 }
 
