@@ -72,7 +72,7 @@ static void expect_log(uint32_t shard)
 {
 	struct dxl_shard_cfg c;
 	cfg_of(&c, shard);
-	struct dxl_shard *s;
+	struct dxl_shard *s = NULL;
 	assert_int_equal(dxl_shard_open(dir, &c, NULL, &s), 0);
 	const struct dxl_logstore *ls = dxl_shard_logstore(s);
 	assert_int_equal(dxl_logstore_nrings(ls), NRINGS);
@@ -120,7 +120,7 @@ static void test_headless_region_with_data_is_refused(void **state)
 	dxl_region_close(&r);
 	struct dxl_shard_cfg c;
 	cfg_of(&c, 2);
-	struct dxl_shard *s;
+	struct dxl_shard *s = NULL;
 	assert_int_equal(dxl_shard_open(dir, &c, NULL, &s), DXL_E_CORRUPT);
 	assert_null(s);
 	assert_non_null(strstr(dxl_errmsg(), "not formatting over it"));
@@ -220,7 +220,7 @@ static void test_shard_on_full_filesystem(void **state)
 	}
 	struct dxl_shard_cfg c;
 	cfg_of(&c, 5);
-	struct dxl_shard *s;
+	struct dxl_shard *s = NULL;
 	int ret = dxl_shard_open(mnt, &c, NULL, &s);
 	char msg[1024];
 	snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
