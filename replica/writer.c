@@ -402,14 +402,17 @@ void dxl_log_writer_delete(struct dxl_log_writer **wp)
 	 * resolved timestamp at it (docs/log.md, "Tailing"); with records in
 	 * flight or held undecided, or a member failed, it stays open for the
 	 * next holder of the slot */
-	if (w->ap && !w->broken && !w->dead) {
+	if (w->ap && !w->broken && !w->dead && w->slot_held &&
+	    dxl_zk_session_epoch(w->zk) == w->session_epoch && dxl_zk_lease_valid(w->zk)) {
+		/* (only while the slot is surely ours: a new holder of it has
+		 * the same writer id, and its owner word must stay set) */
 		/* what is in flight finishes within the fabric's timeout */
 		uint64_t end = dxl_now_ms() + w->cfg.fabric_timeout_ms;
 		for (collect(w); !w->broken && dxl_appender_inflight(w->ap) &&
 				 dxl_now_ms() < end;
 		     collect(w))
 			dxl_appender_wait(w->ap, 10);
-		if (!w->broken && dxl_appender_inflight(w->ap) == 0 &&
+		if (!w->broken && dxl_appender_inflight(w->ap) == 0 && dxl_zk_lease_valid(w->zk) &&
 		    dxl_appender_close(w->ap, dxl_hlc_now(&w->clk)) == 0)
 			DXL_DEBUG("event=writer_closed shard=%u slot=%u", w->cfg.shard, w->slot);
 	}

@@ -824,7 +824,9 @@ int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts);
  * the ring is left open (owner set), and tailers wait for the next holder
  * of the slot, whose repair confirms or drops what is in doubt. After a
  * successful close, appends and heartbeats are refused (DXL_E_STATE); the
- * appender is still to be deleted. Closing twice is 0.
+ * appender is still to be deleted. Closing twice is 0. Only the writer
+ * that still holds the ring's writer id (e.g. its ZooKeeper slot) may
+ * close: a new holder of the id owns the ring with the same owner word.
  * Errors: DXL_E_BUSY (appends in flight or not polled, or a hold below the
  * final watermark), DXL_E_STATE (a target failed: appends of unknown
  * outcome), the heartbeat's and the READs' errors (then the ring may be
