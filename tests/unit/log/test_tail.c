@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,6 +709,198 @@ static void test_clock_jump_is_not_resolved(void **state)
 	fx_free(x);
 }
 
+/*
+ * Everything at once, seeded: two writer threads append records of random
+ * sizes to 32 KiB rings (many laps, skip records at every ring end), send
+ * heartbeats, crash (appender gone without closing the ring) and come back
+ * with repair, or close their ring and come back later (a new holder that
+ * starts above every watermark); a retention thread moves the heads past
+ * what the tailer has delivered, concurrently with its READs; the tailer
+ * polls with a small window. Every acknowledged record must come out once,
+ * in (commit timestamp, writer) order. Prints what it exercised and fails
+ * below a floor of each. DXL_TEST_SEED=n repeats a run.
+ */
+#define STRESS_PER_WRITER 1500
+
+struct stress {
+	struct fx *x;
+	struct dxl_hlc clk;
+	unsigned seed;
+	_Atomic uint64_t cursor;  /* the tailer's, published after each poll */
+	_Atomic int writers_done;
+	_Atomic int stop;
+	uint64_t acked[2][STRESS_PER_WRITER];
+	uint32_t nacked[2];
+	uint32_t skips[2], crashes[2], closes[2], heartbeats[2];
+	uint64_t end_pos[2];
+	uint64_t head_moves;
+};
+
+struct wctx {
+	struct stress *s;
+	uint32_t id;
+};
+
+static void *stress_writer(void *arg)
+{
+	struct wctx *wc = arg;
+	struct stress *s = wc->s;
+	struct fx *x = s->x;
+	uint32_t id = wc->id;
+	unsigned rnd = s->seed * 7919u + id;
+	static uint8_t pay[2][4096];
+	for (uint32_t k = 0; k < STRESS_PER_WRITER; k++) {
+		if (!x->w[id]) { /* back: repair, then above what the rings promise */
+			x->w[id] = writer(x, 1 + (int)id, id, &x->a.t[id], 1, true);
+			dxl_hlc_observe(&s->clk, dxl_appender_min_ts(x->w[id]));
+		}
+		uint32_t len = 8 + rand_r(&rnd) % 3000;
+		uint64_t ts = dxl_hlc_now(&s->clk);
+		memset(pay[id], (int)k, len);
+		memcpy(pay[id], &ts, 8);
+		struct dxl_rec r = {.txn_id = ts, .commit_ts = ts, .payload = pay[id],
+				    .payload_len = len};
+		uint64_t before, after;
+		dxl_appender_tail(x->w[id], &before, NULL);
+		struct dxl_append_result res;
+		int ret = dxl_appender_append_sync(x->w[id], &r, NULL, &res);
+		if (ret)
+			fail_msg("writer %u: append %u: %s", id, k, dxl_errmsg());
+		dxl_appender_tail(x->w[id], &after, NULL);
+		if (after - before > dxl_rec_size(0, len))
+			s->skips[id]++;
+		s->end_pos[id] = after;
+		s->acked[id][s->nacked[id]++] = ts;
+		unsigned dice = rand_r(&rnd) % 1000;
+		if (dice < 150) {
+			heartbeat_w(x->w[id], dxl_hlc_now(&s->clk));
+			s->heartbeats[id]++;
+		} else if (dice < 155) {
+			dxl_appender_delete(&x->w[id]); /* crash */
+			s->crashes[id]++;
+		} else if (dice < 160) {
+			assert_int_equal(dxl_appender_close(x->w[id], dxl_hlc_now(&s->clk)), 0);
+			dxl_appender_delete(&x->w[id]);
+			s->closes[id]++;
+			usleep(rand_r(&rnd) % 2000);
+		}
+	}
+	if (!x->w[id])
+		x->w[id] = writer(x, 1 + (int)id, id, &x->a.t[id], 1, true);
+	assert_int_equal(dxl_appender_close(x->w[id], dxl_hlc_now(&s->clk)), 0);
+	atomic_fetch_add(&s->writers_done, 1);
+	return NULL;
+}
+
+/* a replica's retention: past every record the tailer has delivered */
+static void *stress_retention(void *arg)
+{
+	struct stress *s = arg;
+	while (!atomic_load(&s->stop)) {
+		uint64_t c = atomic_load(&s->cursor);
+		for (uint32_t ring = 0; ring < 2; ring++) {
+			struct dxl_ring_iter it;
+			struct dxl_ring_head h;
+			assert_int_equal(dxl_logstore_head(s->x->a.ls, ring, &h), 0);
+			assert_int_equal(dxl_ring_iter_init(&it, s->x->a.ls, ring), 0);
+			struct dxl_rec rec;
+			uint64_t at, pos = h.pos, seq = h.seq, last = h.last_ts;
+			while (dxl_ring_iter_next(&it, &rec, &at) && rec.commit_ts < c) {
+				pos = it.pos;
+				seq = it.seq;
+				last = rec.commit_ts;
+			}
+			if (pos > h.pos) {
+				assert_int_equal(dxl_logstore_set_head(s->x->a.ls, ring, pos, seq,
+								       last), 0);
+				s->head_moves++;
+			}
+		}
+		usleep(200);
+	}
+	return NULL;
+}
+
+static void test_stress_seeded(void **state)
+{
+	static struct stress s;
+	memset(&s, 0, sizeof(s));
+	const char *e = getenv("DXL_TEST_SEED");
+	s.seed = e ? (unsigned)strtoul(e, NULL, 10) : (unsigned)(dxl_wall_ms() % 1000000);
+	printf("test_stress_seeded: seed %u (DXL_TEST_SEED=%u repeats it)\n", s.seed, s.seed);
+	struct fx *x = fx_new(32768);
+	s.x = x;
+	dxl_hlc_init(&s.clk);
+	struct dxl_tail_cfg tc = {.window = 4096};
+	struct dxl_tailer *t = tailer(x, &tc);
+	static struct got g;
+	memset(&g, 0, sizeof(g));
+	static uint64_t seen[2][STRESS_PER_WRITER];
+	uint32_t nseen[2] = {0, 0}, polls = 0, cut = 0;
+	pthread_t wt[2], rt;
+	struct wctx wc[2] = {{&s, 0}, {&s, 1}};
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&wt[i], NULL, stress_writer, &wc[i]), 0);
+	assert_int_equal(pthread_create(&rt, NULL, stress_retention, &s), 0);
+	uint64_t prev_ts = 0;
+	uint32_t prev_w = 0;
+	for (;;) {
+		int done = atomic_load(&s.writers_done) == 2;
+		g.n = 0;
+		int n = dxl_tailer_poll(t, collect, &g, NULL);
+		if (n < 0)
+			fail_msg("poll %u: %s", polls, dxl_errmsg());
+		polls++;
+		cut += !dxl_tailer_caught_up(t);
+		for (uint32_t i = 0; i < g.n; i++) {
+			uint32_t w = g.writer[i];
+			/* (one clock for both writers: no two records share a
+			 * timestamp) */
+			if (g.ts[i] <= prev_ts)
+				fail_msg("out of order: (%llu, %u) after (%llu, %u)",
+					 (unsigned long long)g.ts[i], w, (unsigned long long)prev_ts, prev_w);
+			prev_ts = g.ts[i];
+			prev_w = w;
+			assert_true(nseen[w] < STRESS_PER_WRITER);
+			seen[w][nseen[w]++] = g.ts[i];
+		}
+		atomic_store(&s.cursor, dxl_tailer_cursor(t));
+		if (done && dxl_tailer_caught_up(t) && !n && !dxl_tailer_holding(t))
+			break;
+		if (!n)
+			usleep(100);
+	}
+	atomic_store(&s.stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(wt[i], NULL);
+	pthread_join(rt, NULL);
+	for (uint32_t w = 0; w < 2; w++) {
+		if (nseen[w] != s.nacked[w])
+			fail_msg("writer %u: %u acknowledged, %u delivered", w, s.nacked[w], nseen[w]);
+		for (uint32_t i = 0; i < nseen[w]; i++)
+			if (seen[w][i] != s.acked[w][i])
+				fail_msg("writer %u: record %u is %llu, delivered %llu", w, i,
+					 (unsigned long long)s.acked[w][i],
+					 (unsigned long long)seen[w][i]);
+	}
+	uint32_t laps = (uint32_t)(DXL_MIN(s.end_pos[0], s.end_pos[1]) / 32768);
+	printf("test_stress_seeded: %u + %u records delivered once each, in order; %u polls "
+	       "(%u cut short by the window); laps >= %u; skips %u + %u; crashes %u + %u; "
+	       "closes %u + %u; heartbeats %u + %u; head moves %llu\n",
+	       nseen[0], nseen[1], polls, cut, laps, s.skips[0], s.skips[1], s.crashes[0],
+	       s.crashes[1], s.closes[0], s.closes[1], s.heartbeats[0], s.heartbeats[1],
+	       (unsigned long long)s.head_moves);
+	/* coverage floors (the expected values are several times these) */
+	assert_true(laps >= 20);
+	assert_true(s.skips[0] + s.skips[1] >= 40);
+	assert_true(s.crashes[0] + s.crashes[1] >= 4);
+	assert_true(s.closes[0] + s.closes[1] >= 4);
+	assert_true(s.head_moves >= 50);
+	assert_true(cut >= 10);
+	dxl_tailer_delete(&t);
+	fx_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -719,6 +913,7 @@ int main(void)
 		cmocka_unit_test(test_heads_after_windows),
 		cmocka_unit_test(test_unconfirmed_skip),
 		cmocka_unit_test(test_clock_jump_is_not_resolved),
+		cmocka_unit_test(test_stress_seeded),
 	};
 	return cmocka_run_group_tests_name("tail", tests, NULL, NULL);
 }
