@@ -233,6 +233,16 @@ int dxl_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out);
 /* dxl_ctx_delete -- destroy the ctx and all its QPs (active and passive) */
 void dxl_ctx_delete(struct dxl_ctx **c);
 
+/*
+ * dxl_ctx_qp_count -- the QPs this ctx holds now: active ones, passive ones
+ * the user has seen, and passive ones not freed yet (owner thread only).
+ * Passive QPs are freed by the provider once they are down if the user
+ * never saw them (no RECV named them); a passive QP the user has seen is
+ * the user's to delete with dxl_qp_delete once it is DXL_QP_ERR (the RPC
+ * layer does). So a ctx that serves reconnecting peers stays bounded.
+ */
+uint32_t dxl_ctx_qp_count(struct dxl_ctx *c);
+
 uint32_t dxl_ctx_idx(const struct dxl_ctx *c);
 struct dxl_fabric *dxl_ctx_fabric(const struct dxl_ctx *c);
 

@@ -2153,6 +2153,152 @@ static void test_stopped_peer(void **state)
 	}
 }
 
+/* wait until the peer process has actually stopped (SIGSTOP) */
+static void wait_stopped(struct dxlt_peer *peer)
+{
+	for (int i = 0; i < 1000; i++) {
+		char path[64], buf[512];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)dxlt_peer_pid(peer));
+		FILE *fp = fopen(path, "r");
+		if (!fp)
+			return;
+		size_t k = fread(buf, 1, sizeof(buf) - 1, fp);
+		fclose(fp);
+		buf[k] = 0;
+		char *p = strrchr(buf, ')');
+		if (p && (p[2] == 'T' || p[2] == 't'))
+			return;
+		usleep(1000); /* /proc offers no notification */
+	}
+}
+
+/*
+ * The contract of FLUSHED and PEER_UNREACHABLE after a timeout (fabric.h):
+ * a request that completed so never executes afterwards. The peer is
+ * stopped BEFORE the requests are posted (so none can have executed before
+ * the initiator gave up), the QP times out, the peer resumes (SIGCONT
+ * only) and runs for twice the timeout: every request reported in error
+ * must have left the peer's memory untouched; one reported successful
+ * (verbs: the NIC serves a stopped process) must be there. Then a new QP
+ * to the resumed peer works and sees the same memory.
+ */
+#define SR_WRITES 16
+#define SR_BASE 8192
+static void test_stopped_peer_resumed(void **state)
+{
+	struct fx *x = *state;
+	fx_std(x, tweak_timeout500);
+	const uint32_t tmo = x->cfg.timeout_ms;
+	CHECK_WC(dxlt_read(x->c, x->qp, ldst(x, 0), x->lkey, raddr(x, 0),
+			   x->rd.rkey, 64), DXL_WC_SUCCESS);
+	CHECK(dxlt_peer_signal(x->peer, SIGSTOP));
+	wait_stopped(x->peer);
+	/* 16 unsignalled WRITEs of 64 B (each slot a distinct byte), an
+	 * unsignalled FAA, a signalled READ: one doorbell */
+	struct dxl_wr w[SR_WRITES + 2];
+	for (int i = 0; i < SR_WRITES; i++) {
+		memset(lsrc(x, (size_t)i * 64), 0xC0 + i, 64);
+		w[i] = (struct dxl_wr){.wr_id = 100 + (uint64_t)i, .op = DXL_WR_WRITE,
+				       .local = lsrc(x, (size_t)i * 64), .len = 64,
+				       .lkey = x->lkey,
+				       .remote_addr = raddr(x, SR_BASE + (uint64_t)i * 64),
+				       .rkey = x->rd.rkey};
+	}
+	uint64_t faa_off = SR_BASE + SR_WRITES * 64;
+	w[SR_WRITES] = (struct dxl_wr){.wr_id = 200, .op = DXL_WR_FAA,
+				       .local = ldst(x, 0), .len = 8, .lkey = x->lkey,
+				       .remote_addr = raddr(x, faa_off),
+				       .rkey = x->rd.rkey, .compare_add = 1};
+	w[SR_WRITES + 1] = (struct dxl_wr){.wr_id = 300, .op = DXL_WR_READ,
+					   .flags = DXL_WR_SIGNALED,
+					   .local = ldst(x, 64), .len = 64,
+					   .lkey = x->lkey, .remote_addr = raddr(x, 0),
+					   .rkey = x->rd.rkey};
+	for (int i = 0; i < SR_WRITES + 1; i++)
+		w[i].next = &w[i + 1];
+	CHECK(dxl_qp_post(x->qp, w, NULL));
+	/* errors complete every request (unsignalled ones included);
+	 * success only the signalled READ (and on verbs not the rest) */
+	enum dxl_wc_status st[SR_WRITES + 2];
+	for (int i = 0; i < SR_WRITES + 2; i++)
+		st[i] = DXL_WC_SUCCESS;
+	bool got_read = false;
+	uint64_t end = dxl_now_ms() + 4ull * tmo + 2000;
+	int nerr = 0;
+	while (!got_read && dxl_now_ms() < end) {
+		struct dxl_wc wc[8];
+		int n = dxlt_wait_wc(x->c, wc, 1, (int)(end - dxl_now_ms()));
+		for (int i = 0; i < n; i++) {
+			int k = wc[i].wr_id == 300   ? SR_WRITES + 1
+				: wc[i].wr_id == 200 ? SR_WRITES
+						     : (int)(wc[i].wr_id - 100);
+			assert_true(k >= 0 && k < SR_WRITES + 2);
+			st[k] = wc[i].status;
+			if (wc[i].status != DXL_WC_SUCCESS) {
+				assert_true(is_dead_status(wc[i].status));
+				nerr++;
+			}
+			got_read |= k == SR_WRITES + 1;
+		}
+	}
+	assert_true(got_read);
+	/* what came after the READ: nothing is outstanding any more */
+	struct dxl_wc extra[8];
+	int n;
+	while ((n = dxl_ctx_poll(x->c, extra, 8)) > 0)
+		for (int i = 0; i < n; i++) {
+			int k = extra[i].wr_id == 200 ? SR_WRITES : (int)(extra[i].wr_id - 100);
+			assert_true(k >= 0 && k < SR_WRITES + 1);
+			st[k] = extra[i].status;
+			nerr += extra[i].status != DXL_WC_SUCCESS;
+		}
+	CHECK(dxlt_peer_signal(x->peer, SIGCONT));
+	usleep(2 * tmo * 1000); /* the resumed peer runs for twice the timeout */
+	int landed = 0, held = 0;
+	for (int i = 0; i < SR_WRITES; i++) {
+		uint8_t got[64], want[64];
+		CHECK(dxlt_peer_mr_read(x->peer, x->rreg, SR_BASE + (uint64_t)i * 64,
+					got, 64));
+		memset(want, 0xC0 + i, 64);
+		if (st[i] == DXL_WC_SUCCESS) {
+			assert_memory_equal(got, want, 64);
+			landed++;
+		} else {
+			if (memcmp(got, x->shadow + SR_BASE + (size_t)i * 64, 64))
+				fail_msg("WRITE %d completed %s, but its data reached the "
+					 "peer after it resumed", i,
+					 dxl_wc_status_str(st[i]));
+			held++;
+		}
+	}
+	uint64_t faa_was;
+	memcpy(&faa_was, x->shadow + faa_off, 8);
+	uint64_t faa_now = peer_u64(x, faa_off);
+	if (st[SR_WRITES] == DXL_WC_SUCCESS) {
+		assert_int_equal(faa_now, faa_was + 1);
+	} else if (faa_now != faa_was) {
+		fail_msg("FAA completed %s, but it executed after the peer resumed",
+			 dxl_wc_status_str(st[SR_WRITES]));
+	}
+	print_message("  stopped, timed out, resumed for %u ms: %d requests "
+		      "completed in error and did not execute, %d succeeded and "
+		      "did\n", 2 * tmo, held + (st[SR_WRITES] != DXL_WC_SUCCESS),
+		      landed + (st[SR_WRITES] == DXL_WC_SUCCESS));
+	if (nic_in_process(x->cfg.provider)) {
+		/* the stopped process is the NIC: everything failed, so the
+		 * check above covered every request */
+		assert_int_equal(nerr, SR_WRITES + 2);
+		assert_int_equal(held, SR_WRITES);
+	}
+	/* the resumed peer serves a new QP, and its memory is as checked */
+	struct dxl_qp *q2 = fx_connect_ctx(x, 0);
+	CHECK_WC(dxlt_read(x->c, q2, ldst(x, 4096), x->lkey, raddr(x, SR_BASE),
+			   x->rd.rkey, 64), DXL_WC_SUCCESS);
+	if (st[0] != DXL_WC_SUCCESS)
+		assert_memory_equal(ldst(x, 4096), x->shadow + SR_BASE, 64);
+	dxl_qp_delete(&q2);
+}
+
 /* ========================================================================== */
 /* power-failure model (tcp provider)                                         */
 /* ========================================================================== */
@@ -2274,6 +2420,7 @@ int main(void)
 		T(test_dead_peer_signalled),
 		T(test_dead_peer_unsignalled),
 		T(test_stopped_peer),
+		T(test_stopped_peer_resumed),
 		T(test_power_fail_model),
 	};
 	char name[64];
