@@ -48,6 +48,17 @@ if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	esac
 fi
 if [ $# -eq 0 ]; then
+	# reconnecting peers under ASan: freed passive QPs and receive
+	# buffers must not be used again (issue 17; about 30 s)
+	echo "=== connection churn under ASan (make test-churn-asan)"
+	if make test-churn-asan >build/churn-asan.log 2>&1; then
+		echo "=== connection churn under ASan: passed"; passed=$((passed + 1))
+	else
+		tail -30 build/churn-asan.log; echo "=== connection churn under ASan: FAILED"
+		rc=1; failed=$((failed + 1))
+	fi
+fi
+if [ $# -eq 0 ]; then
 	# bounded fuzzing of the on-disk parsers (tests/fuzz/README)
 	echo "=== fuzz (${FUZZ_SECONDS:-15}s per target)"
 	if make fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-15}" >build/fuzz.log 2>&1; then
