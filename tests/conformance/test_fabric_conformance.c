@@ -2372,9 +2372,126 @@ static void test_power_fail_model(void **state)
 }
 
 /* ========================================================================== */
+/* a receive pending on a deleted QP                                          */
+/* ========================================================================== */
+
+struct two_sends_arg {
+	char addr[DXL_FABRIC_ADDR_MAX]; /* the test's fabric, ctx 0 */
+	uint64_t flag_addr;             /* a word of the test's to set to 1 */
+	uint32_t flag_rkey;
+	uint32_t pad;
+};
+
+/* job in the peer: connect to the test's ctx 0, SEND "first", SEND
+ * "second" (each signalled: delivered when it completes), then WRITE 1
+ * into the test's flag word: the second message is in a receive buffer by
+ * then. The QP stays open until the test has looked. */
+static int job_two_sends(struct dxlt_peer_self *self, const void *arg,
+			 size_t arg_len, void **out, size_t *out_len)
+{
+	struct two_sends_arg a;
+	if (arg_len != sizeof(a))
+		return DXL_E_INVAL;
+	memcpy(&a, arg, sizeof(a));
+	struct dxl_ctx *c = NULL;
+	struct dxl_qp *qp = NULL;
+	int ret = dxl_ctx_new(dxlt_self_fabric(self), 9, &c);
+	if (!ret)
+		ret = dxl_qp_connect(c, a.addr, 0, &qp);
+	static char first[8] = "first", second[8] = "second";
+	static uint64_t one = 1;
+	struct dxl_wr w[3] = {
+		{.wr_id = 1, .op = DXL_WR_SEND, .local = first, .len = 8,
+		 .flags = DXL_WR_SIGNALED | DXL_WR_INLINE},
+		{.wr_id = 2, .op = DXL_WR_SEND, .local = second, .len = 8,
+		 .flags = DXL_WR_SIGNALED | DXL_WR_INLINE},
+		{.wr_id = 3, .op = DXL_WR_WRITE, .local = &one, .len = 8,
+		 .flags = DXL_WR_SIGNALED | DXL_WR_INLINE,
+		 .remote_addr = a.flag_addr, .rkey = a.flag_rkey},
+	};
+	for (int i = 0; !ret && i < 3; i++) {
+		if (i == 1)
+			usleep(100000); /* the test has seen the first by then */
+		ret = dxl_qp_post(qp, &w[i], NULL);
+		struct dxl_wc wc;
+		if (!ret && dxlt_wait_wc(c, &wc, 1, dxlt_wait_ms()) != 1)
+			ret = DXL_E_TIMEDOUT;
+		if (!ret && wc.status != DXL_WC_SUCCESS)
+			ret = dxl_err_set(DXL_E_IO, "request %d: %s", i,
+					  dxl_wc_status_str(wc.status));
+	}
+	usleep(500000);
+	dxl_qp_delete(&qp);
+	dxl_ctx_delete(&c);
+	return ret;
+}
+
+/*
+ * A message waits in a receive buffer for its (passive) QP when the QP is
+ * deleted: the buffer comes back to the user as a RECV completion with
+ * DXL_WC_FLUSHED, its wr_id, byte_len 0 and no QP (fabric.h), on every
+ * provider -- never lost (the receive queue would shrink for good).
+ */
+static void test_recv_of_deleted_qp(void **state)
+{
+	struct fx *x = *state;
+	fx_open(x, NULL);
+	fx_peer(x);
+	uint64_t *flag = dxlt_alloc_pages(4096);
+	assert_non_null(flag);
+	struct dxl_mr *fmr;
+	CHECK(dxl_mr_reg(x->f, flag, 4096, DXL_MR_LOCAL_WRITE | DXL_MR_REMOTE_WRITE,
+			 &fmr));
+	struct dxl_mr_desc fd;
+	dxl_mr_desc(fmr, &fd);
+	CHECK(dxl_ctx_post_recv(x->c, ldst(x, 0), 64, x->lkey, 501));
+	CHECK(dxl_ctx_post_recv(x->c, ldst(x, 64), 64, x->lkey, 502));
+	struct two_sends_arg a = {.flag_addr = fd.addr, .flag_rkey = fd.rkey};
+	snprintf(a.addr, sizeof(a.addr), "%s", dxl_fabric_addr(x->f));
+	CHECK(dxlt_peer_job_start(x->peer, "two_sends", &a, sizeof(a)));
+	struct dxl_wc wc;
+	assert_int_equal(dxlt_wait_wc(x->c, &wc, 1, dxlt_wait_ms()), 1);
+	assert_int_equal(wc.wr_id, 501);
+	CHECK_WC(wc.status, DXL_WC_SUCCESS);
+	assert_int_equal(wc.opcode, DXL_WC_RECV);
+	assert_memory_equal(ldst(x, 0), "first", 6);
+	struct dxl_qp *pq = wc.qp;
+	assert_non_null(pq);
+	assert_int_equal(dxl_qp_is_passive(pq), 1);
+	/* the second message is in buffer 502 once the flag is set; do not
+	 * poll meanwhile */
+	uint64_t end = dxl_now_ms() + (uint64_t)dxlt_wait_ms();
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && dxl_now_ms() < end)
+		usleep(1000);
+	assert_int_equal(__atomic_load_n(flag, __ATOMIC_ACQUIRE), 1);
+	dxl_qp_delete(&pq);
+	memset(&wc, 0xff, sizeof(wc));
+	int n = dxlt_wait_wc(x->c, &wc, 1, 2000);
+	if (n != 1)
+		fail_msg("the buffer of a message for a deleted QP never came back");
+	assert_int_equal(wc.wr_id, 502);
+	assert_int_equal(wc.opcode, DXL_WC_RECV);
+	CHECK_WC(wc.status, DXL_WC_FLUSHED);
+	assert_int_equal(wc.byte_len, 0);
+	assert_null(wc.qp);
+	print_message("  a message pending on a deleted QP: its buffer came back "
+		      "FLUSHED with no QP\n");
+	int job_rc = -1;
+	void *out = NULL;
+	size_t out_len = 0;
+	CHECK(dxlt_peer_job_wait(x->peer, &job_rc, &out, &out_len));
+	free(out);
+	CHECK(job_rc);
+	expect_no_wc(x);
+	dxl_mr_dereg(&fmr);
+	dxlt_free_pages(flag, 4096);
+}
+
+/* ========================================================================== */
 
 static const struct dxlt_job jobs[] = {
 	{"atomic_client", job_atomic_client},
+	{"two_sends", job_two_sends},
 	{NULL, NULL},
 };
 
@@ -2415,6 +2532,7 @@ int main(void)
 		T(test_send_recv_echo),
 		T(test_recv_fifo),
 		T(test_send_too_large),
+		T(test_recv_of_deleted_qp),
 		T(test_connect_errors),
 		T(test_post_validation),
 		T(test_dead_peer_signalled),
