@@ -314,6 +314,69 @@ static void test_dereg_waits_for_persist(void **state)
 	free(ma);
 }
 
+/*
+ * A flush READ promises durability; an atomic after it on the same QP is
+ * how others learn of it (an unlock after a write-back: docs/engine.md).
+ * So the region's persist callback (msync in msync mode) must have run
+ * when the atomic executes, not only before the READ's answer leaves. The
+ * callback notes the lock word it sees: still the old value.
+ */
+static uint64_t *lockword;
+static atomic_uint cb_calls;
+static uint64_t seen_lock;
+
+static void persist_note_lock(void *arg, const void *addr, size_t len)
+{
+	seen_lock = __atomic_load_n(lockword, __ATOMIC_ACQUIRE);
+	atomic_fetch_add(&cb_calls, 1);
+}
+
+static void test_persist_before_atomic(void **state)
+{
+	struct dxl_fabric *fa = tt_fabric(1, 2000, 0), *fb = tt_fabric(2, 2000, 0);
+	struct dxl_ctx *ca, *cb;
+	assert_int_equal(dxl_ctx_new(fa, 0, &ca), 0);
+	assert_int_equal(dxl_ctx_new(fb, 0, &cb), 0);
+	uint8_t *rec = aligned_alloc(64, 4096);
+	lockword = aligned_alloc(64, 4096);
+	memset(rec, 0, 4096);
+	memset(lockword, 0, 4096);
+	*lockword = 77; /* held by 77 */
+	struct dxl_mr *mrr, *mrl;
+	assert_int_equal(dxl_mr_reg(fb, rec, 4096, DXL_MR_REMOTE_READ |
+				    DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT, &mrr), 0);
+	dxl_mr_set_persist_fn(mrr, persist_note_lock, NULL);
+	assert_int_equal(dxl_mr_reg(fb, lockword, 4096, DXL_MR_REMOTE_ATOMIC, &mrl), 0);
+	struct dxl_mr_desc dr, dl;
+	dxl_mr_desc(mrr, &dr);
+	dxl_mr_desc(mrl, &dl);
+	struct dxl_qp *qp;
+	assert_int_equal(dxl_qp_connect(ca, dxl_fabric_addr(fb), 0, &qp), 0);
+	uint64_t v = 5, r = 0, old = 0;
+	struct dxl_wr cas = {.wr_id = 3, .op = DXL_WR_CAS, .local = &old, .len = 8,
+			     .remote_addr = dl.addr, .rkey = dl.rkey, .compare_add = 77,
+			     .swap = 0, .flags = DXL_WR_SIGNALED};
+	struct dxl_wr rd = {.op = DXL_WR_READ, .local = &r, .len = 8,
+			    .remote_addr = dr.addr, .rkey = dr.rkey, .next = &cas};
+	struct dxl_wr w = {.op = DXL_WR_WRITE, .local = &v, .len = 8,
+			   .remote_addr = dr.addr, .rkey = dr.rkey,
+			   .flags = DXL_WR_INLINE, .next = &rd};
+	assert_int_equal(dxl_qp_post(qp, &w, NULL), 0);
+	struct dxl_wc wc;
+	assert_int_equal(tt_wait_wc(ca, &wc, TT_WAIT_MS), 1);
+	assert_int_equal(wc.status, DXL_WC_SUCCESS);
+	assert_int_equal(old, 77);
+	print_message("  the persist callback ran %u time(s), seeing the lock word "
+		      "%llu (77: before the unlock CAS)\n", atomic_load(&cb_calls),
+		      (unsigned long long)seen_lock);
+	assert_int_equal(atomic_load(&cb_calls), 1);
+	assert_int_equal(seen_lock, 77);
+	dxl_fabric_delete(&fa);
+	dxl_fabric_delete(&fb);
+	free(rec);
+	free(lockword);
+}
+
 /* ---- READ copies of lines being rewritten ---------------------------------- */
 
 struct churner {
@@ -395,6 +458,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_handshake_fences_abandoned),
 		cmocka_unit_test(test_failed_qp_is_noted),
 		cmocka_unit_test(test_dereg_waits_for_persist),
+		cmocka_unit_test(test_persist_before_atomic),
 		cmocka_unit_test(test_dma_read_never_torn),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
