@@ -104,7 +104,8 @@ test: all
 # Exit status 77 (with a "SKIPPED: rdma-guest: ..." line) = cannot run here.
 test-rdma: all
 	scripts/rdma-guest.sh -q --timeout 540 --env DXL_BUILD=$(O) \
-		--list tests/rdma/smoke.list --list tests/rdma/dxl.list
+		--list tests/rdma/smoke.list --list tests/rdma/dxl.list \
+		--list tests/rdma/fabric.list
 
 # the fabric benchmark on verbs and tcp in one Soft-RoCE guest: verbs/tcp ratios
 bench-rdma: all

@@ -51,6 +51,7 @@ static bool env_up(struct env *e, bool with_agent)
 	struct dxl_fabric_cfg fc;
 	dxlt_fabric_cfg_from_env(&fc);
 	fc.node_id = 2;
+	fc.timeout_ms = 5000; /* rdma_cm connects under QEMU/TCG take long */
 	int r = dxl_fabric_new(&fc, &e->node);
 	if (r == DXL_E_NODEV && !getenv("DXL_TEST_REQUIRE_DEVICE")) {
 		print_message("  SKIPPED: no device for %s: %s\n",

@@ -185,6 +185,7 @@ static int env_up(struct env *e, uint32_t n_recv)
 	struct dxl_fabric_cfg fc;
 	dxlt_fabric_cfg_from_env(&fc);
 	fc.node_id = SRV_NODE;
+	fc.timeout_ms = 5000; /* rdma_cm connects under QEMU/TCG take long */
 	int r = dxl_fabric_new(&fc, &e->sv.f);
 	if (r == DXL_E_NODEV && !getenv("DXL_TEST_REQUIRE_DEVICE")) {
 		print_message("  SKIPPED: no device for provider %s: %s\n",
