@@ -188,12 +188,11 @@ static int nic_flush(struct tcp_fab *tf, struct tcp_conn *conn)
 	int ret = 0;
 	/* group commit: the flush READs staged below promise durability; make
 	 * good on all of them at once before any of their answers leaves
-	 * (under mr_lock: a region deregistered meanwhile ran its own) */
-	if (tf->npend) {
-		pthread_mutex_lock(&tf->mr_lock);
-		tcp_pf_run_persist(tf);
-		pthread_mutex_unlock(&tf->mr_lock);
-	}
+	 * (under mr_lock, as every use of the noted ranges: a region
+	 * deregistered meanwhile ran its own) */
+	pthread_mutex_lock(&tf->mr_lock);
+	tcp_pf_run_persist(tf);
+	pthread_mutex_unlock(&tf->mr_lock);
 	pthread_mutex_lock(&conn->mu);
 	if (conn->fd < 0) {
 		tcp_buf_consume(&tf->stage, tf->stage.len);
@@ -485,13 +484,11 @@ static bool nic_send(struct tcp_fab *tf, struct tcp_conn *conn,
 	const uint8_t *payload = tcp_buf_data(&conn->in) + TCP_FRAME_SIZE;
 	bool detached = false, too_big = false;
 	struct tcp_srq_ent ent;
-	if (tf->npend) {
-		/* as for atomics: a message may announce what a flush READ
-		 * before it made durable */
-		pthread_mutex_lock(&tf->mr_lock);
-		tcp_pf_run_persist(tf);
-		pthread_mutex_unlock(&tf->mr_lock);
-	}
+	/* as for atomics: a message may announce what a flush READ before it
+	 * made durable */
+	pthread_mutex_lock(&tf->mr_lock);
+	tcp_pf_run_persist(tf);
+	pthread_mutex_unlock(&tf->mr_lock);
 	/* conn->mu keeps the ctx, its QP and its buffers alive: ctx and QP
 	 * teardown detach the connection under it */
 	pthread_mutex_lock(&conn->mu);

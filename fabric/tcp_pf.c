@@ -245,6 +245,8 @@ void tcp_pf_drain_persist_locked(struct tcp_fab *tf, const struct dxl_mr *mr)
 {
 	uintptr_t base = (uintptr_t)mr->addr, end = base + mr->len;
 	size_t k = 0;
+	if (!tf->npend)
+		return;
 	for (size_t i = 0; i < tf->npend; i++) {
 		struct tcp_persist_pend p = tf->pend[i];
 		if (p.fn == mr->persist_fn && p.arg == mr->persist_arg &&
