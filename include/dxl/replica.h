@@ -301,6 +301,8 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * has not rewritten it yet). A refused request changes nothing.
  */
 #define DXL_REPLICA_RPC_CTX 2 /* ctx 0: writers and tailers, 1: catch-up */
+#define DXL_REPLICA_LOCK_CTX 3 /* engine.lock_mode=nic: the node's own lock-word
+				  CASes (a loopback QP, engine.h lock agent) */
 #define DXL_TABLE_REQ_SIZE 64
 #define DXL_TABLE_REP_SIZE 64
 #define DXL_TABLE_REP_LIVE 1u
