@@ -26,8 +26,8 @@
  */
 
 #define HEADS_READ (2 * DXL_RING_HEAD_SLOT_SIZE)
-/* discovery reads the control block up to the watermark's end */
-#define CTL_READ (DXL_RING_WMARK_OFF + DXL_RING_WMARK_SIZE)
+/* discovery reads the control block up to the incarnation slots' end */
+#define CTL_READ DXL_RING_CTL_READ
 #define CHUNK (1u << 20) /* largest single READ/WRITE of ring bytes */
 
 struct target {
@@ -75,6 +75,7 @@ struct dxl_appender {
 	uint64_t last_ts;
 	uint64_t ref_last_ts; /* dxl_appender_last_ts */
 	uint64_t ref_wmark;   /* the reference's watermark at open */
+	uint32_t inc;         /* this appender's incarnation of the ring */
 	struct dxl_repair_stats repair;
 	/* the commit timestamp of the first append that was not acknowledged:
 	 * the watermark never passes it (UINT64_MAX: none failed) */
@@ -144,6 +145,7 @@ struct ring_view {
 	uint64_t end_pos, end_seq; /* where the valid content ends */
 	uint64_t last_ts;          /* the last record's commit ts, else the head's */
 	uint64_t wmark;            /* 0: none */
+	uint32_t inc;              /* highest incarnation of its slots and records */
 };
 
 /* claim target t's ring, read its control block and ring into buf
@@ -174,6 +176,7 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	if ((ret = dxl_ring_head_decode(hb, &v->head)))
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
+	v->inc = dxl_ring_inc_decode(hb);
 	t->head_gen = v->head.gen;
 	t->head_pos = v->head.pos;
 	v->last_ts = v->head.last_ts;
@@ -186,13 +189,16 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	struct dxl_ring_iter it;
 	dxl_ring_iter_init_buf(&it, buf, t->t.ring_size, v->head.pos, v->head.seq);
 	struct dxl_rec rec;
-	while (dxl_ring_iter_next(&it, &rec, NULL)) {
+	uint64_t at;
+	while (dxl_ring_iter_step(&it, &rec, &at)) {
 		if (rec.writer != a->cfg.writer_id)
 			return dxl_err_set(DXL_E_STALE,
 					   "ring %u at %s holds records of writer %u, not %u",
 					   t->t.ring, t->t.addr, rec.writer,
 					   a->cfg.writer_id);
-		if (rec.commit_ts > v->last_ts)
+		if (rec.incarnation > v->inc)
+			v->inc = rec.incarnation;
+		if (rec.type == DXL_REC_DATA && rec.commit_ts > v->last_ts)
 			v->last_ts = rec.commit_ts;
 	}
 	v->end_pos = it.pos;
@@ -280,6 +286,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 		if (ra != qa || r.type != q.type || r.total_len != q.total_len ||
 		    r.seq != q.seq || r.writer != q.writer ||
 		    r.commit_ts != q.commit_ts || r.txn_id != q.txn_id ||
+		    r.incarnation != q.incarnation ||
 		    rec_crc(rbuf, size, ra) != rec_crc(tbuf, size, qa))
 			return diverged(t, ra, "another record");
 	}
@@ -347,6 +354,45 @@ static int exec_repair(struct dxl_appender *a, struct target *t,
 		return ret;
 	note_head(t, hb);
 	return 0;
+}
+
+/*
+ * open_incarnation -- before this appender's first append, on target t:
+ * record its incarnation (in the slot of the other parity: the newer one
+ * stays readable if this WRITE tears) and zero the line at the tail, where
+ * the first append goes, so that no member's scan goes past the end this
+ * appender starts from (the reference included: repair zeroes it on the
+ * others). Then one flush READ (H9): both are durable before any record of
+ * the new incarnation is written. head_pos is the target's head at
+ * discovery: the line at the tail holds no live record only while the ring
+ * is not full.
+ */
+static int open_incarnation(struct dxl_appender *a, struct target *t,
+			    uint64_t head_pos)
+{
+	const uint64_t size = a->ring_size;
+	struct dxl_fatptr fp = data_fp(t);
+	/* a->mem starts with the first staging slot, unused so far */
+	uint8_t *b = a->mem;
+	memset(b, 0, 2 * DXL_REC_MIN_SIZE);
+	dxl_ring_inc_encode(b, a->inc);
+	int ret = dxl_rdpma_write(t->qp, &fp,
+				  t->t.ctl_off + DXL_RING_INC_OFF +
+					  (a->inc % 2) * DXL_RING_INC_SLOT,
+				  b, 16, dxl_mr_lkey(a->mr));
+	if (!ret && a->tail_pos - head_pos < size)
+		ret = dxl_rdpma_write(t->qp, &fp,
+				      t->t.buf_off + a->tail_pos % size,
+				      b + DXL_REC_MIN_SIZE, DXL_REC_MIN_SIZE,
+				      dxl_mr_lkey(a->mr));
+	/* H9: 000 L665 -- the READ after the WRITEs on this QP persists them */
+	uint8_t *hb = a->slots[0].heads;
+	if (!ret)
+		ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+				     dxl_mr_lkey(a->mr));
+	if (!ret)
+		note_head(t, hb);
+	return ret;
 }
 
 static int check_cfg(const struct dxl_appender_cfg *c, unsigned n)
@@ -418,6 +464,9 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	a->ref_last_ts = rv.last_ts;
 	a->ref_wmark = rv.wmark;
 	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
+	uint32_t max_inc = rv.inc;
+	uint64_t head_pos[DXL_APPEND_MAX_TARGETS];
+	head_pos[0] = rv.head.pos;
 	for (unsigned i = 1; i < a->n; i++) {
 		const struct dxl_log_target *ti = &a->tg[i].t;
 		if ((ret = discover(a, &a->tg[i], tb.p, dxl_mr_lkey(tb.mr), &tv))) {
@@ -428,6 +477,8 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		 * acknowledged records only, which the reference has): never
 		 * append below it */
 		a->last_ts = DXL_MAX(a->last_ts, tv.wmark);
+		max_inc = DXL_MAX(max_inc, tv.inc);
+		head_pos[i] = tv.head.pos;
 		if (!a->cfg.repair) {
 			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
 				ret = dxl_err_set(DXL_E_STALE,
@@ -470,6 +521,21 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			 (unsigned long long)a->tail_pos,
 			 (unsigned long long)a->tail_seq, p->records,
 			 p->action == REPAIR_COPY ? "copied" : "dropped");
+	}
+	if (max_inc == UINT32_MAX) {
+		ret = dxl_err_set(DXL_E_STALE,
+				  "appender: ring %u has used up its incarnations (%u)",
+				  t0->ring, max_inc);
+		goto out;
+	}
+	a->inc = max_inc + 1;
+	for (unsigned i = 0; i < a->n; i++) {
+		if ((ret = open_incarnation(a, &a->tg[i], head_pos[i]))) {
+			dxl_err_prefix("appender (writer %u): opening ring %u at %s",
+				       a->cfg.writer_id, a->tg[i].t.ring,
+				       a->tg[i].t.addr);
+			goto out;
+		}
 	}
 out:
 	ringbuf_free(&tb);
@@ -586,6 +652,11 @@ void dxl_appender_tail(const struct dxl_appender *a, uint64_t *pos,
 uint64_t dxl_appender_last_ts(const struct dxl_appender *a)
 {
 	return a->ref_last_ts;
+}
+
+uint32_t dxl_appender_incarnation(const struct dxl_appender *a)
+{
+	return a->inc;
 }
 
 uint64_t dxl_appender_open_watermark(const struct dxl_appender *a)
@@ -936,6 +1007,7 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	r.writer = a->cfg.writer_id;
 	r.epoch = a->cfg.epoch;
 	r.seq = p.rec_seq;
+	r.incarnation = a->inc;
 	int n = dxl_rec_encode(&r, parts, s->rec, a->cfg.max_record);
 	if (n < 0)
 		return n;
@@ -944,8 +1016,9 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	s->skip_len = p.skip_len;
 	s->skip_off = p.skip_off;
 	if (p.skip_len) {
-		int m = dxl_rec_encode_skip(a->cfg.writer_id, a->cfg.epoch, p.skip_seq,
-					    p.skip_len, s->skip, a->cfg.max_record);
+		int m = dxl_rec_encode_skip_inc(a->cfg.writer_id, a->cfg.epoch,
+						a->inc, p.skip_seq, p.skip_len,
+						s->skip, a->cfg.max_record);
 		if (m < 0)
 			return m;
 	}

@@ -16,13 +16,16 @@
  * Head slot (control block offsets 0 and 64):
  *   0 generation (u64)  8 pos (u64)  16 seq (u64)  24 last_ts (u64)
  *  32 CRC32C of 0..31 (u32), then zero up to 64
+ * Incarnation slot (control block offsets 256 and 320, one line each):
+ *   0 incarnation (u64)  8 incarnation ^ DXL_RING_INC_MAGIC (u64)
  * Who writes what (H8: CPU-owned words stay with the CPU): the log header
  * and the head slots are written only by the replica's CPU; remote writers
- * only READ them. Ring buffers are written only by their writer (remote
- * WRITEs, or a local writer), and read by scans.
+ * only READ them. Ring buffers, the watermark and the incarnation slots are
+ * written only by their writer (remote WRITEs, or a local writer), and read
+ * by scans.
  */
 #define LOG_MAGIC "DXLLOG"
-#define LOG_VERSION 1
+#define LOG_VERSION 2 /* 2: incarnation slots, records of version 2 */
 #define FIRST_SEQ 1
 
 struct dxl_logstore {
@@ -241,6 +244,34 @@ uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring)
 				     DXL_RING_WMARK_OFF);
 }
 
+void dxl_ring_inc_encode(void *slot, uint32_t inc)
+{
+	uint8_t *b = slot;
+	dxl_put_le64(b, inc);
+	dxl_put_le64(b + 8, (uint64_t)inc ^ DXL_RING_INC_MAGIC);
+}
+
+uint32_t dxl_ring_inc_decode(const void *ctl)
+{
+	const uint8_t *b = (const uint8_t *)ctl + DXL_RING_INC_OFF;
+	uint32_t best = 0;
+	for (int i = 0; i < 2; i++, b += DXL_RING_INC_SLOT) {
+		uint64_t v = dxl_get_le64(b);
+		/* both words must agree (a torn or never-written slot does not
+		 * count) and the value must fit a record's field */
+		if (dxl_get_le64(b + 8) == (v ^ DXL_RING_INC_MAGIC) &&
+		    v <= UINT32_MAX && v > best)
+			best = (uint32_t)v;
+	}
+	return best;
+}
+
+uint32_t dxl_logstore_incarnation(const struct dxl_logstore *ls, uint32_t ring)
+{
+	DXL_ASSERT(ring < ls->nrings);
+	return dxl_ring_inc_decode(ls->data + dxl_logstore_ctl_off(ls, ring));
+}
+
 static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		     uint64_t *at);
 
@@ -344,7 +375,9 @@ void dxl_ring_iter_init_buf(struct dxl_ring_iter *it, const void *buf,
 	it->start_pos = pos;
 	it->pos = pos;
 	it->seq = seq;
+	it->inc = 0;
 	it->done = 0;
+	it->end = DXL_RING_END_NONE;
 }
 
 int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
@@ -357,32 +390,50 @@ int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
 	return dxl_ring_iter_init_at(it, ls, ring, h.pos, h.seq);
 }
 
+/* the walk ends at it->pos, for reason why */
+static int ring_end(struct dxl_ring_iter *it, enum dxl_ring_end why)
+{
+	it->done = 1;
+	if (it->end == DXL_RING_END_NONE)
+		it->end = why;
+	return 0;
+}
+
 /*
  * ring_step -- consume the record at it->pos, skip or data: 1 and the record
- * (and its position in *at), or 0 at the end of the valid content (a torn,
- * stale or never-written record, or a full lap), which ends the walk.
+ * (and its position in *at), or 0 at the end of the valid content (nothing
+ * written, a torn or stale record, a ghost, or a full lap), which ends the
+ * walk; it->end says which.
  */
 static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		     uint64_t *at)
 {
 	const uint64_t size = it->ring_size;
-	if (it->done || it->pos - it->start_pos >= size) {
-		it->done = 1;
+	if (it->done)
 		return 0;
-	}
+	if (it->pos - it->start_pos >= size)
+		return ring_end(it, DXL_RING_END_LAP);
 	uint64_t off = it->pos % size;
 	/* a failed decode is the end of the valid content, not an error: do
 	 * not leave its message behind */
-	if (dxl_rec_decode(it->buf + off, size - off, rec) != 0 ||
-	    rec->seq != it->seq || /* a record of an earlier lap */
-	    it->pos - it->start_pos + rec->total_len > size) {
+	if (dxl_rec_decode(it->buf + off, size - off, rec) != 0) {
 		dxl_err_clear();
-		it->done = 1;
-		return 0;
+		return ring_end(it, dxl_rec_peek_size(it->buf + off, size - off)
+					    ? DXL_RING_END_TORN
+					    : DXL_RING_END_EMPTY);
 	}
+	if (rec->seq != it->seq) /* a record of an earlier lap */
+		return ring_end(it, DXL_RING_END_STALE);
+	if (it->pos - it->start_pos + rec->total_len > size)
+		return ring_end(it, DXL_RING_END_LAP);
+	/* written by an earlier appender than its predecessor: it was not
+	 * written after it (see DXL_RING_END_GHOST) */
+	if (rec->incarnation < it->inc)
+		return ring_end(it, DXL_RING_END_GHOST);
 	*at = it->pos;
 	it->pos += rec->total_len;
 	it->seq++;
+	it->inc = rec->incarnation;
 	return 1;
 }
 

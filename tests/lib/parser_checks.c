@@ -30,8 +30,9 @@ void dxl_check_record_parser(const uint8_t *data, size_t size)
 	if (r.type == DXL_REC_SKIP) {
 		CHECK(r.payload == NULL && r.payload_len == 0 && r.nparts == 0);
 		uint8_t *buf = malloc(r.total_len);
-		CHECK(dxl_rec_encode_skip(r.writer, r.epoch, r.seq, r.total_len, buf,
-					  r.total_len) == (int)r.total_len);
+		CHECK(dxl_rec_encode_skip_inc(r.writer, r.epoch, r.incarnation,
+					      r.seq, r.total_len, buf,
+					      r.total_len) == (int)r.total_len);
 		CHECK(memcmp(buf, data, r.total_len) == 0);
 		free(buf);
 		return;

@@ -387,7 +387,8 @@ static void test_torn_record_at_the_end(void **state)
 	uint8_t rec[1024], p[700];
 	make_payload(p, 700, 11);
 	struct dxl_rec r = {.type = DXL_REC_DATA, .seq = seq, .txn_id = 11,
-			    .commit_ts = 1011, .payload = p, .payload_len = 700};
+			    .commit_ts = 1011, .payload = p, .payload_len = 700,
+			    .incarnation = dxl_logstore_incarnation(x->sls, 0)};
 	int len = dxl_rec_encode(&r, NULL, rec, sizeof(rec));
 	assert_int_equal(len, 768);
 	uint8_t *b = (uint8_t *)dxl_region_data(x->sreg) +
