@@ -132,7 +132,7 @@ static struct dxl_fatptr data_fp(const struct target *t)
 static void note_head(struct target *t, const uint8_t *slots)
 {
 	struct dxl_ring_head h;
-	if (dxl_ring_head_decode(slots, &h) == 0 && h.gen > t->head_gen) {
+	if (dxl_ring_head_decode_durable(slots, &h) == 0 && h.gen > t->head_gen) {
 		t->head_gen = h.gen;
 		t->head_pos = h.pos;
 	}
@@ -173,7 +173,7 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	if (ret)
 		return ret;
 	memset(v, 0, sizeof(*v));
-	if ((ret = dxl_ring_head_decode(hb, &v->head)))
+	if ((ret = dxl_ring_head_decode_durable(hb, &v->head)))
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
 	v->inc = dxl_ring_inc_decode(hb);

@@ -45,4 +45,18 @@ int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 typedef void (*dxl_pull_hook_fn)(uint32_t attempt, void *arg);
 void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
 
+/*
+ * dxl_ring_set_head_test_hook -- fault injection for tests:
+ * dxl_logstore_set_head calls fn(slot, step, arg) after it stored the new
+ * head into a slot (step 1: the first copy, 2: the second) and before it
+ * persists that slot, so a test can act while the store is visible to
+ * remote READs but not yet durable. fn returning non-zero stands for a
+ * crash right there: set_head returns DXL_E_IO without persisting or
+ * storing anything more (the test then undoes what the crash would lose).
+ * NULL = none. Process-wide; set and clear it from the thread that sets
+ * heads.
+ */
+typedef int (*dxl_head_hook_fn)(void *slot, uint32_t step, void *arg);
+void dxl_ring_set_head_test_hook(dxl_head_hook_fn fn, void *arg);
+
 #endif /* DXL_LOG_INTERNAL_H */

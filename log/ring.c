@@ -63,24 +63,51 @@ static void slot_encode(uint8_t *s, uint64_t gen, uint64_t pos, uint64_t seq,
 	dxl_put_le32(s + 32, dxl_crc32c(0, s, 32));
 }
 
-int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
+static int slot_decode(const uint8_t *s, struct dxl_ring_head *h)
+{
+	if (dxl_crc32c(0, s, 32) != dxl_get_le32(s + 32))
+		return 0;
+	h->gen = dxl_get_le64(s);
+	h->pos = dxl_get_le64(s + 8);
+	h->seq = dxl_get_le64(s + 16);
+	h->last_ts = dxl_get_le64(s + 24);
+	return h->gen != 0;
+}
+
+/* the valid slots of a control block: n (0..2), newest first */
+static int slots_decode(const void *slots, struct dxl_ring_head h[2])
 {
 	const uint8_t *s = slots;
-	int found = 0;
-	for (int i = 0; i < 2; i++, s += DXL_RING_HEAD_SLOT_SIZE) {
-		if (dxl_crc32c(0, s, 32) != dxl_get_le32(s + 32))
-			continue;
-		uint64_t gen = dxl_get_le64(s);
-		if (gen == 0 || (found && gen <= out->gen))
-			continue;
-		out->gen = gen;
-		out->pos = dxl_get_le64(s + 8);
-		out->seq = dxl_get_le64(s + 16);
-		out->last_ts = dxl_get_le64(s + 24);
-		found = 1;
+	int n = 0;
+	for (int i = 0; i < 2; i++)
+		n += slot_decode(s + i * DXL_RING_HEAD_SLOT_SIZE, &h[n]);
+	if (n == 2 && h[1].gen > h[0].gen) {
+		struct dxl_ring_head t = h[0];
+		h[0] = h[1];
+		h[1] = t;
 	}
-	return found ? 0
-		     : dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+	return n;
+}
+
+int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
+{
+	struct dxl_ring_head h[2];
+	if (!slots_decode(slots, h))
+		return dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+	*out = h[0];
+	return 0;
+}
+
+int dxl_ring_head_decode_durable(const void *slots, struct dxl_ring_head *out)
+{
+	struct dxl_ring_head h[2];
+	int n = slots_decode(slots, h);
+	if (!n)
+		return dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+	/* the older of two: dxl_logstore_set_head persisted it before it
+	 * stored the newer one */
+	*out = h[n - 1];
+	return 0;
 }
 
 int dxl_logstore_format(struct dxl_region *r, uint32_t shard, uint32_t nrings,
@@ -202,6 +229,25 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 	return ret;
 }
 
+static dxl_head_hook_fn head_hook;
+static void *head_hook_arg;
+
+void dxl_ring_set_head_test_hook(dxl_head_hook_fn fn, void *arg)
+{
+	head_hook = fn;
+	head_hook_arg = arg;
+}
+
+/*
+ * Who may call: the replica's CPU, one thread per ring (the head slots are
+ * CPU-owned, H8). Remote readers see every store at once (a NIC READ is
+ * coherent with the CPU's cache, and on msync/process regions the page is
+ * shared), but a store is durable only once persisted. So the new head
+ * goes into both slots, one after the other, each persisted before the
+ * next is stored: the older of the two valid slots
+ * (dxl_ring_head_decode_durable, what writers use) is always durable, and
+ * becomes the new head only once the first copy is.
+ */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq, uint64_t last_ts)
 {
@@ -218,13 +264,22 @@ int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 				   (unsigned long long)seq,
 				   (unsigned long long)cur.last_ts,
 				   (unsigned long long)last_ts);
-	/* overwrite the older slot; the newer one stays valid until this one
-	 * is persisted, so a crash mid-update keeps the previous head */
-	uint64_t gen = cur.gen + 1;
-	uint8_t *slot = ls->data + dxl_logstore_ctl_off(ls, ring) +
-			(gen % 2) * DXL_RING_HEAD_SLOT_SIZE;
-	slot_encode(slot, gen, pos, seq, last_ts);
-	dxl_region_persist(ls->r, slot, DXL_RING_HEAD_SLOT_SIZE);
+	uint8_t *ctl = ls->data + dxl_logstore_ctl_off(ls, ring);
+	/* the slot holding the newest head: the other one is written first
+	 * (the newest stays valid if that store tears), then this one */
+	struct dxl_ring_head s1;
+	int newest = slot_decode(ctl + DXL_RING_HEAD_SLOT_SIZE, &s1) &&
+		     s1.gen == cur.gen;
+	for (uint32_t step = 1; step <= 2; step++) {
+		int idx = step == 1 ? !newest : newest;
+		uint8_t *slot = ctl + idx * DXL_RING_HEAD_SLOT_SIZE;
+		slot_encode(slot, cur.gen + step, pos, seq, last_ts);
+		if (head_hook && head_hook(slot, step, head_hook_arg))
+			return dxl_err_set(DXL_E_IO,
+					   "ring %u: head update stopped by the test hook (step %u)",
+					   ring, step);
+		dxl_region_persist(ls->r, slot, DXL_RING_HEAD_SLOT_SIZE);
+	}
 	return 0;
 }
 

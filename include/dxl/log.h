@@ -390,10 +390,20 @@ struct dxl_ring_head {
 /*
  * dxl_ring_head_decode -- the valid head slot with the highest generation
  * among the two slots of a control block (as read locally or by a remote
- * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes). DXL_E_CORRUPT if neither
- * slot is valid.
+ * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes): the head the replica set
+ * last. What the replica itself and a restart (everything left is durable)
+ * read. DXL_E_CORRUPT if neither slot is valid.
+ *
+ * dxl_ring_head_decode_durable -- the head a reader of a RUNNING replica may
+ * rely on: the older of two valid slots (else the only valid one).
+ * dxl_logstore_set_head stores a new head into both slots in turn and
+ * persists each before storing the next, so the newer slot may be visible
+ * before it is durable, the older never. A writer reuses space only below
+ * this head: reusing space below a head that a power failure can take back
+ * overwrites records the replica still needs after its restart.
  */
 int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out);
+int dxl_ring_head_decode_durable(const void *slots, struct dxl_ring_head *out);
 
 int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 		      struct dxl_ring_head *out);
@@ -401,7 +411,10 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 /*
  * dxl_logstore_set_head -- persist a new head for ring: pos, seq and the
  * commit timestamp of the last record before pos (none may go backwards:
- * DXL_E_INVAL). Replica side only (CPU-owned words, H8).
+ * DXL_E_INVAL). Replica side only (CPU-owned words, H8). The head is
+ * written into both slots, one after the other, each persisted before the
+ * next (two persists): writers, which trust the older slot
+ * (dxl_ring_head_decode_durable), see it only once it is durable.
  */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq, uint64_t last_ts);

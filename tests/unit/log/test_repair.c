@@ -23,6 +23,7 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
 
@@ -763,6 +764,102 @@ static void test_ghost_after_torn_record(void **state)
 	fx_free(x);
 }
 
+/* ---- issue 19.1: a head is durable before any writer may use it ------------ */
+
+struct head_crash {
+	struct dxl_appender *a;
+	uint32_t crash_step; /* set_head "crashes" after storing this copy */
+	uint8_t *ctl;        /* the ring's control block */
+	uint8_t pre[2 * DXL_RING_HEAD_SLOT_SIZE]; /* the slots before */
+	uint64_t next_txn, acked_max;
+	unsigned appended;   /* appends acknowledged while the head was not durable */
+};
+
+/* try to append txn (1000 + txn): 0 acknowledged, else the error */
+static int try_put(struct dxl_appender *a, uint64_t txn)
+{
+	static uint8_t p[8192];
+	uint32_t len = len_of(txn, 0);
+	make_payload(p, len, txn, 0);
+	struct dxl_rec r = {.txn_id = txn, .commit_ts = 1000 + txn, .payload = p,
+			    .payload_len = len};
+	return dxl_appender_append_sync(a, &r, NULL, NULL);
+}
+
+/* the new head is stored, not persisted: the writer runs, then the crash
+ * loses the store */
+static int head_crash_hook(void *slot, uint32_t step, void *arg)
+{
+	struct head_crash *hc = arg;
+	if (step != hc->crash_step)
+		return 0;
+	for (int k = 0; k < 8 && try_put(hc->a, hc->next_txn) == 0; k++) {
+		hc->acked_max = hc->next_txn++;
+		hc->appended++;
+	}
+	dxl_err_clear();
+	uint8_t *s = slot;
+	memcpy(s, hc->pre + (s - hc->ctl), DXL_RING_HEAD_SLOT_SIZE);
+	return 1;
+}
+
+static int head_crash_run(uint32_t step)
+{
+	struct fx *x = fx_new(16384);
+	const int R0[1] = {0};
+	struct head_crash hc = {.crash_step = step, .next_txn = 1};
+	assert_int_equal(open_app(x, R0, 1, false, &hc.a), 0);
+	/* fill the ring: the writer waits for the head */
+	int full;
+	while ((full = try_put(hc.a, hc.next_txn)) == 0)
+		hc.acked_max = hc.next_txn++;
+	assert_int_equal(full, DXL_E_FULL);
+	dxl_err_clear();
+	assert_true(hc.acked_max >= 8);
+	/* the replica applied the first half: it moves the head past it */
+	struct dxl_logstore *ls = x->rep[0].ls;
+	struct dxl_ring_iter it;
+	struct dxl_rec rec;
+	uint64_t last = 0;
+	assert_int_equal(dxl_ring_iter_init(&it, ls, RING), 0);
+	while (last < hc.acked_max / 2 && dxl_ring_iter_next(&it, &rec, NULL))
+		last = rec.txn_id;
+	hc.ctl = (uint8_t *)dxl_region_data(x->rep[0].reg) +
+		 dxl_logstore_ctl_off(ls, RING);
+	memcpy(hc.pre, hc.ctl, sizeof(hc.pre));
+	dxl_ring_set_head_test_hook(head_crash_hook, &hc);
+	int ret = dxl_logstore_set_head(ls, RING, it.pos, it.seq, 1000 + last);
+	dxl_ring_set_head_test_hook(NULL, NULL);
+	assert_int_equal(ret, DXL_E_IO); /* the crash */
+	dxl_err_clear();
+	dxl_appender_delete(&hc.a);
+	/* the replica restarts with what is durable: every acknowledged record
+	 * above its head must be there */
+	struct dxl_ring_head h;
+	assert_int_equal(dxl_logstore_head(ls, RING, &h), 0);
+	struct recs c;
+	scan(x, 0, &c, NULL, NULL);
+	uint64_t first = h.last_ts ? h.last_ts - 1000 + 1 : 1;
+	print_message("  crash at copy %u of the head: %u appends acknowledged "
+		      "meanwhile; after the restart the head is past txn %llu and "
+		      "the ring holds %u records (%llu acknowledged above it)\n",
+		      step, hc.appended, (unsigned long long)first - 1, c.n,
+		      (unsigned long long)(hc.acked_max - first + 1));
+	if (c.n != hc.acked_max - first + 1 || (c.n && c.txn[0] != first))
+		fail_msg("crash at copy %u of a new head: %llu acknowledged records above the durable head, the ring holds %u",
+			 step, (unsigned long long)(hc.acked_max - first + 1), c.n);
+	fx_free(x);
+	return (int)hc.appended;
+}
+
+static void test_head_durable_before_writers_use_it(void **state)
+{
+	/* the first copy is visible, not durable: nobody may use it */
+	assert_int_equal(head_crash_run(1), 0);
+	/* the first copy is durable (the second is not): writers go on */
+	assert_true(head_crash_run(2) > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -774,6 +871,7 @@ int main(void)
 		cmocka_unit_test(test_behind_with_a_stray_record),
 		cmocka_unit_test(test_last_ts_and_min_ts),
 		cmocka_unit_test(test_ghost_after_torn_record),
+		cmocka_unit_test(test_head_durable_before_writers_use_it),
 	};
 	return cmocka_run_group_tests_name("appender repair", tests, NULL, NULL);
 }

@@ -325,24 +325,56 @@ static void test_walk_end_reasons(void **state)
 	assert_int_equal(n, RING / sz);
 }
 
+/* the head slot holding generation gen */
+static uint8_t *slot_of(uint8_t *ctl, uint64_t gen)
+{
+	for (int i = 0; i < 2; i++) {
+		uint64_t g;
+		memcpy(&g, ctl + i * DXL_RING_HEAD_SLOT_SIZE, 8);
+		if (g == gen)
+			return ctl + i * DXL_RING_HEAD_SLOT_SIZE;
+	}
+	fail_msg("no head slot of generation %llu", (unsigned long long)gen);
+	return NULL;
+}
+
 static void test_head_slots_survive_a_torn_update(void **state)
 {
 	struct fx *f = *state;
 	for (uint32_t n = 1; n <= 3; n++)
 		assert_int_equal(append(f, n, 10), 0);
 	const uint64_t sz = dxl_rec_size(0, 10); /* 128 */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2, 1), 0); /* gen 2 */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3, 2), 0); /* gen 3 */
-	struct dxl_ring_head h;
+	uint8_t *ctl = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_ctl_off(f->ls, 0);
+	/* each head goes into both slots: generations 2 and 3, then 4 and 5 */
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2, 1), 0);
+	struct dxl_ring_head h, d;
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
 	assert_int_equal(h.gen, 3);
-	assert_int_equal(h.pos, 2 * sz);
-	/* the newest slot is torn (a crash while writing it): the previous
-	 * head is used, which is safe: it only re-applies records */
-	uint8_t *ctl = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_ctl_off(f->ls, 0);
-	ctl[(3 % 2) * DXL_RING_HEAD_SLOT_SIZE + 9] ^= 0xff;
+	assert_int_equal(h.pos, sz);
+	uint8_t head_a[2 * DXL_RING_HEAD_SLOT_SIZE];
+	memcpy(head_a, ctl, sizeof(head_a));
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3, 2), 0);
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
-	assert_int_equal(h.gen, 2);
+	assert_int_equal(h.gen, 5);
+	assert_int_equal(h.pos, 2 * sz);
+	assert_int_equal(dxl_ring_head_decode_durable(ctl, &d), 0);
+	assert_int_equal(d.gen, 4); /* the older copy: the same head */
+	assert_int_equal(d.pos, 2 * sz);
+	/* the second copy is torn (a crash while writing it): the first one
+	 * holds the same head */
+	slot_of(ctl, 5)[9] ^= 0xff;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(h.gen, 4);
+	assert_int_equal(h.pos, 2 * sz);
+	/* the first copy is torn (generation 4 over generation 2; 3 is still
+	 * there): the previous head is used, which is safe: it only
+	 * re-applies records */
+	uint8_t *s4 = slot_of(ctl, 4);
+	memcpy(ctl, head_a, sizeof(head_a));
+	assert_ptr_not_equal(slot_of(ctl, 3), s4);
+	s4[9] ^= 0xff;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(h.gen, 3);
 	assert_int_equal(h.pos, sz);
 	assert_int_equal(h.seq, 2);
 	assert_int_equal(h.last_ts, 1);
@@ -350,8 +382,9 @@ static void test_head_slots_survive_a_torn_update(void **state)
 	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), 2);
 	assert_int_equal(s.txn[0], 2);
 	/* both slots bad: an error, not a guess */
-	ctl[(2 % 2) * DXL_RING_HEAD_SLOT_SIZE + 1] ^= 0xff;
+	slot_of(ctl, 3)[1] ^= 0xff;
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), DXL_E_CORRUPT);
+	assert_int_equal(dxl_ring_head_decode_durable(ctl, &d), DXL_E_CORRUPT);
 	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), DXL_E_CORRUPT);
 }
 
