@@ -215,6 +215,9 @@ struct repair_plan {
 	uint64_t from, to;  /* copy [from, to); truncate at to */
 	int zero_line;      /* zero the line at `to` */
 	uint32_t records;   /* data records copied or dropped */
+	/* truncate: the first data record dropped with the lowest commit
+	 * timestamp (UINT64_MAX: none), checked against every watermark */
+	uint64_t drop_min_ts, drop_min_txn, drop_min_pos;
 };
 
 static uint32_t rec_crc(const uint8_t *buf, uint64_t size, uint64_t pos)
@@ -253,6 +256,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 {
 	const uint64_t size = a->ring_size;
 	memset(p, 0, sizeof(*p));
+	p->drop_min_ts = UINT64_MAX;
 	if (tv->end_pos < rv->head.pos)
 		return dxl_err_set(DXL_E_STALE,
 				   "replica at %s is too far behind (ends at %llu, the reference's head is at %llu): it must be caught up first (dxl_logstore_pull)",
@@ -303,9 +307,16 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 		/* tv->end_pos - tv->head.pos <= size: the line at `to` is the
 		 * target's own first record past the reference's end */
 		p->zero_line = 1;
-		while (dxl_ring_iter_step(&ti, &q, &qa))
-			if (q.type == DXL_REC_DATA)
-				p->records++;
+		while (dxl_ring_iter_step(&ti, &q, &qa)) {
+			if (q.type != DXL_REC_DATA)
+				continue;
+			p->records++;
+			if (q.commit_ts < p->drop_min_ts) {
+				p->drop_min_ts = q.commit_ts;
+				p->drop_min_txn = q.txn_id;
+				p->drop_min_pos = qa;
+			}
+		}
 		return 0;
 	}
 	p->action = REPAIR_COPY;
@@ -467,6 +478,9 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	uint32_t max_inc = rv.inc;
 	uint64_t head_pos[DXL_APPEND_MAX_TARGETS];
 	head_pos[0] = rv.head.pos;
+	/* the highest watermark of any target, and whose it is */
+	uint64_t wmax = rv.wmark;
+	unsigned wmax_at = 0;
 	for (unsigned i = 1; i < a->n; i++) {
 		const struct dxl_log_target *ti = &a->tg[i].t;
 		if ((ret = discover(a, &a->tg[i], tb.p, dxl_mr_lkey(tb.mr), &tv))) {
@@ -478,6 +492,10 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		 * append below it */
 		a->last_ts = DXL_MAX(a->last_ts, tv.wmark);
 		max_inc = DXL_MAX(max_inc, tv.inc);
+		if (tv.wmark > wmax) {
+			wmax = tv.wmark;
+			wmax_at = i;
+		}
 		head_pos[i] = tv.head.pos;
 		if (!a->cfg.repair) {
 			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
@@ -496,6 +514,27 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			dxl_err_prefix("appender (writer %u, repair)", a->cfg.writer_id);
 			goto out;
 		}
+	}
+	/*
+	 * A watermark W proves every record below W acknowledged: on every
+	 * member. A record below the highest watermark of any target that only
+	 * a target holds past the reference's end proves the reference lost
+	 * it: repair would spread that loss to every member. Refuse, before
+	 * anything is written, and never truncate below a watermark.
+	 */
+	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
+		const struct repair_plan *p = &plan[i];
+		if (p->action != REPAIR_TRUNCATE || p->drop_min_ts >= wmax)
+			continue;
+		ret = dxl_err_set(DXL_E_STALE,
+				  "appender (writer %u, repair): the reference %s is behind: it lacks acknowledged records of ring %u that %s holds past the reference's end (txn %llu, commit ts %llu at position %llu, below the watermark %llu of %s); repair it from a member that holds them (promote it or dxl_logstore_pull)",
+				  a->cfg.writer_id, t0->addr, t0->ring,
+				  a->tg[i].t.addr,
+				  (unsigned long long)p->drop_min_txn,
+				  (unsigned long long)p->drop_min_ts,
+				  (unsigned long long)p->drop_min_pos,
+				  (unsigned long long)wmax, a->tg[wmax_at].t.addr);
+		goto out;
 	}
 	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
 		const struct repair_plan *p = &plan[i];

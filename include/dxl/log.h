@@ -789,8 +789,11 @@ struct dxl_appender;
  * silently repaired). Every target is checked before any is changed: an
  * error leaves every ring as it was. Watermarks are left as they are (a
  * watermark above the reference's still holds: it only covers
- * acknowledged records, which the reference has; the appender does not
- * append below it). The previous appender of this writer must be gone
+ * acknowledged records, which every member has; the appender does not
+ * append below it), and they bound what may be cut: a target's record
+ * past the reference's end with a commit timestamp below the highest
+ * watermark of any target was acknowledged, so the reference lost it:
+ * refused (DXL_E_STALE "the reference ... is behind"), never truncated. The previous appender of this writer must be gone
  * (deleted, or its process dead), or its late WRITEs could land after the
  * repair.
  *
@@ -816,8 +819,9 @@ struct dxl_appender;
  * of different sizes), DXL_E_STALE (a ring is owned by or holds records of
  * another writer; without repair: the targets' rings end at different
  * places; with repair: a target is too far behind ("it must be caught up
- * first (dxl_logstore_pull)") or its records differ from the reference's
- * ("diverged")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
+ * first (dxl_logstore_pull)"), its records differ from the reference's
+ * ("diverged"), or the reference lacks acknowledged records ("is
+ * behind")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
  * (unreadable head), DXL_E_NOMEM.
  */
 int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,

@@ -764,6 +764,81 @@ static void test_ghost_after_torn_record(void **state)
 	fx_free(x);
 }
 
+/* ---- issue 19.2: repair never truncates what a watermark proves acknowledged */
+
+/* replica i's log region deleted and created anew, empty (a replaced disk) */
+static void recreate(struct fx *x, int i)
+{
+	struct rep *r = &x->rep[i];
+	fence(x, i);
+	dxl_logstore_close(&r->ls);
+	dxl_region_close(&r->reg);
+	assert_int_equal(unlink(r->path), 0);
+	struct dxl_region_id id = {.cluster = "t", .node_id = (uint32_t)i + 1,
+				   .kind = DXL_REGION_LOG};
+	uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(NRINGS, x->ring_size),
+				      4096ull);
+	assert_int_equal(dxl_region_create(r->path, bytes, DXL_DUR_PROCESS, &id,
+					   &r->reg), 0);
+	assert_int_equal(dxl_logstore_format(r->reg, 0, NRINGS, x->ring_size), 0);
+	assert_int_equal(dxl_logstore_open(r->reg, &r->ls), 0);
+	unfence(x, i);
+}
+
+static void test_repair_keeps_what_a_watermark_proves(void **state)
+{
+	struct fx *x = fx_new(65536);
+	struct dxl_appender *a;
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	put_range(a, 1, 5, 0, 0x7, NREP);
+	/* idle: the watermark says everything below 1200 is acknowledged */
+	assert_int_equal(dxl_appender_heartbeat(a, 1200), 0);
+	struct dxl_append_result res;
+	while (dxl_appender_inflight(a)) {
+		assert_true(dxl_appender_poll(a, &res, 1) >= 0);
+		dxl_appender_wait(a, 100);
+	}
+	dxl_appender_delete(&a);
+	for (int i = 0; i < NREP; i++)
+		assert_int_equal(dxl_logstore_watermark(x->rep[i].ls, RING), 1200);
+
+	/* the primary's disk was replaced: its ring is empty. As the
+	 * reference it would make the others drop 1..5, acknowledged */
+	recreate(x, 0);
+	uint8_t *s1 = snap(x, 1), *s2 = snap(x, 2);
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), DXL_E_STALE);
+	print_message("  refused: %s\n", dxl_errmsg());
+	assert_non_null(strstr(dxl_errmsg(), "reference"));
+	assert_non_null(strstr(dxl_errmsg(), "is behind"));
+	assert_non_null(strstr(dxl_errmsg(), x->rep[0].t[RING].addr));
+	assert_non_null(strstr(dxl_errmsg(), "below the watermark 1200"));
+	assert_unchanged(x, 1, s1);
+	assert_unchanged(x, 2, s2);
+	struct recs c;
+	scan(x, 1, &c, NULL, NULL);
+	assert_int_equal(c.n, 5);
+
+	/* a member that holds them as the reference catches the empty one up */
+	const int FROM1[NREP] = {1, 0, 2};
+	assert_int_equal(open_app(x, FROM1, NREP, true, &a), 0);
+	put(a, 200, 0, 0x7, NREP); /* (not below the watermark: ts 1200) */
+	dxl_appender_delete(&a);
+	assert_identical(x, 6);
+
+	/* records above every watermark (never acknowledged) are still cut */
+	const int ONE2[1] = {2};
+	assert_int_equal(open_app(x, ONE2, 1, false, &a), 0);
+	put(a, 201, 0, 0x1, 1); /* only on replica 2: never acknowledged */
+	dxl_appender_delete(&a);
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	struct dxl_repair_stats rs;
+	dxl_appender_repair_stats(a, &rs);
+	assert_int_equal(rs.records_dropped, 1);
+	dxl_appender_delete(&a);
+	assert_identical(x, 6);
+	fx_free(x);
+}
+
 /* ---- issue 19.1: a head is durable before any writer may use it ------------ */
 
 struct head_crash {
@@ -872,6 +947,7 @@ int main(void)
 		cmocka_unit_test(test_last_ts_and_min_ts),
 		cmocka_unit_test(test_ghost_after_torn_record),
 		cmocka_unit_test(test_head_durable_before_writers_use_it),
+		cmocka_unit_test(test_repair_keeps_what_a_watermark_proves),
 	};
 	return cmocka_run_group_tests_name("appender repair", tests, NULL, NULL);
 }
