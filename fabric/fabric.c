@@ -349,6 +349,19 @@ int dxl_fabric_power_fail(struct dxl_fabric *f, enum dxl_pf_policy policy,
 	return f->ops->power_fail(f, policy, seed);
 }
 
+int dxl_fabric_power_fail_arm(struct dxl_fabric *f, enum dxl_pf_policy policy,
+			      uint64_t seed, uint32_t steps, uint32_t idle_ms)
+{
+	if (!f->ops->power_fail_arm)
+		return dxl_err_set(DXL_E_NOTSUP,
+				   "power_fail_arm: the %s provider has no power-failure model",
+				   f->ops->name);
+	if ((unsigned)policy > DXL_PF_RANDOM)
+		return dxl_err_set(DXL_E_INVAL, "power_fail_arm: bad policy %d",
+				   (int)policy);
+	return f->ops->power_fail_arm(f, policy, seed, steps, idle_ms);
+}
+
 size_t dxl_fabric_pending_lines(struct dxl_fabric *f)
 {
 	return f->ops->pending_lines ? f->ops->pending_lines(f) : 0;
