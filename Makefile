@@ -112,7 +112,7 @@ bench-rdma: all
 # crash schedules with thousands of seeds, and a 150-step randomized fault
 # schedule on a local cluster (its own throw-away ZooKeeper; ~6 min)
 test-long: all
-	DXL_CRASH_SEEDS=3000 scripts/run-tests.sh $(O)/tests test_log_crash
+	DXL_CRASH_SEEDS=3000 DXL_TEST_TIMEOUT=3600 scripts/run-tests.sh $(O)/tests test_log_crash
 	zkd=$$(mktemp -d /tmp/dxl-zk-long.XXXXXX) && \
 	export DXL_TEST_ZK=$$(scripts/zk.sh start $$zkd) && \
 	DXL_FAULT_STEPS=$${DXL_FAULT_STEPS:-150} DXL_TEST_FILTER=test_random_faults \

@@ -84,7 +84,13 @@ struct dxl_appender {
 	 * passes it either (UINT64_MAX: none) */
 	uint64_t hold;
 	uint64_t ring_size;
+	bool test_wmark_after_flush; /* dxl_appender_test_wmark_after_flush */
 };
+
+void dxl_appender_test_wmark_after_flush(struct dxl_appender *a, bool on)
+{
+	a->test_wmark_after_flush = on;
+}
 
 void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg)
 {
@@ -800,10 +806,15 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 		return ret;
 	pair[1].len = HEADS_READ; /* read both head slots: flush + free space */
 	w[k++] = pair[0];
-	w[k++] = wmw;
+	/* the watermark before the flush READ: as durable as the record when
+	 * the append is acknowledged (a tailer may deliver below it at once) */
+	if (!a->test_wmark_after_flush)
+		w[k++] = wmw;
 	switch (a->cfg.mode) {
 	case DXL_PWRITE_H9:
 		w[k++] = pair[1];
+		if (a->test_wmark_after_flush) /* the broken order, for tests */
+			w[k++] = wmw;
 		break;
 	case DXL_PWRITE_STRAWMAN:
 	case DXL_PWRITE_NOFLUSH:
@@ -902,6 +913,7 @@ int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
 		res[k].status = s->failed ? (s->err ? s->err : DXL_E_UNREACHABLE) : 0;
 		res[k].seq = s->seq;
 		res[k].pos = s->pos;
+		res[k].wmark = s->wmark;
 		s->used = 0;
 		a->done_token++;
 		k++;

@@ -2,6 +2,7 @@
 #ifndef DXL_LOG_INTERNAL_H
 #define DXL_LOG_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,5 +59,14 @@ void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
  */
 typedef int (*dxl_head_hook_fn)(void *slot, uint32_t step, void *arg);
 void dxl_ring_set_head_test_hook(dxl_head_hook_fn fn, void *arg);
+
+/*
+ * dxl_appender_test_wmark_after_flush -- for the crash tests' negative only:
+ * post each append's watermark WRITE after its flush READ instead of
+ * before (H9 mode), breaking the rule that an acknowledged append's
+ * watermark is durable. The crash schedules must catch it.
+ */
+struct dxl_appender;
+void dxl_appender_test_wmark_after_flush(struct dxl_appender *a, bool on);
 
 #endif /* DXL_LOG_INTERNAL_H */

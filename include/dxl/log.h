@@ -753,6 +753,9 @@ struct dxl_append_result {
 	uint32_t failed; /* bit i: target i may not have it */
 	uint64_t seq;    /* the record's sequence number in the ring */
 	uint64_t pos;    /* its ring position */
+	uint64_t wmark;  /* the watermark this append wrote (written before
+			    its flush READ: durable on every target that
+			    acknowledged it) */
 };
 
 struct dxl_appender;
