@@ -47,6 +47,15 @@ typedef void (*dxl_pull_hook_fn)(uint32_t attempt, void *arg);
 void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
 
 /*
+ * dxl_pull_set_crash_hook -- fault injection for tests: dxl_logstore_pull
+ * calls fn(arg) once the ring buffer is written and persisted, before it
+ * writes the control block; non-zero stands for a crash right there (the
+ * pull returns DXL_E_IO, the control block untouched). NULL = none.
+ */
+typedef int (*dxl_pull_crash_fn)(void *arg);
+void dxl_pull_set_crash_hook(dxl_pull_crash_fn fn, void *arg);
+
+/*
  * dxl_ring_set_head_test_hook -- fault injection for tests:
  * dxl_logstore_set_head calls fn(slot, step, arg) after it stored the new
  * head into a slot (step 1: the first copy, 2: the second) and before it
