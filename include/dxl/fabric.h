@@ -223,8 +223,10 @@ int dxl_fabric_power_fail(struct dxl_fabric *f, enum dxl_pf_policy policy,
 /*
  * dxl_fabric_power_fail_arm -- arm a simulated power failure that strikes
  * in the middle of the NIC's work (tcp provider): once the NIC has executed
- * `steps` more steps, a step being one request (READ, WRITE, atomic, SEND)
- * or one 64-byte line of a WRITE into a persistent region. So it can strike
+ * `steps` more steps, a step being one 64-byte line of a WRITE into a
+ * persistent region, or one request (READ, WRITE, atomic, SEND) of a QP
+ * that has un-flushed lines (elsewhere a strike would find what the next
+ * counted step finds). So it can strike
  * between any two requests of a chain (after a record's WRITE, before its
  * flush READ) or inside a WRITE, where each remaining line of the piece at
  * hand is placed or not by a coin drawn from seed (a NIC's DMA places the
