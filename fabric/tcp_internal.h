@@ -400,7 +400,8 @@ void tcp_pf_mark_durable(struct dxl_mr *mr, const void *addr, size_t len);
  * The armed power failure (NIC thread): tcp_pf_take_arm takes a pending
  * request or, for the pf_signal, arms with cfg's policy and seed (steps
  * below TCP_PF_WINDOW, from the seed; TCP_PF_IDLE_MS). tcp_pf_tick counts
- * one step and returns true when the failure strikes at it. tcp_pf_strike
+ * one step and returns true when the failure strikes at it; the failure
+ * also strikes once no step came for idle_ms. tcp_pf_strike
  * fails the power with what was placed until now (never returns);
  * pf_locked: the caller holds pf_lock. tcp_pf_coin draws the seeded coin
  * that decides whether a line of a struck WRITE was placed.
@@ -415,6 +416,9 @@ static inline bool tcp_pf_tick(struct tcp_fab *tf)
 	if (!tf->pf_arm.steps)
 		return true;
 	tf->pf_arm.steps--;
+	/* idle_ms counts from the last step: under slow traffic it still
+	 * strikes in the traffic, at its step */
+	tf->pf_deadline_ns = dxl_now_ns() + (uint64_t)tf->pf_arm.idle_ms * 1000000ull;
 	return false;
 }
 bool tcp_pf_coin(struct tcp_fab *tf);

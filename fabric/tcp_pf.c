@@ -457,7 +457,8 @@ void tcp_pf_take_arm(struct tcp_fab *tf)
 		arm = (struct tcp_pf_arm){
 			.policy = cfg->pf_policy, .seed = cfg->pf_seed,
 			.steps = (uint32_t)(splitmix64(&s) % TCP_PF_WINDOW),
-			.idle_ms = TCP_PF_IDLE_MS};
+			.idle_ms = cfg->pf_idle_ms ? cfg->pf_idle_ms
+						   : TCP_PF_IDLE_MS};
 	}
 	pthread_mutex_unlock(&tf->pf_lock);
 	if (tf->pf_armed)

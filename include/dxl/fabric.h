@@ -97,11 +97,15 @@ struct dxl_fabric_cfg {
 	 * that strikes within the next DXL_PF_STRIKE_WINDOW steps of the NIC
 	 * (a step count drawn from pf_seed) or after DXL_PF_IDLE_MS without
 	 * any (see dxl_fabric_power_fail_arm). Default 0 (off). The
-	 * environment variable DXL_FABRIC_PF="SIG:POLICY[:SEED]" (e.g.
-	 * "USR2:random:42") sets these three fields in dxl_fabric_cfg_init. */
+	 * environment variable DXL_FABRIC_PF="SIG:POLICY[:SEED[:IDLE_MS]]"
+	 * (e.g. "USR2:random:42") sets these fields in dxl_fabric_cfg_init.
+	 * pf_idle_ms: strike after this long without a step (0 =
+	 * DXL_PF_IDLE_MS); a node with slow traffic needs more to be struck
+	 * in it. */
 	int pf_signal;
 	enum dxl_pf_policy pf_policy;
 	uint64_t pf_seed;
+	uint32_t pf_idle_ms;
 };
 
 /* dxl_fabric_cfg_init -- fill cfg with the defaults above (and DXL_FABRIC_PF) */
@@ -230,8 +234,8 @@ int dxl_fabric_power_fail(struct dxl_fabric *f, enum dxl_pf_policy policy,
  * between any two requests of a chain (after a record's WRITE, before its
  * flush READ) or inside a WRITE, where each remaining line of the piece at
  * hand is placed or not by a coin drawn from seed (a NIC's DMA places the
- * lines of a WRITE in any order). If no step comes for idle_ms, it strikes
- * then. Either way: as dxl_fabric_power_fail (the policy picks the
+ * lines of a WRITE in any order). If no step comes for idle_ms (counted
+ * from the arming, then from each step), it strikes then. Either way: as dxl_fabric_power_fail (the policy picks the
  * un-flushed lines lost; the process is SIGKILLed). Returns 0 once the NIC
  * counts steps (what the caller posts afterwards is counted); the first
  * armed failure stands. With DXL_FABRIC_PF_REPORT=FILE in the environment
