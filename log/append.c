@@ -152,6 +152,7 @@ struct ring_view {
 	uint64_t last_ts;          /* the last record's commit ts, else the head's */
 	uint64_t wmark;            /* 0: none */
 	uint32_t inc;              /* highest incarnation of its slots and records */
+	int inc_slot;              /* the slot holding the highest (-1: none) */
 };
 
 /* claim target t's ring, read its control block and ring into buf
@@ -183,6 +184,13 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
 	v->inc = dxl_ring_inc_decode(hb);
+	v->inc_slot = -1;
+	for (int i = 0; i < 2 && v->inc; i++) {
+		uint8_t slot[16];
+		dxl_ring_inc_encode(slot, v->inc);
+		if (!memcmp(hb + DXL_RING_INC_OFF + i * DXL_RING_INC_SLOT, slot, 16))
+			v->inc_slot = i;
+	}
 	t->head_gen = v->head.gen;
 	t->head_pos = v->head.pos;
 	v->last_ts = v->head.last_ts;
@@ -375,8 +383,9 @@ static int exec_repair(struct dxl_appender *a, struct target *t,
 
 /*
  * open_incarnation -- before this appender's first append, on target t:
- * record its incarnation (in the slot of the other parity: the newer one
- * stays readable if this WRITE tears) and zero the line at the tail, where
+ * record its incarnation (in the slot not holding the target's highest, so
+ * that one stays readable if this WRITE tears: inc_slot) and zero the line
+ * at the tail, where
  * the first append goes, so that no member's scan goes past the end this
  * appender starts from (the reference included: repair zeroes it on the
  * others). Then one flush READ (H9): both are durable before any record of
@@ -385,7 +394,7 @@ static int exec_repair(struct dxl_appender *a, struct target *t,
  * is not full.
  */
 static int open_incarnation(struct dxl_appender *a, struct target *t,
-			    uint64_t head_pos)
+			    uint64_t head_pos, int inc_slot)
 {
 	const uint64_t size = a->ring_size;
 	struct dxl_fatptr fp = data_fp(t);
@@ -395,7 +404,7 @@ static int open_incarnation(struct dxl_appender *a, struct target *t,
 	dxl_ring_inc_encode(b, a->inc);
 	int ret = dxl_rdpma_write(t->qp, &fp,
 				  t->t.ctl_off + DXL_RING_INC_OFF +
-					  (a->inc % 2) * DXL_RING_INC_SLOT,
+					  (inc_slot == 0 ? 1 : 0) * DXL_RING_INC_SLOT,
 				  b, 16, dxl_mr_lkey(a->mr));
 	if (!ret && a->tail_pos - head_pos < size)
 		ret = dxl_rdpma_write(t->qp, &fp,
@@ -483,7 +492,9 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
 	uint32_t max_inc = rv.inc;
 	uint64_t head_pos[DXL_APPEND_MAX_TARGETS];
+	int inc_slot[DXL_APPEND_MAX_TARGETS];
 	head_pos[0] = rv.head.pos;
+	inc_slot[0] = rv.inc_slot;
 	/* the highest watermark of any target, and whose it is */
 	uint64_t wmax = rv.wmark;
 	unsigned wmax_at = 0;
@@ -503,6 +514,7 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			wmax_at = i;
 		}
 		head_pos[i] = tv.head.pos;
+		inc_slot[i] = tv.inc_slot;
 		if (!a->cfg.repair) {
 			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
 				ret = dxl_err_set(DXL_E_STALE,
@@ -575,7 +587,8 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	}
 	a->inc = max_inc + 1;
 	for (unsigned i = 0; i < a->n; i++) {
-		if ((ret = open_incarnation(a, &a->tg[i], head_pos[i]))) {
+		if ((ret = open_incarnation(a, &a->tg[i], head_pos[i],
+					    inc_slot[i]))) {
 			dxl_err_prefix("appender (writer %u): opening ring %u at %s",
 				       a->cfg.writer_id, a->tg[i].t.ring,
 				       a->tg[i].t.addr);

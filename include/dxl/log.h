@@ -315,10 +315,11 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  * Control block offsets 256 and 320 (one line each) hold the ring's
  * incarnation in two slots {I, I ^ DXL_RING_INC_MAGIC} (writer-written):
  * every appender that opens the ring takes I = one more than the highest
- * incarnation any target's slots or records show, writes it into the slot
- * of the other parity (the older one) on every target and flushes it before
- * its first append; its records carry I. A torn slot leaves the other one
- * readable. The highest valid slot is the ring's incarnation.
+ * incarnation any target's slots or records show, writes it on every
+ * target into the slot that does not hold that target's highest, and
+ * flushes it before its first append; its records carry I. A torn slot
+ * leaves the other one readable, so a target's incarnation never goes
+ * back. The highest valid slot is the ring's incarnation.
  *
  * Positions are 64-bit logical byte offsets that only grow; a record at
  * position p lives at buffer offset p % size. Records never straddle the
