@@ -624,7 +624,10 @@ static void test_acknowledged_appends_survive_crashes(void **state)
 	assert_true(cv.skips * 4 >= cv.schedules);
 	assert_true(cv.ghosts * 40 >= cv.schedules);     /* >= 1 per 40 */
 	assert_true(cv.head_moves >= cv.schedules * rounds);
-	assert_true(cv.pf_inside + cv.pf_between >= cv.pf / 3);
+	/* (the others strike idle: the writer was killed first, or stopped at
+	 * the first failure it saw; 33-35% measured, the model before issue 11
+	 * struck in the traffic in 2%) */
+	assert_true((cv.pf_inside + cv.pf_between) * 4 >= cv.pf);
 	assert_true(cv.wm_checked >= cv.schedules);
 }
 
