@@ -856,6 +856,38 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 	return ret;
 }
 
+int dxl_store_insert_at(struct dxl_store *s, uint32_t table, uint64_t key,
+			uint64_t version, uint64_t ts, const void *value, uint32_t len,
+			uint64_t owner, uint64_t *slot)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	if (version == 0 || (version & 1))
+		return dxl_err_set(DXL_E_INVAL, "insert: version %llu (must be even and >= 2)",
+				   (unsigned long long)version);
+	int ret = check_value(t, value, len);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->mu);
+	struct kent *e = map_find(t, key);
+	if (e && state_get(t, e->slot1 - 1) != ST_TOMB) {
+		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu", table,
+				  (unsigned long long)key, (unsigned long long)e->slot1 - 1);
+	} else {
+		struct dxl_record cur = {0};
+		if (e)
+			dxl_record_peek(slot_at(t, e->slot1 - 1), &cur);
+		if (e && cur.version >= version)
+			ret = 0; /* deleted later */
+		else if (!(ret = insert_locked(s, t, key, version, ts, value, len, owner, slot,
+					       NULL)))
+			ret = 1;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return ret;
+}
+
 static int check_locked_live(const struct table *t, uint64_t slot,
 			     uint64_t lock_owner)
 {
@@ -1062,7 +1094,7 @@ void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
 void *dxl_store_slot_ptr(const struct dxl_store *s, uint32_t table,
 			 uint64_t slot)
 {
-	struct table *t;
+	struct table *t = NULL;
 	if (get_slot(s, table, slot, &t))
 		return NULL;
 	return slot_at(t, slot);

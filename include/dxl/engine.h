@@ -368,6 +368,17 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 			   uint64_t owner, uint64_t *slot, uint64_t *version);
 
 /*
+ * dxl_store_insert_at -- dxl_store_insert_owned with the record's version
+ * given (even, >= 2): a logged insert made live for its transaction still
+ * in doubt (a promoted primary's gate). Returns 1 (inserted), 0 (nothing:
+ * the key's tombstone has this version or a later one) or the errors of
+ * dxl_store_insert_owned.
+ */
+int dxl_store_insert_at(struct dxl_store *s, uint32_t table, uint64_t key,
+			uint64_t version, uint64_t ts, const void *value, uint32_t len,
+			uint64_t owner, uint64_t *slot);
+
+/*
  * dxl_store_update -- write a new value into the live record at slot
  * (version + 2) and persist it. The caller holds the record's lock: its
  * lock word must equal lock_owner.
