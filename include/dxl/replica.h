@@ -506,6 +506,9 @@ struct dxl_log_writer_cfg {
 	/* lease exactly this writer slot (its ring): a resolver taking over a
 	 * dead writer's ring; -1 = the first free one (default) */
 	int32_t slot;
+	/* the wall clock of the commit timestamps (ms since the Unix epoch);
+	 * NULL (default): the system's. Tests simulate a skewed host with it. */
+	uint64_t (*wall_ms)(void);
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
@@ -584,6 +587,10 @@ int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint
 int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts);
 /* the hold: the oldest undecided record's timestamp (UINT64_MAX: none) */
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w);
+/* dxl_log_writer_observe -- later appends get timestamps above ts (a
+ * coordinator folds in the commit timestamps of what its transaction read
+ * or overwrote: docs/transactions.md "Commit timestamps") */
+void dxl_log_writer_observe(struct dxl_log_writer *w, uint64_t ts);
 
 /* records appended and not yet returned by poll */
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);
