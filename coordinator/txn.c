@@ -18,10 +18,25 @@ struct nqp { /* a QP to one node's RPC ctx (one-sided ops use it too) */
 };
 
 struct pend { /* an append waiting for its result, in append order */
-	struct dxl_txn *t;
+	struct dxl_txn *t; /* NULL: a background abort marker (und) */
 	uint64_t ts;
 	uint64_t gen; /* t->gen when appended: a result for an older run is dropped */
 	uint32_t idx; /* in t->lrec */
+	uint64_t txn; /* background marker: its transaction */
+};
+
+/*
+ * A record of an aborted transaction that is not decided yet: an abort
+ * marker could not be written after it within log_unavail_ms (or a marker
+ * that may be in the log). The worker keeps appending markers for it
+ * (dxl_coord_worker_poll) until one is acknowledged; then the record and
+ * every marker sent for it are decided (issue 20: an undecided record
+ * holds its ring's watermark, and every backup's applier, for good).
+ */
+struct und {
+	uint32_t shard;
+	uint64_t txn, ts;
+	bool inflight; /* a background marker for txn is pending */
 };
 
 struct wlog { /* the worker's writer of one shard */
@@ -57,6 +72,9 @@ struct dxl_coord_worker {
 	uint32_t ndead, deadcap;
 	struct wlog *logs;           /* per shard */
 	uint32_t nlogs;
+	struct und *und;             /* records not decided yet (struct und) */
+	uint32_t nund, undcap;
+	uint64_t und_next_ms;        /* next background marker round */
 	struct stats st;             /* written by the worker, read by anyone */
 	uint64_t rng;
 };
@@ -133,6 +151,17 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 	struct dxl_coord_worker *w = wp ? *wp : NULL;
 	if (!w)
 		return;
+	/* records not decided yet: a last try (2 s) to mark them */
+	for (int k = 0; k < 200 && w->nund; k++) {
+		w->und_next_ms = 0;
+		dxl_coord_worker_poll(w);
+		if (w->nund)
+			usleep(10000);
+	}
+	if (w->nund)
+		DXL_WARN("event=coord_undecided_left worker=%u records=%u msg=\"left for resolution\"",
+			 w->idx, w->nund);
+	free(w->und);
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		/* a last watermark past every decided record: the next holder
 		 * of the slot finds nothing in doubt */
@@ -288,6 +317,7 @@ static int wlog_get(struct dxl_coord_worker *w, uint32_t shard, struct wlog **ou
 		lc.max_inflight = 64;
 		lc.hold_until_decided = true;
 		lc.no_resend_on_new_primary = true;
+		lc.wall_ms = w->c->cfg.wall_ms;
 		int ret = dxl_log_writer_new(w->c->zk, &lc, &l->lw);
 		if (ret) {
 			dxl_err_prefix("log writer of shard %u", shard);
@@ -315,10 +345,13 @@ struct op {
 	uint64_t key;
 	const struct view_table *vt;
 	/* E */
-	bool read;       /* the caller read it (validate it unless written) */
+	bool read;       /* the caller read it, its value or its existence
+			    (validated: under the lock if written, else by V) */
 	bool fetched;    /* E done: exists/slot/version known */
 	bool exists;
-	uint64_t slot, version;
+	uint64_t slot;
+	uint64_t version; /* the record's; absent: its tombstone's (0: none
+			     or not known: a one-sided miss, until V) */
 	uint32_t inc;
 	uint32_t vlen;
 	size_t voff;     /* value read, in the arena */
@@ -355,9 +388,19 @@ struct dxl_txn {
 		bool done, maybe, marker;
 	} lrec[2 * DXL_TXN_MAX_OPS];
 	uint32_t nlrec;
+	/* the largest commit timestamp of a state it read, overwrote or
+	 * replaced (records, tombstones): its own are larger (issue 20) */
+	uint64_t seen_ts;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
 };
+
+/* a state of commit timestamp ts was seen (read, locked, replaced) */
+static void seen(struct dxl_txn *t, uint64_t ts)
+{
+	if (ts > t->seen_ts)
+		t->seen_ts = ts;
+}
 
 static void worker_free_txns(struct dxl_coord_worker *w)
 {
@@ -599,6 +642,7 @@ static int read_slot(struct dxl_txn *t, struct op *o, struct dxl_qp *qp, uint64_
 		o->version = r.version;
 		o->inc = r.inc;
 		o->vlen = r.len;
+		seen(t, r.ts);
 		return 1;
 	}
 }
@@ -634,8 +678,10 @@ static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
 	}
 	st_add(&t->w->st.rpc_reads, 1);
 	if (ret == DXL_E_NOENT) {
+		/* a versioned miss: the tombstone (0: none) */
 		o->exists = false;
-		o->version = 0;
+		o->version = rep.rec.version;
+		seen(t, rep.rec.ts);
 		return 0;
 	}
 	if (ret)
@@ -645,6 +691,7 @@ static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
 	o->version = rep.rec.version;
 	o->inc = rep.rec.inc;
 	o->vlen = rep.rec.len;
+	seen(t, rep.rec.ts);
 	return 0;
 }
 
@@ -733,6 +780,7 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	t->used = 0;
 	t->log_wait = 0;
 	t->nlrec = 0;
+	t->seen_ts = 0;
 	memset(&t->info, 0, sizeof(t->info));
 	t->info.id = t->id;
 	*out = t;
@@ -852,6 +900,20 @@ int dxl_txn_get(struct dxl_txn *t, uint32_t table, uint64_t key, void *buf,
 	return 0;
 }
 
+/* the lock word of o's record at the primary (RPC READ: any mode), and
+ * whether the record is still the version E saw */
+static int read_holder(struct dxl_txn *t, struct op *o, uint64_t *holder, bool *same)
+{
+	struct dxl_table_req req = {.slot = o->slot};
+	struct dxl_table_rep rep;
+	int ret = table_rpc(t, o, DXL_RPC_ID_TABLE_READ, &req, &rep, NULL, 0);
+	if (ret && ret != DXL_E_TOOBIG)
+		return ret;
+	*holder = rep.holder;
+	*same = rep.rec.live && rep.rec.key == o->key && rep.rec.version == o->version;
+	return 0;
+}
+
 static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop,
 			const void *value, uint32_t len)
 {
@@ -874,9 +936,29 @@ static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop
 		if ((ret = ensure_fetched(t, o)))
 			return op_fail(t, ret, "write");
 		exists = o->exists;
+		/* what the caller learns (exists or not) is a read: validated
+		 * at commit like a value (issue 20) */
+		o->read = true;
 	}
-	if (wop == DXL_WS_INSERT && exists)
+	if (wop == DXL_WS_INSERT && exists) {
+		if (!o->wop) {
+			/* another transaction's insert is live (locked) from
+			 * its lock phase on, before it may abort: "exists" only
+			 * for a record nobody holds (issue 20) */
+			uint64_t holder = 0;
+			bool same = false;
+			if ((ret = read_holder(t, o, &holder, &same)))
+				return op_fail(t, ret, "insert");
+			if (holder || !same) {
+				coord_note_holder(t->w, holder);
+				return op_fail(t, dxl_err_set(DXL_E_CONFLICT,
+							      "table %u key %" PRIu64 ": %s (an insert not yet committed?)",
+							      table, key, holder ? "locked" : "changed"),
+					       "insert");
+			}
+		}
 		return dxl_err_set(DXL_E_EXIST, "table %u: key %" PRIu64 " exists", table, key);
+	}
 	if (wop != DXL_WS_INSERT && !exists)
 		return dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64, table, key);
 	/* what the log will say: relative to the record at the primary */
@@ -886,7 +968,8 @@ static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop
 	if (!o->exists && wop == DXL_WS_UPDATE)
 		eff = DXL_WS_INSERT; /* inserted here, then updated */
 	if (!o->exists && wop == DXL_WS_DELETE)
-		eff = W_NONE;        /* inserted here, then deleted: nothing */
+		eff = W_NONE;        /* inserted here, then deleted: nothing (the
+				        absence read stays: validated by V) */
 	size_t off = 0;
 	if (len && (ret = arena_put(t, value, len, &off)))
 		return ret;
@@ -984,7 +1067,9 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 		o->slot = rep.slot;
 		bool nic = nic_locks(o);
 		int ret = DXL_E_STATE;
-		if (commit && o->wop == DXL_WS_UPDATE) {
+		if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT)) {
+			/* an insert: the gate made the logged record live for
+			 * t (version new_version): the write-back finds it */
 			struct dxl_table_req wb = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
 						   .version = o->new_version,
 						   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
@@ -993,11 +1078,19 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 			if (!ret && nic)
 				unlock_one(t, o);
 		} else if (commit && o->wop == DXL_WS_DELETE) {
-			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
+			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts,
+						    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
 			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
 			if (!ret)
 				unlock_one(t, o);
 		} else if (lock_is_ours(t, o)) {
+			if (o->wop == DXL_WS_INSERT && !o->exists) {
+				/* aborted: the insert the gate made for it goes */
+				struct dxl_table_req del = {.key = o->key, .owner = t->id,
+							    .slot = o->slot,
+							    .flags = DXL_TABLE_DEL_AT_SLOT};
+				table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			}
 			ret = unlock_one(t, o);
 		}
 		if (!ret)
@@ -1079,6 +1172,7 @@ static int lock_phase(struct dxl_txn *t)
 			o->inc = rep.rec.inc;
 			o->lock_version = rep.rec.version;
 			o->new_version = rep.rec.version;
+			seen(t, rep.holder); /* the absence it replaces */
 			continue;
 		}
 		if (!nic) {
@@ -1094,6 +1188,7 @@ static int lock_phase(struct dxl_txn *t)
 				return ret;
 			o->locked = true;
 			o->lock_version = rep.rec.version;
+			seen(t, rep.rec.ts);
 			if (!rep.rec.live || rep.rec.key != o->key || rep.rec.version != o->version)
 				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed since read (version %" PRIu64 " -> %" PRIu64 ")",
 						   o->table, o->key, o->version, rep.rec.version);
@@ -1160,6 +1255,7 @@ static int lock_phase(struct dxl_txn *t)
 		uint32_t lf = dxl_get_le32(h + 28);
 		o->lock_version = ver;
 		o->inc = dxl_get_le32(h + 24);
+		seen(t, dxl_get_le64(h + 8)); /* the commit timestamp of what it overwrites */
 		if (!verdict && ((ver & 1) || ver != o->version || key != o->key ||
 				 !(lf & DXL_RECORD_LIVE)))
 			verdict = dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed since read (version %" PRIu64 " -> %" PRIu64 ")",
@@ -1172,7 +1268,9 @@ static int lock_phase(struct dxl_txn *t)
 
 /* ---- V: validating the read set ----------------------------------------------- */
 
-static int validate_phase(struct dxl_txn *t)
+/* all: also the reads of records it writes (before the lock phase:
+ * dxl_txn_validate), else those were checked under their locks */
+static int validate_phase(struct dxl_txn *t, bool all)
 {
 	if (t->w->c->cfg.no_validation)
 		return 0;
@@ -1186,7 +1284,7 @@ static int validate_phase(struct dxl_txn *t)
 	int ret;
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
-		if (!o->read || o->wop)
+		if (!o->read || (o->wop && !all))
 			continue; /* written records were checked under their lock */
 		if (!o->exists || mode == DXL_TXN_TWOSIDED) {
 			/* absence (any mode), or everything in two-sided mode: RPC */
@@ -1199,8 +1297,13 @@ static int validate_phase(struct dxl_txn *t)
 				req.key = o->key;
 			ret = table_rpc(t, o, opc, &req, &rep, NULL, 0);
 			if (!o->exists) {
-				if (ret == DXL_E_NOENT)
+				if (ret == DXL_E_NOENT) {
+					/* still absent: the state at V (its
+					 * tombstone) is what it read */
+					o->version = rep.rec.version;
+					seen(t, rep.rec.ts);
 					continue;
+				}
 				if (ret == 0 || ret == DXL_E_TOOBIG)
 					return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted since read",
 							   o->table, o->key);
@@ -1263,6 +1366,76 @@ static int validate_phase(struct dxl_txn *t)
 
 /* ---- Log ---------------------------------------------------------------------------- */
 
+/* ---- records that are not decided yet: background abort markers ------------ */
+
+static void und_add(struct dxl_coord_worker *w, uint32_t shard, uint64_t txn, uint64_t ts)
+{
+	if (w->nund == w->undcap) {
+		uint32_t nc = w->undcap ? 2 * w->undcap : 16;
+		struct und *n = realloc(w->und, nc * sizeof(*n));
+		DXL_ASSERTF(n, "worker %u: no memory for %u undecided records", w->idx, nc);
+		w->und = n;
+		w->undcap = nc;
+	}
+	w->und[w->nund++] = (struct und){.shard = shard, .txn = txn, .ts = ts};
+}
+
+/* a background marker for txn in shard's ring was acknowledged or failed:
+ * the marker is decided either way (harmless wherever it is); its records
+ * once it is in the log */
+static void und_result(struct dxl_coord_worker *w, uint32_t shard, struct wlog *l,
+		       uint64_t txn, uint64_t mts, int status)
+{
+	if (dxl_log_writer_decide(l->lw, mts))
+		DXL_WARN("event=coord_decide_failed shard=%u ts=%" PRIu64 " msg=\"%s\"", shard, mts,
+			 dxl_errmsg());
+	uint32_t keep = 0;
+	for (uint32_t i = 0; i < w->nund; i++) {
+		struct und *u = &w->und[i];
+		if (u->shard == shard && u->txn == txn) {
+			u->inflight = false;
+			if (!status) {
+				if (dxl_log_writer_decide(l->lw, u->ts))
+					DXL_WARN("event=coord_decide_failed shard=%u ts=%" PRIu64
+						 " msg=\"%s\"", shard, u->ts, dxl_errmsg());
+				DXL_INFO("event=coord_abort_marked txn=0x%" PRIx64 " shard=%u ts=%" PRIu64
+					 " msg=\"decided late\"", txn, shard, u->ts);
+				continue;
+			}
+		}
+		w->und[keep++] = *u;
+	}
+	w->nund = keep;
+}
+
+/* a marker for every transaction with records not decided yet (at most
+ * every 50 ms; results through dxl_coord_worker_poll) */
+static void und_round(struct dxl_coord_worker *w)
+{
+	uint64_t now = dxl_now_ms();
+	if (!w->nund || now < w->und_next_ms)
+		return;
+	w->und_next_ms = now + 50;
+	for (uint32_t i = 0; i < w->nund; i++) {
+		struct und *u = &w->und[i];
+		if (u->inflight || u->shard >= w->nlogs || !w->logs[u->shard].lw)
+			continue;
+		struct wlog *l = &w->logs[u->shard];
+		if (l->n == l->qcap)
+			continue;
+		uint8_t m[DXL_ABORT_SIZE];
+		dxl_abort_marker_encode(u->txn, m, sizeof(m));
+		uint64_t ts = 0;
+		if (dxl_log_writer_append_ex(l->lw, m, sizeof(m), u->txn, NULL, 0, &ts))
+			continue; /* full or broken: the next round */
+		l->q[(l->head + l->n) % l->qcap] = (struct pend){.ts = ts, .txn = u->txn};
+		l->n++;
+		for (uint32_t k = i; k < w->nund; k++)
+			if (w->und[k].shard == u->shard && w->und[k].txn == u->txn)
+				w->und[k].inflight = true;
+	}
+}
+
 void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 {
 	struct dxl_log_writer_result res[64];
@@ -1285,6 +1458,10 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 					DXL_WARN("event=coord_log_order shard=%u want=%" PRIu64 " got=%" PRIu64,
 						 s, p->ts, res[i].ts);
 				struct dxl_txn *t = p->t;
+				if (!t && p->txn) {
+					und_result(w, s, l, p->txn, p->ts, res[i].status);
+					continue;
+				}
 				if (!t || t->gen != p->gen || p->idx >= t->nlrec)
 					continue;
 				struct lrec *lr = &t->lrec[p->idx];
@@ -1299,6 +1476,7 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 			}
 		}
 	}
+	und_round(w);
 }
 
 /* append one record (a shard's write set, or an abort marker) for t; its
@@ -1313,6 +1491,9 @@ static int log_append(struct dxl_txn *t, uint32_t shard, const void *buf, uint32
 	if (l->n == l->qcap || t->nlrec == DXL_ARRAY_SIZE(t->lrec))
 		return dxl_err_set(DXL_E_AGAIN, "shard %u: writer queue full", shard);
 	uint64_t ts = 0;
+	/* commit timestamps respect conflict order: above the timestamp of
+	 * every state the transaction read, overwrote or replaced (issue 20) */
+	dxl_log_writer_observe(l->lw, t->seen_ts);
 	while ((ret = dxl_log_writer_append_ex(l->lw, buf, len, t->id, parts, nparts, &ts)) ==
 	       DXL_E_AGAIN) {
 		dxl_coord_worker_poll(t->w);
@@ -1362,9 +1543,12 @@ static void log_decide(struct dxl_txn *t, uint32_t i)
  * log_abort -- t will not commit, but some of its records may be in the
  * log: an abort marker goes after each of them (appliers skip the record),
  * then both are decided. A record certainly not in the log (failed, not
- * maybe) is decided at once. If a marker cannot be appended the record
- * stays undecided: the shard's next primary holds its locks and it waits
- * for resolution (docs/transactions.md).
+ * maybe) is decided at once; a marker is decided whatever became of it
+ * (one more marker is harmless). A record whose marker could not be
+ * appended within log_unavail_ms goes to the worker, which keeps marking
+ * it (und_round) until it is decided: an undecided record would hold its
+ * ring's watermark, and every backup's applier of the shard, for good.
+ * Returns true if every record is decided now.
  */
 static bool log_abort(struct dxl_txn *t)
 {
@@ -1372,8 +1556,9 @@ static bool log_abort(struct dxl_txn *t)
 	uint8_t m[DXL_ABORT_SIZE];
 	dxl_abort_marker_encode(t->id, m, sizeof(m));
 	uint64_t end = dxl_now_ms() + t->w->c->cfg.log_unavail_ms;
-	while (dxl_now_ms() < end) {
-		bool pending = false;
+	bool pending = true;
+	while (pending && dxl_now_ms() < end) {
+		pending = false;
 		for (uint32_t i = 0; i < n; i++) {
 			struct lrec *r = &t->lrec[i];
 			if (r->marker || r->ts == 0)
@@ -1391,6 +1576,7 @@ static bool log_abort(struct dxl_txn *t)
 		log_wait_all(t);
 		for (uint32_t k = first; k < t->nlrec; k++) {
 			struct lrec *mk = &t->lrec[k];
+			log_decide(t, k);
 			/* the record this marker is for: same shard, not marker */
 			for (uint32_t i = 0; i < n; i++) {
 				struct lrec *r = &t->lrec[i];
@@ -1398,22 +1584,24 @@ static bool log_abort(struct dxl_txn *t)
 					continue;
 				if (mk->status == 0) {
 					log_decide(t, i);
-					log_decide(t, k);
 					r->ts = 0;
-				} else if (!mk->maybe) {
-					log_decide(t, k); /* retried */
-					pending = true;
 				} else {
-					pending = true; /* the marker may be there: leave it */
+					pending = true; /* marked again next round */
 				}
 			}
 		}
-		t->nlrec = n; /* markers decided or left: forget them */
-		if (!pending)
-			return true;
-		dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
+		t->nlrec = n; /* markers decided: forget them */
+		if (pending)
+			dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
 	}
-	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"records stay undecided: resolution needed\"",
+	if (!pending)
+		return true;
+	for (uint32_t i = 0; i < n; i++) {
+		struct lrec *r = &t->lrec[i];
+		if (!r->marker && r->ts)
+			und_add(t->w, r->shard, t->id, r->ts);
+	}
+	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"no abort marker yet: the worker keeps trying\"",
 		 t->id);
 	return false;
 }
@@ -1445,10 +1633,10 @@ static int log_phase(struct dxl_txn *t)
 			struct op *p = &t->ops[j];
 			if (!p->wop || p->shard != shard)
 				continue;
-			if (p->wop == DXL_WS_INSERT && !p->exists)
-				p->new_version = p->lock_version;
-			else
-				p->new_version = p->lock_version + 2;
+			/* an insert too: its record (made at L, version
+			 * lock_version, no timestamp yet) is written back
+			 * with its commit timestamp at C */
+			p->new_version = p->lock_version + 2;
 			e[n++] = (struct dxl_ws_entry){
 				.table = p->table,
 				.op = p->exists ? (enum dxl_ws_op)p->wop : DXL_WS_INSERT,
@@ -1518,10 +1706,11 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 	const struct view_shard *vs = &t->v->shards[o->shard];
 	enum dxl_txn_mode mode = t->w->c->cfg.mode;
 	int ret;
-	if (o->wop == DXL_WS_INSERT && !o->exists)
-		return unlock_one(t, o); /* the value went in with the insert */
 	if (o->wop == DXL_WS_DELETE) {
-		struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
+		/* at the slot it locked: a retry after a lost reply finds it
+		 * done (idempotent, as write-back is: issue 20) */
+		struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = o->rec_ts,
+					    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
 		struct dxl_table_rep rep;
 		if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0)))
 			return ret;
@@ -1633,7 +1822,7 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	ret = lock_phase(t);
 	if (!ret) {
 		phase = "validate";
-		ret = validate_phase(t);
+		ret = validate_phase(t, false);
 	}
 	if (!ret && nw) {
 		phase = "log";
@@ -1681,7 +1870,8 @@ int dxl_txn_footprint(const struct dxl_txn *t, struct dxl_txn_access *out, uint3
 		if (o->read) {
 			if (n < cap)
 				out[n] = (struct dxl_txn_access){.table = o->table, .key = o->key,
-								 .version = o->exists ? o->version : 0};
+								 .version = o->version,
+								 .absent = !o->exists};
 			n++;
 		}
 		if (o->wop) {
@@ -1704,6 +1894,16 @@ static uint64_t rnd(struct dxl_coord_worker *w)
 	return w->rng;
 }
 
+int dxl_txn_validate(struct dxl_txn *t)
+{
+	int ret = check_usable(t);
+	if (ret)
+		return ret;
+	if ((ret = validate_phase(t, true)))
+		return op_fail(t, ret, "validate");
+	return 0;
+}
+
 int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t max_tries,
 		struct dxl_txn_info *info)
 {
@@ -1723,9 +1923,20 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 		if ((ret = dxl_txn_begin(w, &t)))
 			return ret;
 		ret = fn(t, arg);
-		if (!ret)
+		if (!ret) {
 			ret = dxl_txn_commit(t, &last);
-		else {
+		} else {
+			/* an existence answer ends the attempt: like any read it
+			 * stands only if still true (issue 20) */
+			if ((ret == DXL_E_EXIST || ret == DXL_E_NOENT) && t->active) {
+				char msg[512];
+				snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+				int v = dxl_txn_validate(t);
+				if (v == DXL_E_CONFLICT)
+					ret = v;
+				else
+					dxl_err_set(ret, "%s", msg);
+			}
 			last = t->info;
 			dxl_txn_abort(t);
 		}
