@@ -169,10 +169,18 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 			struct dxl_log_writer_result res[16];
 			for (int k = 0; k < 50 && dxl_log_writer_pending(w->logs[s].lw); k++)
 				dxl_log_writer_poll(w->logs[s].lw, res, 16, 10);
-			if (dxl_log_writer_hold(w->logs[s].lw) == UINT64_MAX &&
-			    dxl_log_writer_flush(w->logs[s].lw, 2000))
-				DXL_DEBUG("event=coord_final_flush_failed shard=%u msg=\"%s\"", s,
-					  dxl_errmsg());
+			/* retried across a reopen (a new epoch fails a flush):
+			 * committed records above the watermark of a ring whose
+			 * writer is gone are never applied by the backups */
+			int ret = DXL_E_STATE;
+			uint64_t end = dxl_now_ms() + 10000;
+			while (dxl_log_writer_hold(w->logs[s].lw) == UINT64_MAX &&
+			       (ret = dxl_log_writer_flush(w->logs[s].lw, 2000)) &&
+			       ret != DXL_E_STATE && dxl_now_ms() < end)
+				dxl_log_writer_poll(w->logs[s].lw, res, 16, 100);
+			if (ret)
+				DXL_WARN("event=coord_final_flush_failed shard=%u msg=\"%s\"", s,
+					 dxl_errmsg());
 		}
 		dxl_log_writer_delete(&w->logs[s].lw);
 		free(w->logs[s].q);
@@ -1868,10 +1876,14 @@ int dxl_txn_footprint(const struct dxl_txn *t, struct dxl_txn_access *out, uint3
 	for (uint32_t i = 0; t && i < t->nops; i++) {
 		const struct op *o = &t->ops[i];
 		if (o->read) {
+			/* the absence an insert replaced: the state just below
+			 * the version its record got under the lock (E's
+			 * one-sided miss does not know the tombstone) */
+			uint64_t v = o->wop == DXL_WS_INSERT && !o->exists ? o->lock_version - 1
+									   : o->version;
 			if (n < cap)
 				out[n] = (struct dxl_txn_access){.table = o->table, .key = o->key,
-								 .version = o->version,
-								 .absent = !o->exists};
+								 .version = v, .absent = !o->exists};
 			n++;
 		}
 		if (o->wop) {
