@@ -222,7 +222,9 @@ int dxl_txn_validate(struct dxl_txn *t);
  * version = the version read (reads) or produced (writes: a delete's is
  * its tombstone's). A read is a value read or an existence answer (put,
  * insert, delete consult it too); absent: the key was not there, version
- * = its tombstone's (the delete it read the result of; 0: none) */
+ * = its tombstone's (the delete it read the result of; 0: none), or for
+ * the absence an insert replaced, one below the version its record got
+ * under the lock (the last write at or below it is what it replaced) */
 struct dxl_txn_access {
 	uint32_t table;
 	bool write;
