@@ -473,7 +473,8 @@ static bool has_op(const struct ledger *L, uint64_t key, uint64_t token, bool de
  * Every key of the churn table is absent or holds a token; against the
  * ledgers (committed, and unknown: a killed coordinator's last intent):
  * a present token was inserted (committed or unknown) and never deleted
- * by a committed delete (a deleted key back: issue 20); every committed
+ * by a committed delete (a deleted key back: issue 20); no token was
+ * deleted twice (back in between, then deleted again); every committed
  * insert of the key other than the present token was deleted (committed
  * or unknown), else a committed insert was lost.
  */
@@ -491,6 +492,21 @@ static uint32_t churn_check(const struct ledger *L, const struct churn_scan *cs)
 				      " is back: its delete was committed\n", k, x);
 		for (size_t i = 0; i < L->nch; i++) {
 			const struct churn_op *o = &L->ch[i];
+			/* a token deleted twice came back in between */
+			if (o->key == k && o->del && !o->unknown) {
+				uint32_t n = 0;
+				bool first = true;
+				for (size_t j = 0; j < L->nch; j++)
+					if (L->ch[j].key == k && L->ch[j].del && !L->ch[j].unknown &&
+					    L->ch[j].token == o->token) {
+						n++;
+						first = first && j >= i;
+					}
+				if (n > 1 && first && bad++ < 10)
+					print_message("  churn key %" PRIu64 ": token %" PRIx64
+						      " deleted %u times (back after its delete)\n",
+						      k, o->token, n);
+			}
 			if (o->key != k || o->del || o->unknown || o->token == x)
 				continue;
 			if (!has_op(L, k, o->token, true, true) && bad++ < 10)
