@@ -399,6 +399,9 @@ struct dxl_txn {
 	/* the largest commit timestamp of a state it read, overwrote or
 	 * replaced (records, tombstones): its own are larger (issue 20) */
 	uint64_t seen_ts;
+	/* the tag of its current batch of one-sided requests (wr_ids): a
+	 * completion of an older batch (left behind by an error) is stale */
+	uint64_t wtag;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
 };
@@ -441,8 +444,62 @@ static uint32_t lkey(const struct dxl_txn *t)
 	return dxl_mr_lkey(t->w->mr);
 }
 
-/* the coroutine id from a slot's scratch (wr_ids carry the coroutine) */
-static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
+/* a new batch of one-sided requests of t: its wr_id tag */
+static uint64_t batch(struct dxl_txn *t)
+{
+	t->wtag = (t->wtag + 1) & DXL_CO_WRID_TAG_MAX;
+	if (!t->wtag)
+		t->wtag = 1;
+	return t->wtag;
+}
+
+/*
+ * wait_tag -- k completions of batch tag for the calling coroutine; those
+ * of other batches (requests an early error left in flight, unsignalled
+ * ones that failed) are dropped: counted toward this batch they returned
+ * before its own requests were done, and a READ into scratch memory that
+ * another batch reuses landed later (a "record" shifted by 8 bytes: issue
+ * 20). Returns the failed count (the first failure's status in *st), < 0
+ * on error. Then drains what is buffered already.
+ */
+static int wait_tag(int k, uint64_t tag, enum dxl_wc_status *st)
+{
+	int failed = 0;
+	while (k > 0) {
+		struct dxl_wc wc;
+		int f = dxl_co_wait_completions(1, &wc, -1);
+		if (f < 0)
+			return f;
+		uint64_t wt = 0;
+		if (dxl_co_wrid_decode(wc.wr_id, NULL, &wt) || wt != tag)
+			continue; /* stale: another batch's */
+		if (f) {
+			failed++;
+			if (st && *st == DXL_WC_SUCCESS)
+				*st = wc.status;
+		}
+		k--;
+	}
+	/* an unsignalled request of this batch that failed also produced a
+	 * completion */
+	while (dxl_co_completions_buffered() > 0) {
+		struct dxl_wc wc;
+		int f = dxl_co_wait_completions(1, &wc, 0);
+		if (f < 0)
+			break;
+		uint64_t wt = 0;
+		if (f > 0 && !dxl_co_wrid_decode(wc.wr_id, NULL, &wt) && wt == tag) {
+			failed++;
+			if (st && *st == DXL_WC_SUCCESS)
+				*st = wc.status;
+		}
+	}
+	return failed;
+}
+
+/* post chain (every wr_id of batch tag) and wait for its nsignaled
+ * completions */
+static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled, uint64_t tag,
 			const char *what)
 {
 	struct dxl_wr *bad = NULL;
@@ -457,30 +514,10 @@ static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
 		dxl_err_prefix("%s", what);
 		return ret;
 	}
-	struct dxl_wc wc[64];
-	int k = nsignaled;
-	int failed = 0;
 	enum dxl_wc_status st = DXL_WC_SUCCESS;
-	while (k > 0) {
-		int m = DXL_MIN(k, 64);
-		int f = dxl_co_wait_completions(m, wc, -1);
-		if (f < 0)
-			return f;
-		for (int i = 0; i < m; i++)
-			if (wc[i].status != DXL_WC_SUCCESS && st == DXL_WC_SUCCESS)
-				st = wc[i].status;
-		failed += f;
-		k -= m;
-	}
-	/* an unsignalled request that failed also produced a completion */
-	while (dxl_co_completions_buffered() > 0) {
-		int f = dxl_co_wait_completions(1, wc, 0);
-		if (f > 0 && st == DXL_WC_SUCCESS)
-			st = wc[0].status;
-		if (f < 0)
-			break;
-		failed += f > 0;
-	}
+	int failed = wait_tag(nsignaled, tag, &st);
+	if (failed < 0)
+		return failed;
 	if (!failed)
 		return 0;
 	if (st == DXL_WC_REM_ACCESS_ERR)
@@ -489,10 +526,10 @@ static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
 }
 
 static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
-		    uint64_t raddr, uint32_t rkey, bool signaled)
+		    uint64_t raddr, uint32_t rkey, bool signaled, uint64_t tag)
 {
 	memset(wr, 0, sizeof(*wr));
-	wr->wr_id = dxl_co_wrid(0);
+	wr->wr_id = dxl_co_wrid(tag);
 	wr->op = DXL_WR_READ;
 	wr->flags = signaled ? DXL_WR_SIGNALED : 0;
 	wr->local = local;
@@ -503,10 +540,10 @@ static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
 }
 
 static void wr_cas(struct dxl_wr *wr, uint64_t *local, uint32_t lk, uint64_t raddr,
-		   uint32_t rkey, uint64_t cmp, uint64_t swp, bool signaled)
+		   uint32_t rkey, uint64_t cmp, uint64_t swp, bool signaled, uint64_t tag)
 {
 	memset(wr, 0, sizeof(*wr));
-	wr->wr_id = dxl_co_wrid(0);
+	wr->wr_id = dxl_co_wrid(tag);
 	wr->op = DXL_WR_CAS;
 	wr->flags = signaled ? DXL_WR_SIGNALED : 0;
 	wr->local = local;
@@ -612,9 +649,10 @@ static int read_bucket(void *arg, uint64_t off, void *buf)
 	}
 	uint8_t *local = a->t->scr + COORD_SCRATCH - DXL_INDEX_BUCKET_SIZE;
 	struct dxl_wr wr;
+	uint64_t tag = batch(a->t);
 	wr_read(&wr, local, lkey(a->t), DXL_INDEX_BUCKET_SIZE, a->vt->st.index.addr + off,
-		a->vt->st.index.rkey, true);
-	int ret = co_post_wait(a->qp, &wr, 1, "index bucket READ");
+		a->vt->st.index.rkey, true, tag);
+	int ret = co_post_wait(a->qp, &wr, 1, tag, "index bucket READ");
 	if (!ret)
 		memcpy(buf, local, DXL_INDEX_BUCKET_SIZE);
 	return ret;
@@ -630,9 +668,10 @@ static int read_slot(struct dxl_txn *t, struct op *o, struct dxl_qp *qp, uint64_
 	uint8_t *local = t->scr;
 	for (int tries = 0;; tries++) {
 		struct dxl_wr wr;
+		uint64_t tag = batch(t);
 		wr_read(&wr, local, lkey(t), ss, vt->st.t.records.addr + slot * ss,
-			vt->st.t.records.rkey, true);
-		int ret = co_post_wait(qp, &wr, 1, "record READ");
+			vt->st.t.records.rkey, true, tag);
+		int ret = co_post_wait(qp, &wr, 1, tag, "record READ");
 		if (ret)
 			return ret;
 		struct dxl_record r;
@@ -665,18 +704,18 @@ static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
 	uint8_t *bk = t->scr + COORD_SCRATCH - DXL_INDEX_BUCKET_SIZE;
 	uint64_t boff = 0;
 	bool refill = ba && ba->qp && t->w->c->cfg.mode == DXL_TXN_HYBRID;
+	uint64_t tag = batch(t);
 	if (refill) {
 		boff = dxl_index_bucket_addr(&o->vt->st.ihdr, o->key);
 		struct dxl_wr wr;
 		wr_read(&wr, bk, lkey(t), DXL_INDEX_BUCKET_SIZE, o->vt->st.index.addr + boff,
-			o->vt->st.index.rkey, true);
+			o->vt->st.index.rkey, true, tag);
 		if (dxl_qp_post(ba->qp, &wr, NULL))
 			refill = false;
 	}
 	int ret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, val, cap);
 	if (refill) {
-		struct dxl_wc wc;
-		if (dxl_co_wait_completions(1, &wc, -1) == 0) {
+		if (wait_tag(1, tag, NULL) == 0) {
 			struct dxl_index_find f;
 			if (dxl_index_bucket_find(&o->vt->st.ihdr, bk, o->key, &f) >= 0)
 				dxl_loccache_fill(o->vt->lc, boff, bk);
@@ -1021,9 +1060,10 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 			return ret;
 		uint64_t *res = (uint64_t *)(t->scr + COORD_SCRATCH - 8);
 		struct dxl_wr wr;
+		uint64_t tag = batch(t);
 		wr_cas(&wr, res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, t->id, 0, true);
-		ret = co_post_wait(qp, &wr, 1, "unlock CAS");
+		       o->vt->st.t.locks.rkey, t->id, 0, true, tag);
+		ret = co_post_wait(qp, &wr, 1, tag, "unlock CAS");
 	} else {
 		struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
 		struct dxl_table_rep rep;
@@ -1150,6 +1190,7 @@ static int lock_phase(struct dxl_txn *t)
 	uint32_t nn = 0;
 	int ret = 0;
 	enum dxl_txn_mode mode = t->w->c->cfg.mode;
+	uint64_t tag = batch(t);
 	/* pass 0: RPCs (inserts, CPU-owned locks); pass 1: the CAS+READ batch,
 	 * so that an early refusal never leaves posted CASes behind */
 	for (int pass = 0; pass < 2; pass++)
@@ -1160,11 +1201,13 @@ static int lock_phase(struct dxl_txn *t)
 		bool nic = nic_locks(o);
 		if ((pass == 1) != (nic && o->exists))
 			continue;
-		if ((nic && mode == DXL_TXN_TWOSIDED) || (!nic && mode != DXL_TXN_TWOSIDED))
-			return dxl_err_set(DXL_E_CONFIG,
-					   "table %u: lock words are %s-owned (engine.lock_mode=%s) but the coordinator's mode is %s (use %s)",
-					   o->table, nic ? "NIC" : "CPU", nic ? "nic" : "cpu",
-					   dxl_txn_mode_name(mode), nic ? "hybrid or onesided" : "twosided");
+		if ((nic && mode == DXL_TXN_TWOSIDED) || (!nic && mode != DXL_TXN_TWOSIDED)) {
+			ret = dxl_err_set(DXL_E_CONFIG,
+					  "table %u: lock words are %s-owned (engine.lock_mode=%s) but the coordinator's mode is %s (use %s)",
+					  o->table, nic ? "NIC" : "CPU", nic ? "nic" : "cpu",
+					  dxl_txn_mode_name(mode), nic ? "hybrid or onesided" : "twosided");
+			goto reap;
+		}
 		if (!o->exists) { /* insert: created locked at the primary */
 			struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = 0,
 						    .value = t->arena + o->woff, .len = o->wlen};
@@ -1202,43 +1245,37 @@ static int lock_phase(struct dxl_txn *t)
 						   o->table, o->key, o->version, rep.rec.version);
 			continue;
 		}
-		if (nn * 72 + 72 > COORD_SCRATCH - 256)
-			return dxl_err_set(DXL_E_INVAL, "write set too large for one lock round");
+		if (nn * 72 + 72 > COORD_SCRATCH - 256) {
+			ret = dxl_err_set(DXL_E_INVAL, "write set too large for one lock round");
+			goto reap;
+		}
 		const struct view_shard *vs = &t->v->shards[o->shard];
 		if ((ret = node_qp(t->w, vs, &bt[nn].qp)))
-			return ret;
+			goto reap;
 		bt[nn].o = o;
 		bt[nn].cas = (uint64_t *)(t->scr + nn * 72);
 		bt[nn].hdr = t->scr + nn * 72 + 8;
 		struct dxl_wr wr[2];
 		wr_cas(&wr[0], bt[nn].cas, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, 0, t->id, false);
+		       o->vt->st.t.locks.rkey, 0, t->id, true, tag);
 		wr_read(&wr[1], bt[nn].hdr, lkey(t), 64,
 			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, true);
+			o->vt->st.t.records.rkey, true, tag);
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(bt[nn].qp, wr, &bad)) == DXL_E_AGAIN)
 			dxl_co_yield();
 		if (ret)
-			return ret;
+			goto reap;
 		nn++;
 	}
 	if (!nn)
 		return 0;
-	/* one completion per READ (the CAS is unsignalled; its failure, if
-	 * any, arrives as an error completion) */
-	int failed = 0;
-	struct dxl_wc wc[DXL_TXN_MAX_OPS];
-	int f = dxl_co_wait_completions((int)nn, wc, -1);
-	if (f < 0)
-		return f;
-	failed = f;
-	while (dxl_co_completions_buffered() > 0) {
-		struct dxl_wc x;
-		if (dxl_co_wait_completions(1, &x, 0) > 0)
-			failed++;
-	}
+	/* two completions per op (CAS and READ, both signalled: the count is
+	 * exact whatever fails) */
+	int failed = wait_tag(2 * (int)nn, tag, NULL);
+	if (failed < 0)
+		return failed;
 	int verdict = 0;
 	for (uint32_t k = 0; k < nn; k++) {
 		struct op *o = bt[k].o;
@@ -1272,6 +1309,19 @@ static int lock_phase(struct dxl_txn *t)
 	if (failed)
 		return dxl_err_set(DXL_E_UNREACHABLE, "lock CAS/READ failed (%d completions)", failed);
 	return verdict;
+reap:
+	/* an error after some CASes were posted: they may land; wait for
+	 * them, and release by owner where they did (release_all: a CAS from
+	 * t->id to 0 is harmless where one did not) */
+	if (nn) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		wait_tag(2 * (int)nn, tag, NULL);
+		for (uint32_t k = 0; k < nn; k++)
+			bt[k].o->locked = true;
+		dxl_err_set(ret, "%s", msg);
+	}
+	return ret;
 }
 
 /* ---- V: validating the read set ----------------------------------------------- */
@@ -1290,6 +1340,13 @@ static int validate_phase(struct dxl_txn *t, bool all)
 	} v[DXL_TXN_MAX_OPS];
 	uint32_t nv = 0;
 	int ret;
+	uint64_t tag = batch(t);
+	/* an error once READs are posted: wait for them first (reap) */
+#define V_FAIL(e)                  \
+	do {                       \
+		ret = (e);         \
+		goto reap;         \
+	} while (0)
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->read || (o->wop && !all))
@@ -1313,17 +1370,17 @@ static int validate_phase(struct dxl_txn *t, bool all)
 					continue;
 				}
 				if (ret == 0 || ret == DXL_E_TOOBIG)
-					return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted since read",
-							   o->table, o->key);
-				return ret;
+					V_FAIL(dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted since read",
+							   o->table, o->key));
+				V_FAIL(ret);
 			}
 			if (ret && ret != DXL_E_TOOBIG)
-				return ret == DXL_E_NOENT ? dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": deleted since read", o->table, o->key) : ret;
+				V_FAIL(ret == DXL_E_NOENT ? dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": deleted since read", o->table, o->key) : ret);
 			coord_note_holder(t->w, rep.holder);
 			if (rep.rec.version != o->version || rep.rec.key != o->key || !rep.rec.live ||
 			    rep.holder)
-				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed or locked since read",
-						   o->table, o->key);
+				V_FAIL(dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed or locked since read",
+						   o->table, o->key));
 			continue;
 		}
 		v[nv].o = o;
@@ -1332,32 +1389,28 @@ static int validate_phase(struct dxl_txn *t, bool all)
 		const struct view_shard *vs = &t->v->shards[o->shard];
 		struct dxl_qp *qp;
 		if ((ret = node_qp(t->w, vs, &qp)))
-			return ret;
+			V_FAIL(ret);
 		struct dxl_wr wr[2];
 		wr_read(&wr[0], v[nv].hdr, lkey(t), 64,
 			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, false);
+			o->vt->st.t.records.rkey, true, tag);
 		wr_read(&wr[1], v[nv].lock, lkey(t), 8, o->vt->st.t.locks.addr + 8 * o->slot,
-			o->vt->st.t.locks.rkey, true);
+			o->vt->st.t.locks.rkey, true, tag);
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(qp, wr, &bad)) == DXL_E_AGAIN)
 			dxl_co_yield();
 		if (ret)
-			return ret;
+			V_FAIL(ret);
 		nv++;
 	}
+#undef V_FAIL
 	if (!nv)
 		return 0;
-	struct dxl_wc wc[DXL_TXN_MAX_OPS];
-	int f = dxl_co_wait_completions((int)nv, wc, -1);
+	/* two signalled READs per record: the count is exact */
+	int f = wait_tag(2 * (int)nv, tag, NULL);
 	if (f < 0)
 		return f;
-	while (dxl_co_completions_buffered() > 0) {
-		struct dxl_wc x;
-		if (dxl_co_wait_completions(1, &x, 0) > 0)
-			f++;
-	}
 	if (f)
 		return dxl_err_set(DXL_E_UNREACHABLE, "validation READs failed (%d)", f);
 	for (uint32_t k = 0; k < nv; k++) {
@@ -1370,6 +1423,14 @@ static int validate_phase(struct dxl_txn *t, bool all)
 					   o->table, o->key, lock ? "locked" : "changed");
 	}
 	return 0;
+reap:
+	if (nv) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		wait_tag(2 * (int)nv, tag, NULL);
+		dxl_err_set(ret, "%s", msg);
+	}
+	return ret;
 }
 
 /* ---- Log ---------------------------------------------------------------------------- */
@@ -1746,15 +1807,16 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 					    o->vt->st.t.records.rkey, wr, 256);
 		if (n < 0)
 			return n;
+		uint64_t tag = batch(t);
 		for (int i = 0; i < n; i++)
-			wr[i].wr_id = dxl_co_wrid(0);
+			wr[i].wr_id = dxl_co_wrid(tag);
 		/* unlock: the lock word back to 0, after the record on the same
 		 * QP (a CAS from our id: the NIC owns lock words) */
 		uint64_t *res = (uint64_t *)t->scr;
 		wr_cas(&wr[n], res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, t->id, 0, true);
+		       o->vt->st.t.locks.rkey, t->id, 0, true, tag);
 		wr[n - 1].next = &wr[n];
-		ret = co_post_wait(qp, wr, 1, "write-back");
+		ret = co_post_wait(qp, wr, 1, tag, "write-back");
 		if (!ret)
 			o->locked = false;
 		return ret;
