@@ -957,6 +957,7 @@ static void env_open_cfg(struct env *e, const struct cl *c, const struct dxl_coo
 struct one_info {
 	struct one o;
 	struct dxl_txn_info info;
+	uint32_t max_tries; /* 0: dxl_txn_run's default */
 };
 
 static int one_fn(struct dxl_txn *t, void *arg)
@@ -977,7 +978,7 @@ static int one_fn(struct dxl_txn *t, void *arg)
 static void co_one_info(void *arg)
 {
 	struct one_info *x = arg;
-	x->o.ret = dxl_txn_run(x->o.e->w, one_fn, &x->o, 0, &x->info);
+	x->o.ret = dxl_txn_run(x->o.e->w, one_fn, &x->o, x->max_tries, &x->info);
 }
 
 /* one write, its commit timestamp */
@@ -1066,6 +1067,136 @@ static void test_skewed_clocks(void **state)
 	env_close(&a);
 	restart_node(&g_cv, "1");
 	if (!wait_full(&g_cv, 30000))
+		fail_msg("the shards did not get their 3 members back");
+}
+
+/*
+ * Found by the churn under failover: the lock phase posts a CAS and a READ
+ * per record, all before it waits; when a later record's primary could not
+ * be reached it returned at once. The posted CAS still landed -- a lock
+ * word the transaction never released (its own coordinator then met it on
+ * every retry: "locked by" itself, for good) -- and the READ's completion
+ * was taken later by another wait of the coroutine, whose own READ had not
+ * landed yet (a record "read" 8 bytes off). Shard 0's primary is node 3,
+ * shard 1's node 2; node 2 dies between a transaction's reads and its
+ * commit: the commit fails, then the key of shard 0 must be writable and
+ * readable again by the same coordinator.
+ */
+struct lp_case {
+	struct env *e;
+	const struct cl *c;
+	int step;
+	int r_commit, r_after, r_b;
+};
+
+/* B: node 2 dies; B's read of a shard-1 key fails on the worker's QP to
+ * node 2, which is then in error (A's lock phase must reconnect, and
+ * cannot) */
+static void co_lp_b(void *arg)
+{
+	struct lp_case *x = arg;
+	while (x->step < 1)
+		dxl_co_yield();
+	kill_node(x->c, "2");
+	dxl_co_sleep_ms(300);
+	struct one o = {.e = x->e, .op = 'g', .table = T_ACCT, .key = 543};
+	co_one(&o);
+	x->r_b = o.ret;
+	x->step = 2;
+}
+
+static void co_lp(void *arg)
+{
+	struct lp_case *x = arg;
+	struct dxl_txn *t;
+	uint8_t v[8];
+	uint32_t len;
+	assert_int_equal(dxl_txn_begin(x->e->w, &t), 0);
+	assert_int_equal(dxl_txn_get(t, T_ACCT, 540, v, 8, &len), 0); /* shard 0 */
+	assert_int_equal(dxl_txn_get(t, T_ACCT, 541, v, 8, &len), 0); /* shard 1 */
+	put64(v, 5);
+	assert_int_equal(dxl_txn_put(t, T_ACCT, 540, v, 8), 0);
+	assert_int_equal(dxl_txn_put(t, T_ACCT, 541, v, 8), 0);
+	x->step = 1;
+	while (x->step < 2)
+		dxl_co_yield();
+	x->r_commit = dxl_txn_commit(t, NULL);
+	if (x->r_commit)
+		print_message("  the commit: %s\n", dxl_errmsg());
+	/* shard 0 alone, the same coordinator (bounded: a lock it left
+	 * behind would make every try a conflict) */
+	struct one o = {.e = x->e, .op = 'p', .table = T_ACCT, .key = 540, .len = 8};
+	put64(o.val, 6);
+	for (int k = 0; k < 200; k++) {
+		co_one(&o);
+		if (o.ret != DXL_E_CONFLICT && o.ret != DXL_E_UNAVAIL)
+			break;
+		dxl_co_sleep_ms(20);
+	}
+	x->r_after = o.ret;
+}
+
+static void test_lock_phase_error(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	if (!g_cv.up && cluster_up(&g_cv, "cv", "nic"))
+		fail_msg("cluster up");
+	if (!wait_full(&g_cv, 30000))
+		fail_msg("the shards do not have their 3 members");
+	struct env e;
+	env_open(&e, &g_cv, DXL_TXN_HYBRID, false);
+	for (uint64_t k = 540; k < 544; k++)
+		write_ts(&e, 'i', k, 1);
+	env_close(&e);
+	/* shard 0: primary 3; shard 1: primary 2 */
+	struct dxl_zk *zk = zk_open(&g_cv);
+	struct dxl_cluster_config cf;
+	int32_t ver;
+	assert_int_equal(dxl_cluster_config_read(zk, &cf, &ver), 0);
+	cf.epoch++;
+	uint32_t b0[2] = {1, 2}, b1[2] = {1, 3};
+	assert_int_equal(dxl_cluster_config_set_shard(&cf, 0, 3, b0, 2), 0);
+	assert_int_equal(dxl_cluster_config_set_shard(&cf, 1, 2, b1, 2), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &cf, ver, NULL), 0);
+	dxl_cluster_config_clear(&cf);
+	dxl_zk_delete(&zk);
+	env_open(&e, &g_cv, DXL_TXN_HYBRID, false);
+	/* until both new primaries serve */
+	uint64_t end = dxl_now_ms() + 30000;
+	char buf[16];
+	while (one(&e, 'g', T_ACCT, 540, NULL, buf) || one(&e, 'g', T_ACCT, 541, NULL, buf))
+		assert_true(dxl_now_ms() < end);
+	struct lp_case x = {.e = &e, .c = &g_cv};
+	assert_int_equal(dxl_coord_worker_spawn(e.w, co_lp, &x), 0);
+	assert_int_equal(dxl_coord_worker_spawn(e.w, co_lp_b, &x), 0);
+	assert_int_equal(dxl_coord_worker_run(e.w), 0);
+	print_message("  a read on the dead primary: %s; commit with shard 1's primary gone: %s; shard 0 written after: %s\n",
+		      dxl_errname(x.r_b), dxl_errname(x.r_commit), dxl_errname(x.r_after));
+	assert_true(x.r_commit != 0);
+	if (x.r_after)
+		fail_msg("key 540 (shard 0) not writable by the same coordinator after a failed lock phase: %s",
+			 dxl_errname(x.r_after));
+	/* and by another coordinator while this one lives (a dead one's locks
+	 * are released by resolution): no lock word was left behind (the old
+	 * code left one, and its next transaction "locked" 540 through the
+	 * stale completion, writing without the lock) */
+	struct dxl_coord_cfg cfg;
+	dxl_coord_cfg_init(&cfg);
+	cfg.log_unavail_ms = 1000;
+	struct env e2;
+	env_open_cfg(&e2, &g_cv, &cfg);
+	struct one_info y = {.o = {.e = &e2, .op = 'p', .table = T_ACCT, .key = 540, .len = 8},
+			     .max_tries = 50};
+	put64(y.o.val, 7);
+	run1(&e2, co_one_info, &y);
+	if (y.o.ret)
+		fail_msg("key 540 not writable by another coordinator: %s: %s", dxl_errname(y.o.ret),
+			 dxl_errmsg());
+	env_close(&e2);
+	env_close(&e);
+	restart_node(&g_cv, "2");
+	if (!wait_full(&g_cv, 40000))
 		fail_msg("the shards did not get their 3 members back");
 }
 
@@ -1517,6 +1648,7 @@ int main(void)
 		cmocka_unit_test(test_kill_coordinator),
 		cmocka_unit_test(test_existence_validated),
 		cmocka_unit_test(test_skewed_clocks),
+		cmocka_unit_test(test_lock_phase_error),
 		cmocka_unit_test(test_abort_marker_retried),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
