@@ -1222,8 +1222,20 @@ static void test_abort_marker_retried(void **state)
 	env_open_cfg(&w, &g_cv, &cfg);
 	for (uint64_t k = 530; k < 534; k++)
 		write_ts(&w, 'i', k, 1); /* the writers of both shards are open */
-	kill_node(&g_cv, "2");
-	kill_node(&g_cv, "3");
+	/* the two backups of shard 0 (key 530's) */
+	struct dxl_zk *zk = zk_open(&g_cv);
+	struct dxl_cluster_config cf;
+	assert_int_equal(dxl_cluster_config_read(zk, &cf, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&cf, 0);
+	assert_non_null(sh);
+	assert_int_equal(sh->nbackups, 2);
+	char bk[2][16];
+	for (int i = 0; i < 2; i++)
+		snprintf(bk[i], sizeof(bk[i]), "%u", sh->backups[i]);
+	dxl_cluster_config_clear(&cf);
+	dxl_zk_delete(&zk);
+	kill_node(&g_cv, bk[0]);
+	kill_node(&g_cv, bk[1]);
 	struct one_info x = {.o = {.e = &w, .op = 'p', .table = T_ACCT, .key = 530, .len = 8}};
 	put64(x.o.val, 7);
 	run1(&w, co_one_info, &x);
@@ -1231,8 +1243,8 @@ static void test_abort_marker_retried(void **state)
 		      (int)x.info.maybe);
 	assert_int_equal(x.o.ret, DXL_E_UNAVAIL);
 	assert_true(x.info.maybe); /* sent: it may be in the log */
-	restart_node(&g_cv, "2");
-	restart_node(&g_cv, "3");
+	restart_node(&g_cv, bk[0]);
+	restart_node(&g_cv, bk[1]);
 	/* later commits of the same worker (its writers of both shards; not
 	 * key 530, whose lock the failed transaction may have left: issue 12) */
 	uint64_t end = dxl_now_ms() + 40000;
