@@ -1488,7 +1488,9 @@ static void test_kill_primaries(void **state)
 	/* the stores: the promoted primary's, the backup's, and node 2's
 	 * (back, caught up) hold the same keys */
 	restart_node(&g_fo, "2");
-	sleep(4);
+	if (!wait_full(&g_fo, 40000))
+		fail_msg("the shards did not get their 3 members back");
+	sleep(2);
 	cluster_down(&g_fo);
 	compare_stores(&g_fo);
 }
