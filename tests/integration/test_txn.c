@@ -907,6 +907,29 @@ static void restart_node(const struct cl *c, const char *node)
 	assert_int_equal(run_dxl(rs, 60000), 0);
 }
 
+/* occurrences of what in node's log */
+static int log_count(const struct cl *c, const char *node, const char *what)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/logs/replica-%s.log", c->dir, node);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char line[2048];
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* before the stores are compared: the backups have had time to apply
+ * what was decided last (a sanitizer build is several times slower) */
+static void settle(void)
+{
+	sleep(getenv("DXL_TEST_SANITIZER") ? 8 : 2);
+}
+
 /* ---- issue 20: replicas converge; existence answers are validated ------------- */
 
 static struct cl g_cv;
@@ -1220,8 +1243,21 @@ static void test_abort_marker_retried(void **state)
 	cfg.log_unavail_ms = 1500;
 	struct env w;
 	env_open_cfg(&w, &g_cv, &cfg);
+	/* the writers of both shards open (the cluster may still be taking
+	 * back a member an earlier test restarted) */
+	uint64_t end0 = dxl_now_ms() + 30000;
 	for (uint64_t k = 530; k < 534; k++)
-		write_ts(&w, 'i', k, 1); /* the writers of both shards are open */
+		for (;;) {
+			struct one_info y = {.o = {.e = &w, .op = 'i', .table = T_ACCT, .key = k,
+						   .len = 8}};
+			put64(y.o.val, 1);
+			run1(&w, co_one_info, &y);
+			if (!y.o.ret)
+				break;
+			if (dxl_now_ms() > end0)
+				fail_msg("key %" PRIu64 ": %s: %s", k, dxl_errname(y.o.ret), dxl_errmsg());
+			usleep(200 * 1000);
+		}
 	/* the two backups of shard 0 (key 530's) */
 	struct dxl_zk *zk = zk_open(&g_cv);
 	struct dxl_cluster_config cf;
@@ -1263,7 +1299,7 @@ static void test_abort_marker_retried(void **state)
 	if (!wait_full(&g_cv, 40000))
 		fail_msg("the shards did not get their 3 members back");
 	env_close(&w);
-	sleep(2);
+	settle();
 	cluster_down(&g_cv);
 	compare_stores(&g_cv);
 }
@@ -1487,10 +1523,18 @@ static void test_kill_primaries(void **state)
 	run_through_kill("2", 1500, 6000, 22);
 	/* the stores: the promoted primary's, the backup's, and node 2's
 	 * (back, caught up) hold the same keys */
+	int started = log_count(&g_fo, "2", "event=apply_started");
 	restart_node(&g_fo, "2");
 	if (!wait_full(&g_fo, 40000))
 		fail_msg("the shards did not get their 3 members back");
-	sleep(2);
+	/* node 2 applies both shards' logs again (a backup) */
+	uint64_t end = dxl_now_ms() + 60000;
+	while (log_count(&g_fo, "2", "event=apply_started") < started + 2) {
+		if (dxl_now_ms() > end)
+			fail_msg("node 2 did not start applying both shards");
+		usleep(100 * 1000);
+	}
+	settle();
 	cluster_down(&g_fo);
 	compare_stores(&g_fo);
 }
@@ -1597,7 +1641,7 @@ static void test_kill_coordinator(void **state)
 	}
 	print_message("  %" PRIu64 " writes beyond the recorded ones (commits not yet recorded when killed)\n",
 		      extra);
-	sleep(1);
+	settle();
 	cluster_down(&g_kc);
 	compare_stores(&g_kc);
 }
