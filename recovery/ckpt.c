@@ -510,15 +510,17 @@ int dxl_ckpt_writer_commit(struct dxl_ckpt_writer **wp, struct dxl_ckpt_info *in
 		static __thread uint8_t m[DXL_CKPT_MAN_SIZE];
 		man_encode(m, &w->info, w->a, w->start);
 		uint8_t *base = dxl_region_data(w->r);
-		/* in two halves, with a crash point between (a torn manifest
+		/* in two halves, with crash points between (a torn manifest
 		 * must fail its checksum) */
 		memcpy(base + DXL_CKPT_MAN_SIZE / 2, m + DXL_CKPT_MAN_SIZE / 2,
 		       DXL_CKPT_MAN_SIZE / 2);
 		ret = hook_crash(w);
 		if (!ret) {
 			memcpy(base, m, DXL_CKPT_MAN_SIZE / 2);
-			ret = persist(w, 0, DXL_CKPT_MAN_SIZE);
+			ret = hook_crash(w);
 		}
+		if (!ret)
+			ret = persist(w, 0, DXL_CKPT_MAN_SIZE);
 	}
 	if (!ret && info) {
 		*info = w->info;
@@ -697,27 +699,39 @@ int dxl_ckpt_prune(const char *dir, enum dxl_durability mode,
 		return ret;
 	unsigned kept = 0;
 	int removed = 0;
+	char path[1024];
 	for (size_t i = 0; i < n; i++) {
-		char path[1024];
 		if (dxl_rcv_ckpt_name(path, sizeof(path), dir, shard, seqs[i]))
 			continue;
 		struct dxl_ckpt *c;
 		bool ok = dxl_ckpt_open(path, mode, id, &c) == 0;
 		dxl_ckpt_close(&c);
-		/* newer incomplete files may be being written: left alone */
-		if ((ok && kept < keep) || (!ok && kept == 0)) {
-			kept += ok;
+		if (ok && kept < keep) {
+			kept++;
 			continue;
 		}
 		if (unlink(path) == 0)
 			removed++;
 	}
 	free(seqs);
-	if (removed) {
-		char path[1024];
-		if (!dxl_rcv_ckpt_name(path, sizeof(path), dir, shard, 1))
-			dxl_rcv_fsync_parent(path);
+	/* leftovers of dxl_region_create cut by a crash (ckpt-*.dat.tmp) */
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l > 4 && strcmp(e->d_name + l - 4, ".tmp") == 0) {
+			char base[300];
+			snprintf(base, sizeof(base), "%.*s", (int)(l - 4), e->d_name);
+			if (name_seq(base, shard) && (size_t)snprintf(path, sizeof(path), "%s/%s", dir,
+								      e->d_name) < sizeof(path) &&
+			    unlink(path) == 0)
+				removed++;
+		}
 	}
+	if (d)
+		closedir(d);
+	if (removed && !dxl_rcv_ckpt_name(path, sizeof(path), dir, shard, 1))
+		dxl_rcv_fsync_parent(path);
 	dxl_err_clear();
 	return removed;
 }

@@ -217,8 +217,9 @@ int dxl_ckpt_find(const char *dir, enum dxl_durability mode,
 
 /*
  * dxl_ckpt_prune -- remove the shard's checkpoint files in dir except the
- * `keep` newest complete ones (keep >= 1); incomplete files older than the
- * newest complete one go too. Returns the number removed, or DXL_E_IO.
+ * `keep` newest complete ones (0 counts as 1), and every incomplete one
+ * (and leftover ckpt-*.dat.tmp): call it only while no writer of the
+ * shard's checkpoints is active. Returns the number removed, or DXL_E_IO.
  */
 int dxl_ckpt_prune(const char *dir, enum dxl_durability mode,
 		   const struct dxl_region_id *id, uint32_t shard, unsigned keep);
