@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "common/config.h"
 #include "dxl/replica.h"
+#include "replica/catchup_internal.h"
 #include "replica/tables_internal.h"
 
 struct dxl_replica_server {
@@ -63,6 +64,9 @@ struct dxl_replica_server {
 	uint64_t last_stats_pub_ms;
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
+	/* catch-up that never outruns the store, state transfer, rebuild at
+	 * open (replica/catchup.c; its transfer thread uses ctx 3) */
+	struct dxl_rcvm *rcvm;
 	struct dxl_replica_desc *src_desc; /* the source of a copy (loop only;
 					      too big for the stack) */
 	/* the configuration manager */
@@ -607,40 +611,19 @@ static void on_election(void *arg, enum dxl_election_event ev)
 
 /* ---- catch-up: state transfer for shards this node is not a member of -------- */
 
+static bool live_writers(struct dxl_replica_server *s, uint32_t i, uint64_t now);
+
 /* pull_shard -- one copy pass of shard index i from the node described by
- * d (its nodes/<id>): every ring made an exact copy of the source's;
- * *changed = bytes that differed */
+ * d (its nodes/<id>): every ring made an exact copy of the source's,
+ * checked against what the store applied (catchup.c: a gap starts a state
+ * transfer; DXL_E_AGAIN while it runs); *changed = bytes that differed */
 static int pull_shard(struct dxl_replica_server *s, uint32_t i,
 		      const struct dxl_replica_desc *d, uint64_t *changed)
 {
-	uint32_t shard = dxl_shard_id(s->shards[i]);
-	uint32_t src = d->node_id;
-	int ret = 0;
-	struct dxl_qp *qp = NULL;
-	struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
-	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
-	if (!sd)
-		ret = dxl_err_set(DXL_E_NOENT, "node %u does not host shard %u", src, shard);
-	if (!ret && (sd->nrings != dxl_logstore_nrings(ls) ||
-		     sd->ring_size != dxl_logstore_ring_size(ls)))
-		ret = dxl_err_set(DXL_E_CONFIG,
-				  "shard %u: node %u has %u rings of %" PRIu64
-				  " bytes, this node %u of %" PRIu64 " (log.writer_slots and log.ring_size must agree)",
-				  shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
-				  dxl_logstore_ring_size(ls));
-	if (!ret)
-		ret = dxl_qp_connect(s->pull_ctx, d->addr, d->ctx, &qp);
-	*changed = 0;
-	for (uint32_t r = 0; !ret && r < dxl_logstore_nrings(ls); r++) {
-		struct dxl_log_target t;
-		struct dxl_pull_stats st;
-		if ((ret = dxl_replica_desc_target(d, shard, r, &t)))
-			break;
-		ret = dxl_logstore_pull(ls, r, qp, &t, &st);
-		*changed += st.changed;
-	}
-	dxl_qp_delete(&qp);
-	return ret;
+	uint64_t mask = 0;
+	if (s->tables[i] && live_writers(s, i, dxl_now_ms()))
+		mask = s->live_mask[i];
+	return dxl_rcvm_pass(s->rcvm, i, s->pull_ctx, d, mask, s->zk, changed);
 }
 
 /* catch_up -- for every hosted shard that is not a member: copy it from a
@@ -664,7 +647,7 @@ static void catch_up(struct dxl_replica_server *s)
 		int ret = DXL_E_NOENT;
 		uint64_t changed = 0;
 		uint32_t src = 0;
-		for (uint32_t k = 0; k < nm && ret; k++) {
+		for (uint32_t k = 0; k < nm && ret && ret != DXL_E_AGAIN; k++) {
 			src = m[k];
 			ret = dxl_replica_desc_get(s->zk, src, s->src_desc);
 			if (!ret)
@@ -730,6 +713,7 @@ static bool join_pulls(struct dxl_replica_server *s)
 			continue;
 		}
 		s->join_pull[i] = false;
+		dxl_rcvm_joined(s->rcvm, i, s->zk);
 		DXL_INFO("event=join_pull shard=%u epoch=%" PRIu64 " source=%u changed=%" PRIu64,
 			 shard, s->cfg_epoch, sh->primary, changed);
 	}
@@ -828,7 +812,7 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (s->st[i] != DXL_SHARD_MEMBER)
+		if (s->st[i] != DXL_SHARD_MEMBER || (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i)))
 			continue; /* a copy in progress: its heads are the source's */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		uint64_t keep_from = UINT64_MAX;
@@ -893,8 +877,12 @@ static void apply_backups(struct dxl_replica_server *s)
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		bool backup = s->st[i] == DXL_SHARD_MEMBER && sh &&
 			      sh->primary != s->cfg.node_id;
+		if (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i))
+			continue; /* being transferred, or not trusted yet */
 		if (!backup) {
-			dxl_tables_apply_stop(s->tables[i]);
+			/* a shard catching up applies in its passes (catchup.c) */
+			if (s->st[i] == DXL_SHARD_MEMBER)
+				dxl_tables_apply_stop(s->tables[i]);
 			s->live_ms[i] = 0;
 			continue;
 		}
@@ -1083,6 +1071,23 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			goto fail;
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
+	}
+	/* catch-up and recovery state; a store marked incomplete is rebuilt
+	 * from its checkpoint here if its log covers it */
+	{
+		struct dxl_rcvm_cfg rc = {
+			.dir = cfg->data_dir,
+			.cluster = cluster,
+			.node_id = cfg->node_id,
+			.durability = cfg->durability,
+			.f = s->f,
+			.xfer_ctx = 3,
+			.nshards = s->nshards,
+			.shards = s->shards,
+			.tables = s->tables,
+		};
+		if ((ret = dxl_rcvm_new(&rc, &s->rcvm)))
+			goto fail;
 	}
 	/* the table RPC service (its own thread and ctx) */
 	if (cfg->ntables &&
@@ -1296,6 +1301,7 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 		dxl_member_deregister(s->zk, s->cfg.node_id);
 	dxl_zk_delete(&s->zk);
 	/* 4. close the regions, the fabric, unlock the data directory */
+	dxl_rcvm_delete(&s->rcvm);
 	for (uint32_t i = 0; i < s->nshards; i++) {
 		dxl_shard_close(&s->shards[i]);
 		dxl_tables_close(&s->tables[i]);
