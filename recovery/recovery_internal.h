@@ -33,4 +33,17 @@ void dxl_rcv_fsync_parent(const char *path);
 /* the writer's summary so far (shard, tables, counts) */
 const struct dxl_ckpt_info *dxl_rcv_writer_info(const struct dxl_ckpt_writer *w);
 
+/*
+ * dxl_rcv_xfer_judge -- what a state transfer does with one slot, from its
+ * first READ a, the lock word READ after it, and its second READ b
+ * (transfer.c has the argument): DXL_RCV_XFER_TAKE (*r and val[0..r->len)
+ * hold the record; take it if live), DXL_RCV_XFER_SKIP (torn at the source
+ * and unlocked: its record is in the log), DXL_RCV_XFER_AGAIN (locked, or
+ * changed between the READs: read it again). *err: a consistent slot with
+ * impossible fields (DXL_E_CORRUPT), else 0.
+ */
+enum { DXL_RCV_XFER_TAKE = 0, DXL_RCV_XFER_SKIP = 1, DXL_RCV_XFER_AGAIN = 2 };
+int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32_t slot_size,
+		       struct dxl_record *r, uint8_t *val, int *err);
+
 #endif /* DXL_RECOVERY_INTERNAL_H */

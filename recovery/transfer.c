@@ -85,11 +85,13 @@ static int read3(struct dxl_qp *qp, const struct dxl_table_desc *d, uint64_t fir
 	return post_wait(qp, wr);
 }
 
-enum slot_verdict { V_TAKE, V_SKIP_TORN, V_AGAIN };
+#define V_TAKE DXL_RCV_XFER_TAKE
+#define V_SKIP_TORN DXL_RCV_XFER_SKIP
+#define V_AGAIN DXL_RCV_XFER_AGAIN
+#define judge dxl_rcv_xfer_judge
 
-static enum slot_verdict judge(const uint8_t *a, const uint8_t *b, uint64_t lock,
-			       uint32_t slot_size, struct dxl_record *r, uint8_t *val,
-			       int *err)
+int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32_t slot_size,
+		       struct dxl_record *r, uint8_t *val, int *err)
 {
 	*err = 0;
 	if (lock)
@@ -174,7 +176,7 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			for (uint32_t i = 0; !ret && i < n; i++) {
 				struct dxl_record r;
 				int err;
-				enum slot_verdict v = judge(cb.a + (size_t)i * d->slot_size,
+				int v = judge(cb.a + (size_t)i * d->slot_size,
 							    cb.b + (size_t)i * d->slot_size,
 							    cb.l[i], d->slot_size, &r, val, &err);
 				if (err)
@@ -199,7 +201,7 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 						break;
 					struct dxl_record r;
 					int err;
-					enum slot_verdict v = judge(cb.a, cb.b, cb.l[0], d->slot_size,
+					int v = judge(cb.a, cb.b, cb.l[0], d->slot_size,
 								    &r, val, &err);
 					if (err) {
 						ret = err;

@@ -152,6 +152,18 @@ int dxlt_shard_txn(struct dxlt_shard *x)
 	return 0;
 }
 
+int dxlt_shard_log_ws(struct dxlt_shard *x, const void *ws, uint32_t len, uint64_t ts)
+{
+	uint32_t ring = (uint32_t)(x->ntx % DXLT_SHARD_NRINGS);
+	for (uint32_t i = 0; i < x->nlogs; i++) {
+		int ret = append(&x->log[i], ring, ts, ws, len);
+		if (ret)
+			return ret;
+	}
+	x->ntx++;
+	return 0;
+}
+
 int dxlt_shard_retain(struct dxlt_shard *x, uint32_t i, uint32_t n)
 {
 	struct dxl_logstore *ls = x->log[i].ls;

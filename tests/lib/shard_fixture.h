@@ -50,6 +50,11 @@ void dxlt_shard_close(struct dxlt_shard *x);
 /* one random transaction (logged, applied); DXL_E_FULL if a ring is full */
 int dxlt_shard_txn(struct dxlt_shard *x);
 
+/* log one write set (commit timestamp ts) in ring (ntx % nrings) of every
+ * log, without applying it (a primary's coordinator logs, then writes
+ * back); ntx + 1. DXL_E_FULL if a ring is full */
+int dxlt_shard_log_ws(struct dxlt_shard *x, const void *ws, uint32_t len, uint64_t ts);
+
 /* retention on log i: advance each ring's head over up to n records
  * (every record is applied already); returns the records passed */
 int dxlt_shard_retain(struct dxlt_shard *x, uint32_t i, uint32_t n);
