@@ -112,24 +112,23 @@ int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32
 	return V_AGAIN;
 }
 
+struct copy_arg {
+	struct dxl_ckpt_writer *w;
+};
+
+static int copy_one(void *arg, uint32_t table, const struct dxl_record *r, const void *value)
+{
+	struct copy_arg *c = arg;
+	return dxl_ckpt_writer_add(c->w, table, r->key, r->version, r->ts, value, r->len,
+				   DXL_CKPT_LIVE);
+}
+
 int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			struct dxl_ckpt_writer *w, unsigned tries,
 			struct dxl_xfer_stats *st)
 {
-	struct dxl_xfer_stats tmp;
-	if (!st)
-		st = &tmp;
-	memset(st, 0, sizeof(*st));
 	if (!qp || !src || !w)
 		return dxl_err_set(DXL_E_INVAL, "transfer: NULL argument");
-	if (!tries)
-		tries = 5000;
-	uint64_t t0 = dxl_now_ms();
-	uint32_t max_slot = 0;
-	for (uint32_t t = 0; t < src->ntables; t++)
-		max_slot = DXL_MAX(max_slot, src->tables[t].slot_size);
-	if (!src->ntables || !max_slot || max_slot > DXL_RECORD_MAX_SLOT)
-		return dxl_err_set(DXL_E_CONFIG, "transfer: node %u describes no tables", src->node_id);
 	const struct dxl_ckpt_info *wi = dxl_rcv_writer_info(w);
 	if (wi->ntables != src->ntables)
 		return dxl_err_set(DXL_E_CONFIG, "transfer: node %u has %u tables, this store %u",
@@ -139,14 +138,39 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 		bool ok = false;
 		for (uint32_t j = 0; j < wi->ntables; j++)
 			ok |= wi->tables[j].id == d->id && wi->tables[j].value_size == d->value_size &&
-			      wi->tables[j].capacity == d->capacity &&
-			      d->slot_size == dxl_record_slot_size(d->value_size);
+			      wi->tables[j].capacity == d->capacity;
 		if (!ok)
 			return dxl_err_set(DXL_E_CONFIG,
 					   "transfer: table %u of node %u (%u bytes x %" PRIu64
 					   ") is not one of this store's",
 					   d->id, src->node_id, d->value_size, d->capacity);
 	}
+	struct copy_arg c = {.w = w};
+	return dxl_xfer_scan_store(qp, src, copy_one, &c, tries, st);
+}
+
+int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			dxl_xfer_record_fn fn, void *arg, unsigned tries,
+			struct dxl_xfer_stats *st)
+{
+	struct dxl_xfer_stats tmp;
+	if (!st)
+		st = &tmp;
+	memset(st, 0, sizeof(*st));
+	if (!qp || !src || !fn)
+		return dxl_err_set(DXL_E_INVAL, "transfer: NULL argument");
+	if (!tries)
+		tries = 5000;
+	uint64_t t0 = dxl_now_ms();
+	uint32_t max_slot = 0;
+	for (uint32_t t = 0; t < src->ntables; t++)
+		max_slot = DXL_MAX(max_slot, src->tables[t].slot_size);
+	if (!src->ntables || !max_slot || max_slot > DXL_RECORD_MAX_SLOT)
+		return dxl_err_set(DXL_E_CONFIG, "transfer: node %u describes no tables", src->node_id);
+	for (uint32_t t = 0; t < src->ntables; t++)
+		if (src->tables[t].slot_size != dxl_record_slot_size(src->tables[t].value_size))
+			return dxl_err_set(DXL_E_CONFIG, "transfer: table %u of node %u: slot size %u",
+					   src->tables[t].id, src->node_id, src->tables[t].slot_size);
 	uint32_t per = DXL_MAX(1u, CHUNK / max_slot);
 	size_t rec_bytes = (size_t)per * max_slot;
 	size_t len = 2 * rec_bytes + 8 * (size_t)per;
@@ -182,8 +206,7 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 				if (err)
 					ret = err;
 				else if (v == V_TAKE && r.live)
-					ret = dxl_ckpt_writer_add(w, d->id, r.key, r.version, r.ts,
-								  val, r.len, DXL_CKPT_LIVE);
+					ret = fn(arg, d->id, &r, val);
 				else if (v == V_SKIP_TORN)
 					st->torn_skipped++;
 				else if (v == V_AGAIN)
@@ -209,10 +232,7 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 					}
 					if (v == V_TAKE) {
 						if (r.live) {
-							ret = dxl_ckpt_writer_add(w, d->id, r.key,
-										  r.version, r.ts,
-										  val, r.len,
-										  DXL_CKPT_LIVE);
+							ret = fn(arg, d->id, &r, val);
 							st->entries++;
 						}
 						break;

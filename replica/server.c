@@ -739,7 +739,7 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 	if ((ret = dxl_ring_iter_init(&it, ls, ring)))
 		return ret;
 	struct dxl_rec rec;
-	uint64_t pos, npos = 0, nseq = 0, last_ts = 0;
+	uint64_t pos, npos = 0, nseq = 0, last_ts = 0, needed = 0, needed_ts = 0;
 	int n = 0;
 	while (dxl_ring_iter_next(&it, &rec, &pos) == 1) {
 		if (rec.commit_ts >= wm)
@@ -754,11 +754,21 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		bool over = end_pos - pos > limit;
 		if (!old && !over)
 			break; /* (2) neither too old nor beyond the size */
+		if (!old && rec.commit_ts >= keep_from && !needed++)
+			needed_ts = rec.commit_ts;
 		npos = pos + rec.total_len;
 		nseq = rec.seq + 1;
 		last_ts = rec.commit_ts;
 		n++;
 	}
+	/* the size cap reclaims what a consumer group or a node catching up
+	 * (its dxl-recovery-<node> cursor) still needs: say so; that group
+	 * gets DXL_E_STALE, that node a state transfer */
+	if (needed)
+		DXL_WARN("event=retention_cap shard=%u ring=%u records=%" PRIu64 " from_ts=%" PRIu64
+			 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still needs:"
+			 " a consumer group behind it gets DXL_E_STALE, a node catching up transfers state\"",
+			 dxl_logstore_shard(ls), ring, needed, needed_ts, keep_from);
 	if (n) {
 		struct dxl_ring_head h;
 		if ((ret = dxl_logstore_head(ls, ring, &h)))

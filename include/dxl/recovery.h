@@ -373,6 +373,18 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			struct dxl_ckpt_writer *w, unsigned tries,
 			struct dxl_xfer_stats *st);
 
+/*
+ * dxl_xfer_scan_store -- the same READs, handing every live record that
+ * passes the rule to fn (table, fields, value; a nonzero return stops and
+ * is returned): e.g. the digest of a member's store (dxl cluster verify).
+ * No writer; the source's tables need not be any local store's.
+ */
+typedef int (*dxl_xfer_record_fn)(void *arg, uint32_t table, const struct dxl_record *r,
+				  const void *value);
+int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			dxl_xfer_record_fn fn, void *arg, unsigned tries,
+			struct dxl_xfer_stats *st);
+
 #ifdef __cplusplus
 }
 #endif
