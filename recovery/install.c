@@ -249,7 +249,7 @@ static int mark_path(char *buf, size_t cap, const char *dir, uint32_t shard)
 	return 0;
 }
 
-int dxl_store_mark_incomplete(const char *dir, uint32_t shard, const char *reason)
+int dxl_rcv_mark_incomplete(const char *dir, uint32_t shard, const char *reason)
 {
 	char path[1024], tmp[1100], line[160];
 	int ret = mark_path(path, sizeof(path), dir, shard);
@@ -277,7 +277,7 @@ int dxl_store_mark_incomplete(const char *dir, uint32_t shard, const char *reaso
 	return 0;
 }
 
-int dxl_store_mark_clear(const char *dir, uint32_t shard)
+int dxl_rcv_mark_clear(const char *dir, uint32_t shard)
 {
 	char path[1024];
 	int ret = mark_path(path, sizeof(path), dir, shard);
@@ -289,7 +289,7 @@ int dxl_store_mark_clear(const char *dir, uint32_t shard)
 	return 0;
 }
 
-int dxl_store_marked(const char *dir, uint32_t shard, char *reason, size_t cap)
+int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap)
 {
 	char path[1024], line[160] = "";
 	if (mark_path(path, sizeof(path), dir, shard))

@@ -30,6 +30,11 @@ void dxl_rcv_writer_set_start_ts(struct dxl_ckpt_writer *w, uint64_t ts);
  * durable afterwards); a failure is logged */
 void dxl_rcv_fsync_parent(const char *path);
 
+/* post chain on qp and wait for the completion of wr_id (the last,
+ * signalled request); a failed completion is DXL_E_ACCESS (remote access
+ * error: the source re-registered) or DXL_E_UNREACHABLE */
+int dxl_rcv_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id);
+
 /* the writer's summary so far (shard, tables, counts) */
 const struct dxl_ckpt_info *dxl_rcv_writer_info(const struct dxl_ckpt_writer *w);
 

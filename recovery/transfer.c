@@ -34,7 +34,7 @@
 #define XFER_WRID 0x5846455200000000ull /* "XFER" */
 #define CHUNK (512u << 10)              /* record bytes per READ */
 
-static int post_wait(struct dxl_qp *qp, struct dxl_wr *chain)
+int dxl_rcv_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id)
 {
 	int ret = dxl_qp_post(qp, chain, NULL);
 	if (ret)
@@ -52,9 +52,9 @@ static int post_wait(struct dxl_qp *qp, struct dxl_wr *chain)
 		if (wc.status != DXL_WC_SUCCESS)
 			return dxl_err_set(wc.status == DXL_WC_REM_ACCESS_ERR ? DXL_E_ACCESS
 									 : DXL_E_UNREACHABLE,
-					   "transfer: READ from node %u: %s",
+					   "READ from node %u: %s",
 					   dxl_qp_remote_node(qp), dxl_wc_status_str(wc.status));
-		if (wc.wr_id == XFER_WRID)
+		if (wc.wr_id == wr_id)
 			return 0;
 	}
 }
@@ -82,7 +82,7 @@ static int read3(struct dxl_qp *qp, const struct dxl_table_desc *d, uint64_t fir
 	wr[0].next = &wr[1];
 	wr[1].next = &wr[2];
 	st->bytes_read += 2ull * bytes + 8ull * n;
-	return post_wait(qp, wr);
+	return dxl_rcv_post_wait(qp, wr, XFER_WRID);
 }
 
 #define V_TAKE DXL_RCV_XFER_TAKE

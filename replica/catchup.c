@@ -44,6 +44,10 @@ struct dxl_rcvm {
 	struct dxl_tables *tables[DXL_REPLICA_MAX_SHARDS];
 	struct rc rc[DXL_REPLICA_MAX_SHARDS];
 	struct xfer x;
+	/* the loop's bounce buffer for log copies (registered LOCAL_WRITE) */
+	uint8_t *bounce;
+	struct dxl_mr *bounce_mr;
+	uint64_t bounce_len;
 };
 
 static void region_id(const struct dxl_rcvm *m, struct dxl_region_id *id)
@@ -80,7 +84,7 @@ static int rebuild(struct dxl_rcvm *m, uint32_t i)
 	if (ret == 1)
 		ret = dxl_ckpt_install(dxl_tables_store(m->tables[i]), c, &is);
 	if (!ret) {
-		dxl_store_mark_clear(m->dir, shard);
+		dxl_rcv_mark_clear(m->dir, shard);
 		m->rc[i].marked = false;
 		m->rc[i].st.rebuilt++;
 		DXL_INFO("event=store_rebuilt shard=%u checkpoint=%" PRIu64 " entries=%" PRIu64
@@ -115,7 +119,7 @@ int dxl_rcvm_new(const struct dxl_rcvm_cfg *cfg, struct dxl_rcvm **out)
 		/* no checkpoint is being written now: cut ones can go */
 		dxl_ckpt_prune(m->dir, cfg->durability, &id, shard, 1);
 		char reason[64];
-		if (!dxl_store_marked(m->dir, shard, reason, sizeof(reason)))
+		if (!dxl_rcv_marked(m->dir, shard, reason, sizeof(reason)))
 			continue;
 		m->rc[i].marked = true;
 		if (rebuild(m, i))
@@ -141,6 +145,8 @@ void dxl_rcvm_delete(struct dxl_rcvm **mp)
 	if (!mp || !*mp)
 		return;
 	xfer_join(*mp);
+	dxl_mr_dereg(&(*mp)->bounce_mr);
+	free((*mp)->bounce);
 	free(*mp);
 	*mp = NULL;
 }
@@ -250,11 +256,11 @@ static void *xfer_main(void *arg)
 	 *    below them is in the source's store before its slots are read) */
 	uint64_t start_ts = 0;
 	for (uint32_t r = 0; !ret && r < nr; r++) {
-		struct dxl_pull_stats ps;
-		if (!(ret = dxl_logstore_pull(ls, r, qp, &x->src->rings[r], &ps))) {
-			start[r].pos = ps.head.pos;
-			start[r].seq = ps.head.seq;
-			start_ts = DXL_MAX(start_ts, ps.head.last_ts);
+		struct dxl_follow_stats fs;
+		if (!(ret = dxl_xfer_follow(ls, r, qp, &x->src->rings[r], NULL, &fs))) {
+			start[r].pos = fs.head.pos;
+			start[r].seq = fs.head.seq;
+			start_ts = DXL_MAX(start_ts, fs.head.last_ts);
 		}
 	}
 	/* 2. the tables, into a local checkpoint */
@@ -352,7 +358,7 @@ static void xfer_finish(struct dxl_rcvm *m)
 	struct dxl_region_id id;
 	region_id(m, &id);
 	dxl_ckpt_prune(m->dir, m->cfg.durability, &id, shard, 1);
-	if (dxl_store_mark_clear(m->dir, shard)) {
+	if (dxl_rcv_mark_clear(m->dir, shard)) {
 		DXL_WARN("event=transfer_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
 		return;
 	}
@@ -410,15 +416,35 @@ static int pull_rings(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 				   " bytes, this node %u of %" PRIu64 " (log.writer_slots and log.ring_size must agree)",
 				   shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
 				   dxl_logstore_ring_size(ls));
+	/* one bounce buffer for every copy of the loop */
+	uint64_t need = dxl_logstore_pull_bounce_bytes(dxl_logstore_ring_size(ls));
+	if (m->bounce_len < need) {
+		dxl_mr_dereg(&m->bounce_mr);
+		free(m->bounce);
+		m->bounce_len = 0;
+		if (posix_memalign((void **)&m->bounce, 4096, need)) {
+			m->bounce = NULL;
+			return dxl_err_set(DXL_E_NOMEM, "catch-up: %" PRIu64 " bytes", need);
+		}
+		int r2 = dxl_mr_reg(dxl_ctx_fabric(pull_ctx), m->bounce, need, DXL_MR_LOCAL_WRITE,
+				    &m->bounce_mr);
+		if (r2) {
+			free(m->bounce);
+			m->bounce = NULL;
+			return r2;
+		}
+		m->bounce_len = need;
+	}
 	struct dxl_qp *qp = NULL;
 	int ret = dxl_qp_connect(pull_ctx, d->addr, d->ctx, &qp);
 	for (uint32_t r = 0; !ret && r < dxl_logstore_nrings(ls); r++) {
 		struct dxl_log_target t;
-		struct dxl_pull_stats st;
+		struct dxl_follow_stats st;
 		if ((ret = dxl_replica_desc_target(d, shard, r, &t)))
 			break;
-		ret = dxl_logstore_pull(ls, r, qp, &t, &st);
+		ret = dxl_xfer_follow(ls, r, qp, &t, m->bounce_mr, &st);
 		*changed += st.changed;
+		m->rc[i].st.bytes_read += st.bytes_read;
 		if (!ret && cov && st.head.pos > cov[r] && *gap_ring < 0) {
 			*gap_ring = (int)r;
 			*gap_head = st.head.pos;
@@ -466,7 +492,7 @@ int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 		cov[r] = coverage(m, i, r);
 	need_publish(m, i, zk, need_ts(m, i));
 	/* 2. the copy may move the heads past that: marked until checked */
-	int ret = dxl_store_mark_incomplete(m->dir, shard, "pull");
+	int ret = dxl_rcv_mark_incomplete(m->dir, shard, "pull");
 	if (ret)
 		return ret;
 	ret = pull_rings(m, i, pull_ctx, d, cov, changed, &gap_ring, &gap_head);
@@ -477,13 +503,13 @@ int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 		rc->marked = true;
 		rc->st.gaps++;
 		dxl_tables_apply_stop(m->tables[i]);
-		dxl_store_mark_incomplete(m->dir, shard, "gap");
+		dxl_rcv_mark_incomplete(m->dir, shard, "gap");
 		DXL_WARN("event=catch_up_gap shard=%u source=%u ring=%d source_head=%" PRIu64
 			 " applied_to=%" PRIu64 " msg=\"records this store never applied were reclaimed at the source: state transfer\"",
 			 shard, d->node_id, gap_ring, gap_head, cov[gap_ring]);
 		return dxl_err_set(DXL_E_AGAIN, "shard %u: a gap: state transfer needed", shard);
 	}
-	int cret = dxl_store_mark_clear(m->dir, shard);
+	int cret = dxl_rcv_mark_clear(m->dir, shard);
 	if (cret && !ret)
 		ret = cret;
 	/* 3. what the copy brought */

@@ -81,6 +81,7 @@ void dxl_rcvm_joined(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk);
 /* What the node did (for tests and status lines). */
 struct dxl_rcvm_stats {
 	uint64_t passes;      /* log copies */
+	uint64_t bytes_read;  /* by their READs */
 	uint64_t gaps;        /* copies that found the source past the store */
 	uint64_t transfers;   /* state transfers completed */
 	uint64_t transfer_failures;

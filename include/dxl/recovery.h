@@ -315,14 +315,14 @@ int dxl_ckpt_install(struct dxl_store *s, const struct dxl_ckpt *c,
  * complete received checkpoint that its log covers, or transfers again.
  * The file holds one line: "reason=<word> since_ms=<wall ms>\n".
  */
-/* dxl_store_mark_incomplete -- create (or rewrite) the mark, fsynced.
+/* dxl_rcv_mark_incomplete -- create (or rewrite) the mark, fsynced.
  * Errors: DXL_E_IO. */
-int dxl_store_mark_incomplete(const char *dir, uint32_t shard, const char *reason);
-/* dxl_store_mark_clear -- remove it (fsync of the directory). DXL_E_IO. */
-int dxl_store_mark_clear(const char *dir, uint32_t shard);
-/* dxl_store_marked -- 1 if marked (*reason, if not NULL, gets the word),
+int dxl_rcv_mark_incomplete(const char *dir, uint32_t shard, const char *reason);
+/* dxl_rcv_mark_clear -- remove it (fsync of the directory). DXL_E_IO. */
+int dxl_rcv_mark_clear(const char *dir, uint32_t shard);
+/* dxl_rcv_marked -- 1 if marked (*reason, if not NULL, gets the word),
  * 0 if not */
-int dxl_store_marked(const char *dir, uint32_t shard, char *reason, size_t cap);
+int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap);
 
 /* ---- state transfer --------------------------------------------------------------- */
 
@@ -372,6 +372,32 @@ struct dxl_xfer_stats {
 int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			struct dxl_ckpt_writer *w, unsigned tries,
 			struct dxl_xfer_stats *st);
+
+/*
+ * dxl_xfer_follow -- bring local ring `ring` of ls up to date with the
+ * member's ring src, reading only what may differ: the local records below
+ * both watermarks (acknowledged everywhere, never cut) from the source's
+ * head on are kept, the rest is READ from the source until its records
+ * end (recovery/follow.c). Falls back to the whole ring
+ * (dxl_logstore_pull_buf) when the local head is past the source's. The
+ * result is what dxl_logstore_pull gives: a valid prefix of the source's
+ * ring with its head (second READ), its watermark and owner (first READ).
+ * bounce: registered LOCAL_WRITE memory of dxl_logstore_pull_bounce_bytes
+ * (NULL: allocated here). Caller: as dxl_logstore_pull (not a member: no
+ * writer uses the local ring).
+ * Errors: DXL_E_INVAL, DXL_E_NOMEM, the fabric's (DXL_E_ACCESS,
+ * DXL_E_UNREACHABLE), DXL_E_CORRUPT (the source's head slots).
+ */
+struct dxl_follow_stats {
+	bool full;              /* the whole ring was copied */
+	uint64_t bytes_read;    /* by READs */
+	uint64_t changed;       /* local bytes that changed */
+	struct dxl_ring_head head; /* the head copied */
+	uint64_t end_pos, end_seq; /* where the copy's records end */
+};
+int dxl_xfer_follow(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
+		    const struct dxl_log_target *src, struct dxl_mr *bounce,
+		    struct dxl_follow_stats *st);
 
 /*
  * dxl_xfer_scan_store -- the same READs, handing every live record that
