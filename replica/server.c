@@ -923,6 +923,8 @@ static void gate_step(struct dxl_replica_server *s)
 		if (!s->gated[i])
 			continue;
 		uint32_t shard = dxl_shard_id(s->shards[i]);
+		if (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i))
+			continue; /* a store missing records (catchup.c): never served */
 		const struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		if (!live_writers(s, i, now))
 			continue; /* retried next round */
