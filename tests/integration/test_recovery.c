@@ -221,7 +221,7 @@ static void load(const struct cl *c)
 	struct env e;
 	env_open(&e, c);
 	for (uint64_t k = 0; k < NKEYS; k++) {
-		snprintf(g_want[k], sizeof(g_want[k]), "v0-%" PRIu64, k);
+		snprintf(g_want[k], sizeof(g_want[k]), "v0-%u", (unsigned)k);
 		int ret = op(&e, true, true, k, g_want[k], NULL);
 		if (ret)
 			fail_msg("insert %" PRIu64 ": %s: %s", k, dxl_errname(ret), dxl_errmsg());
@@ -237,7 +237,7 @@ static void update(const struct cl *c, int round0, int rounds, uint64_t nkeys)
 	for (int r = round0; r < round0 + rounds; r++)
 		for (uint64_t k = 0; k < nkeys; k++) {
 			char v[32];
-			snprintf(v, sizeof(v), "v%d-%" PRIu64, r, k);
+			snprintf(v, sizeof(v), "v%d-%u", r, (unsigned)k);
 			int ret = op(&e, true, false, k, v, NULL);
 			if (ret)
 				fail_msg("put %" PRIu64 ": %s: %s", k, dxl_errname(ret), dxl_errmsg());

@@ -128,6 +128,10 @@ static void test_power_fail_during_checkpoint(void **state)
 		p.crash_at = round % 3 == 0 ? npoints - 2 + rand_r(&p.seed) % 3
 					    : 1 + rand_r(&p.seed) % (npoints + 1);
 		p.policy = (enum policy)(rand_r(&p.seed) % 3);
+		if (round % 6 == 0) { /* the manifest written, not persisted */
+			p.crash_at = npoints;
+			p.policy = P_RANDOM;
+		}
 		p.path[0] = 0;
 		dxl_ckpt_set_test_hook(pf_hook, &p);
 		int ret = dxl_ckpt_write(g_dir, &DXLT_SHARD_ID, sh.s, sh.log[0].ls, &info);
@@ -188,8 +192,9 @@ static void test_power_fail_during_checkpoint(void **state)
 	assert_true(p.lines_kept >= (uint64_t)rounds);
 	assert_true(found_old >= (uint64_t)rounds / 4);
 	assert_true(found_new >= 3);
-	assert_true(no_manifest >= 3);
-	assert_true(torn_manifests >= 2);
+	uint64_t some = (uint64_t)DXL_MAX(1, rounds / 50);
+	assert_true(no_manifest >= some);
+	assert_true(torn_manifests >= some);
 	dxlt_watchdog_disarm();
 }
 
