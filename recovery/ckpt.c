@@ -752,7 +752,7 @@ int dxl_ckpt_write(const char *dir, const struct dxl_region_id *id,
 	struct dxl_log_pos *start = calloc(nrings, sizeof(*start));
 	if (!start)
 		return dxl_err_set(DXL_E_NOMEM, "checkpoint");
-	/* 1. the position, before any slot is read */
+	/* the position, before any slot is read */
 	uint64_t start_ts = 0;
 	int ret = 0;
 	for (uint32_t r = 0; !ret && r < nrings; r++) {
@@ -763,16 +763,29 @@ int dxl_ckpt_write(const char *dir, const struct dxl_region_id *id,
 			start_ts = DXL_MAX(start_ts, h.last_ts);
 		}
 	}
+	if (!ret)
+		ret = dxl_ckpt_write_from(dir, id, s, start, nrings, dxl_logstore_ring_size(ls),
+					  start_ts, info);
+	free(start);
+	return ret;
+}
+
+int dxl_ckpt_write_from(const char *dir, const struct dxl_region_id *id,
+			struct dxl_store *s, const struct dxl_log_pos *start,
+			uint32_t nrings, uint64_t ring_size, uint64_t start_ts,
+			struct dxl_ckpt_info *info)
+{
+	if (!dir || !id || !s || !start)
+		return dxl_err_set(DXL_E_INVAL, "checkpoint: NULL argument");
+	uint32_t shard = dxl_store_shard(s);
+	int ret = 0;
 	struct dxl_table_schema sc[DXL_STORE_MAX_TABLES];
 	unsigned nt = dxl_store_ntables(s);
 	for (unsigned t = 0; t < nt; t++)
 		dxl_store_table_at(s, t, &sc[t]);
 	struct dxl_ckpt_writer *w = NULL;
-	if (!ret)
-		ret = dxl_ckpt_writer_new(dir, dxl_region_durability(dxl_store_region(s)), id,
-					  shard, sc, nt, nrings, dxl_logstore_ring_size(ls),
-					  start, 0, id->node_id, &w);
-	free(start);
+	ret = dxl_ckpt_writer_new(dir, dxl_region_durability(dxl_store_region(s)), id, shard, sc,
+				  nt, nrings, ring_size, start, 0, id->node_id, &w);
 	if (ret)
 		return ret;
 	dxl_rcv_writer_set_start_ts(w, start_ts);

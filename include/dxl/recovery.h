@@ -256,6 +256,16 @@ int dxl_ckpt_foreach(const struct dxl_ckpt *c, dxl_ckpt_entry_fn fn, void *arg);
 int dxl_ckpt_write(const char *dir, const struct dxl_region_id *id,
 		   struct dxl_store *s, const struct dxl_logstore *ls,
 		   struct dxl_ckpt_info *info);
+/* Caller of dxl_ckpt_write: the thread that moves ls's heads (a replica's
+ * service loop), or with retention stopped: the heads are read with plain
+ * loads. Other callers read the position themselves, under what orders
+ * them with the heads' writer, and call dxl_ckpt_write_from: the same
+ * checkpoint at that start position (nrings of ring_size; start_ts is
+ * informational). */
+int dxl_ckpt_write_from(const char *dir, const struct dxl_region_id *id,
+			struct dxl_store *s, const struct dxl_log_pos *start,
+			uint32_t nrings, uint64_t ring_size, uint64_t start_ts,
+			struct dxl_ckpt_info *info);
 
 /*
  * dxl_ckpt_covered -- 1 if the log ls holds every record from c's start

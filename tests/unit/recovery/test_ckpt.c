@@ -416,13 +416,24 @@ static void test_install_detects_newer_store(void **state)
  * store's final state. Log 1's heads are set to the image's start before
  * the replay, so the replay cannot lean on records the image should have
  * covered. Fails if the start position is taken after the scan (planted:
- * records applied during the scan below a later position are lost).
+ * records applied during the scan below a later position are lost; the
+ * heads keep moving during the scan).
  */
 struct churn {
 	struct dxlt_shard *sh;
 	atomic_bool stop;
 	atomic_uint_fast64_t done;
+	pthread_mutex_t heads; /* orders the heads' writer (retention) with
+				  the test reading them (the checkpoint's
+				  position): a replica does both in one thread */
 };
+
+static void locked_retain(struct churn *ch, uint32_t n)
+{
+	pthread_mutex_lock(&ch->heads);
+	dxlt_shard_retain(ch->sh, 0, n);
+	pthread_mutex_unlock(&ch->heads);
+}
 
 static void *churn_main(void *arg)
 {
@@ -430,13 +441,13 @@ static void *churn_main(void *arg)
 	while (!atomic_load(&ch->stop)) {
 		int ret = dxlt_shard_txn(ch->sh);
 		if (ret == DXL_E_FULL) {
-			dxlt_shard_retain(ch->sh, 0, 8);
+			locked_retain(ch, 8);
 			continue;
 		}
 		/* retention right behind the applier: the heads move all
 		 * the time, also while a checkpoint scans */
 		atomic_fetch_add(&ch->done, 1);
-		dxlt_shard_retain(ch->sh, 0, 2);
+		locked_retain(ch, 2);
 	}
 	return NULL;
 }
@@ -454,14 +465,24 @@ static void test_fuzzy_checkpoint_under_writes(void **state)
 		dxlt_shard_create(&sh, f->dir, name, 2, 4 << 20, 100 + (unsigned)round);
 		run_txns(&sh, 500);
 		dxlt_shard_retain(&sh, 0, 100);
-		struct churn ch = {.sh = &sh};
+		struct churn ch = {.sh = &sh, .heads = PTHREAD_MUTEX_INITIALIZER};
 		pthread_t th;
 		assert_int_equal(pthread_create(&th, NULL, churn_main, &ch), 0);
 		usleep(2000);
 		uint64_t before = atomic_load(&ch.done);
+		/* the position first (the heads, read in step with retention),
+		 * then the slots while the writer and retention go on */
+		struct dxl_log_pos start[DXLT_SHARD_NRINGS];
+		pthread_mutex_lock(&ch.heads);
+		for (uint32_t r = 0; r < DXLT_SHARD_NRINGS; r++) {
+			struct dxl_ring_head h;
+			assert_int_equal(dxl_logstore_head(sh.log[0].ls, r, &h), 0);
+			start[r] = (struct dxl_log_pos){.pos = h.pos, .seq = h.seq};
+		}
+		pthread_mutex_unlock(&ch.heads);
 		struct dxl_ckpt_info info;
-		assert_int_equal(dxl_ckpt_write(f->dir, &DXLT_SHARD_ID, sh.s, sh.log[0].ls, &info),
-				 0);
+		assert_int_equal(dxl_ckpt_write_from(f->dir, &DXLT_SHARD_ID, sh.s, start,
+						     DXLT_SHARD_NRINGS, 4 << 20, 0, &info), 0);
 		uint64_t during = atomic_load(&ch.done) - before;
 		usleep(2000);
 		atomic_store(&ch.stop, true);

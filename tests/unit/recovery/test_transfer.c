@@ -37,7 +37,15 @@ struct src {
 	unsigned seed;
 	uint64_t seq, ts;
 	atomic_uint_fast64_t committed, aborted_inserts, aborted_updates;
+	pthread_mutex_t heads; /* retention vs the test reading the heads */
 };
+
+static void locked_retain(struct src *x, uint32_t n)
+{
+	pthread_mutex_lock(&x->heads);
+	dxlt_shard_retain(x->sh, 0, n);
+	pthread_mutex_unlock(&x->heads);
+}
 
 static void log1(struct src *x, uint64_t ts, enum dxl_ws_op op, uint64_t key,
 		 uint64_t version, const void *v, uint32_t len)
@@ -53,7 +61,7 @@ static void log1(struct src *x, uint64_t ts, enum dxl_ws_op op, uint64_t key,
 			assert_int_equal(ret, 0);
 			return;
 		}
-		dxlt_shard_retain(x->sh, 0, 64);
+		locked_retain(x, 64);
 	}
 }
 
@@ -110,7 +118,7 @@ static void *src_main(void *arg)
 		}
 		/* every record written back: retention may pass it */
 		if (x->seq % 4 == 0)
-			dxlt_shard_retain(x->sh, 0, 2);
+			locked_retain(x, 2);
 	}
 	return NULL;
 }
@@ -145,7 +153,8 @@ static void test_copy_while_committing(void **state)
 		for (uint32_t t = 0; t < 2; t++)
 			assert_int_equal(dxl_store_table_desc(sh.s, DXLT_SHARD_TABLES[t].id,
 							      &src->tables[t]), 0);
-		struct src x = {.sh = &sh, .seed = 900 + (unsigned)round, .ts = 1000};
+		struct src x = {.sh = &sh, .seed = 900 + (unsigned)round, .ts = 1000,
+				.heads = PTHREAD_MUTEX_INITIALIZER};
 		pthread_t th;
 		assert_int_equal(pthread_create(&th, NULL, src_main, &x), 0);
 		usleep(20000);
@@ -155,12 +164,14 @@ static void test_copy_while_committing(void **state)
 		uint64_t seqs[NCOPY];
 		for (int k = 0; k < NCOPY; k++) {
 			/* the start position: the source's heads, read first */
+			pthread_mutex_lock(&x.heads);
 			for (uint32_t r = 0; r < DXLT_SHARD_NRINGS; r++) {
 				struct dxl_ring_head h;
 				assert_int_equal(dxl_logstore_head(sh.log[0].ls, r, &h), 0);
 				start[k][r].pos = h.pos;
 				start[k][r].seq = h.seq;
 			}
+			pthread_mutex_unlock(&x.heads);
 			uint64_t c0 = atomic_load(&x.committed), a0 = atomic_load(&x.aborted_inserts);
 			struct dxl_ckpt_writer *w;
 			assert_int_equal(dxl_ckpt_writer_new(g_dir, DXL_DUR_PROCESS, &DXLT_SHARD_ID,
