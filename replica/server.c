@@ -65,7 +65,7 @@ struct dxl_replica_server {
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
 	/* catch-up that never outruns the store, state transfer, rebuild at
-	 * open (replica/catchup.c; its transfer thread uses ctx 3) */
+	 * open (replica/catchup.c; its transfer thread uses ctx 4) */
 	struct dxl_rcvm *rcvm;
 	struct dxl_replica_desc *src_desc; /* the source of a copy (loop only;
 					      too big for the stack) */
@@ -1093,7 +1093,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			.node_id = cfg->node_id,
 			.durability = cfg->durability,
 			.f = s->f,
-			.xfer_ctx = 3,
+			.xfer_ctx = 4, /* 0 served, 1 catch-up, 2 table RPCs, 3 the NIC lock agent */
 			.nshards = s->nshards,
 			.shards = s->shards,
 			.tables = s->tables,
