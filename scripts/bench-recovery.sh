@@ -75,7 +75,14 @@ sleep 8
 "$bin/dxl-bench-smallbank" run --dir "$dir" --duration "$duration" --threads 2 --coroutines 8 \
 	--progress --json "$work/run.json" --ledger "$work/ledger.json" > "$work/progress.txt" &
 runpid=$!
-sleep "$add_at"
+# the run reads every account first; its clock starts with the first
+# progress line (t_s 1.0)
+for _ in $(seq 1 6000); do
+	if grep -qE '^ +[0-9]+\.[0-9] ' "$work/progress.txt" 2>/dev/null; then break; fi
+	sleep 0.1
+done
+t_run0=$(python3 -c "import time; print(time.time() - 1.0)")
+sleep "$(python3 -c "print(max(0.0, $add_at - 1.0))")"
 t_add=$(date +%s.%N)
 "$bin/dxl" cluster add --dir "$dir" >/dev/null
 t_member=
@@ -92,10 +99,11 @@ wait $runpid
 cp "$dir/logs/replica-4.log" "$work/replica-4.log"
 "$bin/dxl" cluster down --dir "$dir" >/dev/null 2>&1 || true
 
-python3 - "$work" "$out" "$t_add" "${t_member:-0}" "$add_at" "$accounts" <<'EOF'
+python3 - "$work" "$out" "$t_add" "${t_member:-0}" "$t_run0" "$accounts" <<'EOF'
 import json, re, sys, datetime
-work, out, t_add, t_member, add_at, accounts = sys.argv[1:7]
-t_add, t_member, add_at = float(t_add), float(t_member), float(add_at)
+work, out, t_add, t_member, t_run0, accounts = sys.argv[1:7]
+t_add, t_member, t_run0 = float(t_add), float(t_member), float(t_run0)
+add_at = t_add - t_run0  # seconds into the run's timeline
 inproc = json.load(open(work + "/inproc.json"))
 run = json.load(open(work + "/run.json"))
 log = open(work + "/replica-4.log").read().splitlines()
@@ -129,7 +137,7 @@ res = {
     "inprocess": inproc,
     "join": {
         "accounts": int(accounts), "records": 2 * int(accounts), "shards": 1,
-        "add_at_s": add_at, "add_to_member_s": round(join_s, 2) if join_s else None,
+        "add_at_s": round(add_at, 2), "add_to_member_s": round(join_s, 2) if join_s else None,
         "transfers": xfer,
         "handover": handover,
         "txn_per_s_before": rate(2, add_at),
