@@ -60,6 +60,29 @@ struct dxl_coord {
 	atomic_uint_fast64_t resolved; /* transactions resolved (stats) */
 };
 
+/*
+ * The ordering rules of the one-sided phases, as data: lock_phase and
+ * validate_phase post their READs in these orders on the primary's QP (a
+ * QP executes them in the order posted), and the model test
+ * (tests/unit/coordinator/test_validation_model.c) checks every
+ * interleaving of transactions that follow them.
+ *   L: the CAS of the lock word, then the READ of line 0 (the version under
+ *      the lock);
+ *   V: the READ of the lock word, then the READ of line 0: a record
+ *      validates iff the lock word was 0 and the version is the one read at
+ *      E. Read the other way round, a writer can lock, write back and
+ *      unlock between the two READs (the version read is the old one, the
+ *      lock word is free again): write skew and fractured reads.
+ */
+enum coord_step { COORD_STEP_LOCK = 0, COORD_STEP_VERSION = 1 };
+extern const enum coord_step coord_lock_order[2];
+extern const enum coord_step coord_validate_order[2];
+/* V's verdict for one record: true = unchanged and not locked */
+static inline bool coord_validates(uint64_t version_at_e, uint64_t version, uint64_t lock)
+{
+	return lock == 0 && version == version_at_e;
+}
+
 /* the view in use (a refresh happens at begin when stale) */
 struct view *coord_view(struct dxl_coord *c);
 /* read the configuration and descriptors now; publish a new view */

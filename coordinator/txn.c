@@ -1107,12 +1107,19 @@ static int lock_phase(struct dxl_txn *t)
 		bt[nn].o = o;
 		bt[nn].cas = (uint64_t *)(t->scr + nn * 72);
 		bt[nn].hdr = t->scr + nn * 72 + 8;
+		/* the CAS, then the version under the lock (coord_lock_order);
+		 * the second one posted is signalled */
 		struct dxl_wr wr[2];
-		wr_cas(&wr[0], bt[nn].cas, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, 0, t->id, false);
-		wr_read(&wr[1], bt[nn].hdr, lkey(t), 64,
-			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, true);
+		for (int k = 0; k < 2; k++) {
+			if (coord_lock_order[k] == COORD_STEP_LOCK)
+				wr_cas(&wr[k], bt[nn].cas, lkey(t),
+				       o->vt->st.t.locks.addr + 8 * o->slot, o->vt->st.t.locks.rkey,
+				       0, t->id, k == 1);
+			else
+				wr_read(&wr[k], bt[nn].hdr, lkey(t), 64,
+					o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
+					o->vt->st.t.records.rkey, k == 1);
+		}
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(bt[nn].qp, wr, &bad)) == DXL_E_AGAIN)
@@ -1172,6 +1179,10 @@ static int lock_phase(struct dxl_txn *t)
 
 /* ---- V: validating the read set ----------------------------------------------- */
 
+/* coord_internal.h: the orders the model test checks */
+const enum coord_step coord_lock_order[2] = {COORD_STEP_LOCK, COORD_STEP_VERSION};
+const enum coord_step coord_validate_order[2] = {COORD_STEP_LOCK, COORD_STEP_VERSION};
+
 static int validate_phase(struct dxl_txn *t)
 {
 	if (t->w->c->cfg.no_validation)
@@ -1222,12 +1233,20 @@ static int validate_phase(struct dxl_txn *t)
 		struct dxl_qp *qp;
 		if ((ret = node_qp(t->w, vs, &qp)))
 			return ret;
+		/* the lock word, then the version (coord_validate_order): a
+		 * free lock word read before an unchanged version means no
+		 * writer wrote it back in between */
 		struct dxl_wr wr[2];
-		wr_read(&wr[0], v[nv].hdr, lkey(t), 64,
-			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, false);
-		wr_read(&wr[1], v[nv].lock, lkey(t), 8, o->vt->st.t.locks.addr + 8 * o->slot,
-			o->vt->st.t.locks.rkey, true);
+		for (int k = 0; k < 2; k++) {
+			if (coord_validate_order[k] == COORD_STEP_LOCK)
+				wr_read(&wr[k], v[nv].lock, lkey(t), 8,
+					o->vt->st.t.locks.addr + 8 * o->slot, o->vt->st.t.locks.rkey,
+					k == 1);
+			else
+				wr_read(&wr[k], v[nv].hdr, lkey(t), 64,
+					o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
+					o->vt->st.t.records.rkey, k == 1);
+		}
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(qp, wr, &bad)) == DXL_E_AGAIN)
@@ -1254,7 +1273,7 @@ static int validate_phase(struct dxl_txn *t)
 		uint64_t ver = dxl_get_le64(v[k].hdr);
 		uint64_t lock = *(volatile uint64_t *)v[k].lock;
 		coord_note_holder(t->w, lock);
-		if (ver != o->version || lock != 0)
+		if (!coord_validates(o->version, ver, lock))
 			return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": %s since read",
 					   o->table, o->key, lock ? "locked" : "changed");
 	}
