@@ -19,9 +19,9 @@ struct tab {
 };
 
 /* the backup's applier: where each ring of the local log is applied up to */
-struct abm { /* an abort marker seen: ring (writer) and transaction */
-	uint32_t writer;
-	uint64_t txn, ts;
+struct abm { /* an abort marker seen: its ring, writer, transaction, sequence */
+	uint32_t ring, writer;
+	uint64_t txn, seq;
 };
 
 struct applier {
@@ -29,8 +29,17 @@ struct applier {
 	uint32_t nrings;
 	uint64_t *pos, *seq; /* per ring: the next record to apply */
 	uint64_t *mpos, *mseq; /* per ring: the next record to look at for markers */
+	/* the abort markers whose records the applier has not passed yet:
+	 * every one is kept (a dropped marker lets its record be applied); a
+	 * marker is forgotten only once the applier's position in its ring is
+	 * past it -- its record, earlier in the same ring, was passed too.
+	 * ab is dense; hidx (hcap slots, a power of two) maps (writer, txn) to
+	 * 1 + its index in ab, 0 = empty */
 	struct abm *ab;
 	size_t nab, abcap;
+	uint32_t *hidx;
+	size_t hcap;
+	size_t compact_at; /* compact when nab reaches it */
 	struct dxl_tables_apply_stats st;
 	uint64_t last_warn_ms;
 };
@@ -251,6 +260,7 @@ void dxl_tables_close(struct dxl_tables **tp)
 	free(t->ap.mpos);
 	free(t->ap.mseq);
 	free(t->ap.ab);
+	free(t->ap.hidx);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -449,6 +459,8 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	}
 	t->ap.active = true;
 	t->ap.nab = 0;
+	if (t->ap.hidx)
+		memset(t->ap.hidx, 0, t->ap.hcap * sizeof(*t->ap.hidx));
 	t->ap.st.records += rs.records;
 	t->ap.st.applied += rs.applied;
 	t->ap.st.last_ts = DXL_MAX(t->ap.st.last_ts, rs.last_ts);
@@ -458,11 +470,88 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	return 0;
 }
 
+static size_t ab_hash(uint32_t writer, uint64_t txn, size_t cap)
+{
+	uint64_t h = (txn ^ ((uint64_t)writer << 40)) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* rebuild the hash index over ab[0..nab) with cap slots */
+static int ab_reindex(struct applier *ap, size_t cap)
+{
+	if (cap != ap->hcap) {
+		uint32_t *n = calloc(cap, sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "abort markers: index of %zu slots", cap);
+		free(ap->hidx);
+		ap->hidx = n;
+		ap->hcap = cap;
+	} else {
+		memset(ap->hidx, 0, cap * sizeof(*ap->hidx));
+	}
+	for (size_t i = 0; i < ap->nab; i++) {
+		size_t h = ab_hash(ap->ab[i].writer, ap->ab[i].txn, cap);
+		while (ap->hidx[h])
+			h = (h + 1) & (cap - 1);
+		ap->hidx[h] = (uint32_t)(i + 1);
+	}
+	return 0;
+}
+
+/* forget the markers the applier passed (their records were passed) */
+static void ab_compact(struct applier *ap)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < ap->nab; i++) {
+		const struct abm *m = &ap->ab[i];
+		if (m->ring < ap->nrings && m->seq < ap->seq[m->ring])
+			continue;
+		ap->ab[k++] = *m;
+	}
+	ap->nab = k;
+}
+
+static int ab_add(struct applier *ap, const struct abm *m)
+{
+	if (ap->nab == ap->abcap || ap->nab + 1 > ap->hcap / 2) {
+		if (ap->nab >= ap->compact_at) {
+			ab_compact(ap);
+			/* amortized: the next compaction after as many again */
+			ap->compact_at = DXL_MAX((size_t)4096, 2 * ap->nab);
+		}
+		if (ap->nab == ap->abcap) {
+			size_t nc = ap->abcap ? 2 * ap->abcap : 32;
+			struct abm *nb = realloc(ap->ab, nc * sizeof(*nb));
+			if (!nb)
+				return dxl_err_set(DXL_E_NOMEM, "abort markers: %zu held", ap->nab);
+			ap->ab = nb;
+			ap->abcap = nc;
+		}
+		size_t cap = ap->hcap ? ap->hcap : 64;
+		while (ap->nab + 1 > cap / 2)
+			cap *= 2;
+		int ret = ab_reindex(ap, cap);
+		if (ret)
+			return ret;
+	}
+	if (ap->nab >= UINT32_MAX - 1)
+		return dxl_err_set(DXL_E_FULL, "abort markers: %zu held", ap->nab);
+	ap->ab[ap->nab] = *m;
+	size_t h = ab_hash(m->writer, m->txn, ap->hcap);
+	while (ap->hidx[h])
+		h = (h + 1) & (ap->hcap - 1);
+	ap->hidx[h] = (uint32_t)(ap->nab + 1);
+	ap->nab++;
+	return 0;
+}
+
 /* scan_markers -- the abort markers appended since the last scan (a
  * record's marker follows it in its ring, and it is there before the
  * watermark passes the record: the coordinator holds it until then) */
 static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
 {
+	if (!t->ap.compact_at)
+		t->ap.compact_at = 4096;
 	for (uint32_t r = 0; r < t->ap.nrings; r++) {
 		struct dxl_ring_iter it;
 		struct dxl_rec rec;
@@ -472,35 +561,28 @@ static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
 		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 			uint64_t txn;
 			if (dxl_abort_marker_decode(rec.payload, rec.payload_len, &txn) == 1) {
-				if (t->ap.nab == t->ap.abcap) {
-					/* markers are rare: drop the older half when full */
-					if (t->ap.abcap >= 4096) {
-						memmove(t->ap.ab, t->ap.ab + 2048,
-							(t->ap.nab - 2048) * sizeof(*t->ap.ab));
-						t->ap.nab -= 2048;
-					} else {
-						size_t nc = t->ap.abcap ? 2 * t->ap.abcap : 32;
-						struct abm *nb = realloc(t->ap.ab, nc * sizeof(*nb));
-						if (!nb)
-							return dxl_err_set(DXL_E_NOMEM, "abort markers");
-						t->ap.ab = nb;
-						t->ap.abcap = nc;
-					}
-				}
-				t->ap.ab[t->ap.nab++] = (struct abm){.writer = rec.writer, .txn = txn,
-								     .ts = rec.commit_ts};
+				struct abm m = {.ring = r, .writer = rec.writer, .txn = txn,
+						.seq = rec.seq};
+				int ret = ab_add(&t->ap, &m);
+				if (ret)
+					return ret; /* not scanned: the next call tries again */
 			}
 			t->ap.mpos[r] = it.pos;
 			t->ap.mseq[r] = it.seq;
 		}
 	}
+	t->ap.st.markers = t->ap.nab;
 	return 0;
 }
 
 static bool ap_aborted(const struct dxl_tables *t, const struct dxl_rec *rec)
 {
-	for (size_t i = 0; i < t->ap.nab; i++)
-		if (t->ap.ab[i].writer == rec->writer && t->ap.ab[i].txn == rec->txn_id)
+	const struct applier *ap = &t->ap;
+	if (!ap->nab)
+		return false;
+	size_t h = ab_hash(rec->writer, rec->txn_id, ap->hcap);
+	for (uint32_t i; (i = ap->hidx[h]); h = (h + 1) & (ap->hcap - 1))
+		if (ap->ab[i - 1].writer == rec->writer && ap->ab[i - 1].txn == rec->txn_id)
 			return true;
 	return false;
 }

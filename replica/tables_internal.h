@@ -91,6 +91,8 @@ struct dxl_tables_apply_stats {
 	uint64_t aborted;  /* write sets an abort marker cancels: passed over */
 	uint64_t last_ts;  /* commit timestamp of the last record passed */
 	uint64_t resolved; /* the resolved timestamp of the last call */
+	uint64_t markers;  /* abort markers held (their records not passed yet,
+			      or not compacted yet): never dropped */
 };
 int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 		     uint64_t live_mask, uint32_t max_records);
