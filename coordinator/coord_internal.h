@@ -34,10 +34,16 @@ struct view_shard {
 };
 
 /* What the coordinator knows of the cluster: one configuration epoch and
- * its primaries' descriptors. Immutable once published; replaced (never
- * freed before the coordinator) when a transaction meets a sign of change. */
+ * its primaries' descriptors. Immutable once published; replaced when a
+ * transaction meets a sign of change. Reclaimed by reference counting: the
+ * coordinator holds one reference to its current view, and everyone who
+ * uses a view across a yield (a transaction from begin to its end, a
+ * settle, a resolution) holds one, taken under the coordinator's mutex
+ * (coord_view_get) so that a view is never freed between being read and
+ * being referenced. The last coord_view_put of a view that is no longer
+ * current frees it with its location caches. */
 struct view {
-	struct view *older;         /* the previous view (kept until the end) */
+	atomic_uint refs;
 	uint64_t epoch;
 	enum dxl_fabric_provider provider;
 	uint32_t nshards;
@@ -49,10 +55,13 @@ struct dxl_coord {
 	struct dxl_coord_cfg cfg;
 	uint32_t id;
 	struct dxl_fabric *f;
-	pthread_mutex_t mu;         /* view publication, workers */
-	struct view *_Atomic view;
+	pthread_mutex_t mu;         /* view publication and references, workers */
+	struct view *view;          /* current (under mu); holds one reference */
+	atomic_uint_fast64_t epoch; /* the current view's epoch (any thread) */
+	atomic_int_fast64_t views_live; /* views allocated and not freed yet */
+	atomic_uint_fast64_t refreshes;
 	atomic_bool stale;          /* re-read the configuration at the next begin */
-	uint64_t last_refresh_ns;
+	atomic_uint_fast64_t last_refresh_ns;
 	atomic_uint_fast64_t seq;   /* transaction sequence numbers */
 	struct dxl_coord_worker *workers[COORD_MAX_WORKERS];
 	uint32_t nworkers_made;
@@ -83,12 +92,14 @@ static inline bool coord_validates(uint64_t version_at_e, uint64_t version, uint
 	return lock == 0 && version == version_at_e;
 }
 
-/* the view in use (a refresh happens at begin when stale) */
-struct view *coord_view(struct dxl_coord *c);
+/* coord_view_get -- a reference to the current view (re-read first when it
+ * was marked stale, at most every 2 ms); NULL if there is none. Every
+ * reference is given back with coord_view_put. */
+struct view *coord_view_get(struct dxl_coord *c);
+void coord_view_put(struct dxl_coord *c, struct view *v);
 /* read the configuration and descriptors now; publish a new view */
 int coord_refresh(struct dxl_coord *c);
 void coord_mark_stale(struct dxl_coord *c, const char *why);
-void coord_views_free(struct dxl_coord *c);
 
 /* resolve.c: the transactions of dead coordinators (docs/transactions.md) */
 /* a lock word held by another transaction was met: remember its coordinator */

@@ -264,7 +264,7 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 		atomic_store(&c->resolving, false);
 		return;
 	}
-	struct view *v = coord_view(c);
+	struct view *v = coord_view_get(c);
 	uint8_t *buf = malloc(RESOLVE_BUF);
 	int total = 0, err = 0;
 	for (uint32_t s = 0; buf && v && s < v->nshards && !err; s++) {
@@ -300,5 +300,6 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 	DXL_INFO("event=coord_resolution coord=%u dead=%u resolved=%d err=%s", c->id, nd, total,
 		 err ? dxl_errname(err) : "none");
 	free(buf);
+	coord_view_put(c, v);
 	atomic_store(&c->resolving, false);
 }

@@ -213,6 +213,8 @@ void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
 #undef LD
 	}
 	out->resolved = atomic_load(&cc->resolved);
+	out->view_refreshes = atomic_load(&cc->refreshes);
+	out->views_live = (uint64_t)atomic_load(&cc->views_live);
 	pthread_mutex_unlock(&cc->mu);
 }
 
@@ -363,6 +365,7 @@ static void worker_free_txns(struct dxl_coord_worker *w)
 {
 	for (uint32_t i = 0; w->txns && i <= w->nco; i++)
 		if (w->txns[i]) {
+			coord_view_put(w->c, w->txns[i]->v);
 			free(w->txns[i]->arena);
 			free(w->txns[i]);
 		}
@@ -726,7 +729,8 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 		dxl_txn_abort(t);
 	dxl_coord_worker_poll(w);
 	t->gen++;
-	t->v = coord_view(w->c);
+	coord_view_put(w->c, t->v); /* normally given back at the end already */
+	t->v = coord_view_get(w->c);
 	t->id = DXL_LOCK_OWNER(w->c->id, atomic_fetch_add(&w->c->seq, 1) + 1);
 	t->active = true;
 	t->nops = 0;
@@ -963,16 +967,17 @@ static bool lock_is_ours(struct dxl_txn *t, struct op *o)
  */
 static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_at, bool commit)
 {
-	struct view *v = coord_view(t->w->c);
-	if (!v || o->shard >= v->nshards || !v->shards[o->shard].ok ||
-	    v->shards[o->shard].primary == locked_at)
-		return;
+	struct view *v = coord_view_get(t->w->c);
 	const struct view_table *vt = NULL;
-	for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
-		if (v->shards[o->shard].tables[x].st.t.id == o->table)
-			vt = &v->shards[o->shard].tables[x];
-	if (!vt)
+	if (v && o->shard < v->nshards && v->shards[o->shard].ok &&
+	    v->shards[o->shard].primary != locked_at)
+		for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
+			if (v->shards[o->shard].tables[x].st.t.id == o->table)
+				vt = &v->shards[o->shard].tables[x];
+	if (!vt) {
+		coord_view_put(t->w->c, v);
 		return;
+	}
 	struct view *v0 = t->v;
 	const struct view_table *vt0 = o->vt;
 	uint64_t slot0 = o->slot;
@@ -1008,6 +1013,7 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 	t->v = v0;
 	o->vt = vt0;
 	o->slot = slot0;
+	coord_view_put(t->w->c, v);
 }
 
 static void release_all(struct dxl_txn *t)
@@ -1027,6 +1033,8 @@ static void release_all(struct dxl_txn *t)
 			settle_new_primary(t, o, t->v->shards[o->shard].primary, false);
 	}
 	t->active = false;
+	coord_view_put(t->w->c, t->v);
+	t->v = NULL;
 	st_add(&t->w->st.aborted, 1);
 }
 
@@ -1597,6 +1605,7 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 
 static void commit_phase(struct dxl_txn *t)
 {
+	struct view *first = t->v;
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop || !o->locked)
@@ -1610,17 +1619,27 @@ static void commit_phase(struct dxl_txn *t)
 		for (int k = 0; ret && k < 100; k++) {
 			coord_mark_stale(t->w->c, "write-back failed");
 			dxl_co_suspend(dxl_now_ns() + 20000000ull);
-			struct view *v = coord_view(t->w->c);
-			if (!v || o->shard >= v->nshards || v->shards[o->shard].primary != locked_at)
+			struct view *v = coord_view_get(t->w->c);
+			if (!v || o->shard >= v->nshards || v->shards[o->shard].primary != locked_at) {
+				coord_view_put(t->w->c, v);
 				break;
-			if (!v->shards[o->shard].ok)
+			}
+			if (!v->shards[o->shard].ok) {
+				coord_view_put(t->w->c, v);
 				continue;
+			}
 			const struct view_table *vt = NULL;
 			for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
 				if (v->shards[o->shard].tables[x].st.t.id == o->table)
 					vt = &v->shards[o->shard].tables[x];
-			if (!vt)
+			if (!vt) {
+				coord_view_put(t->w->c, v);
 				break;
+			}
+			/* t's other records' vt point into its first view: that
+			 * one stays referenced until the end of the phase */
+			if (t->v != first)
+				coord_view_put(t->w->c, t->v);
 			t->v = v;
 			o->vt = vt;
 			ret = commit_one(t, o);
@@ -1634,6 +1653,8 @@ static void commit_phase(struct dxl_txn *t)
 			o->locked = false;
 		}
 	}
+	if (t->v != first)
+		coord_view_put(t->w->c, first);
 }
 
 int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
@@ -1686,6 +1707,8 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	/* committed */
 	commit_phase(t);
 	t->active = false;
+	coord_view_put(t->w->c, t->v);
+	t->v = NULL;
 	st_add(&t->w->st.committed, 1);
 	if (info)
 		*info = t->info;

@@ -235,6 +235,8 @@ struct dxl_coord_stats {
 	uint64_t cache_hits, cache_misses;
 	uint64_t log_appends;
 	uint64_t view_refreshes;            /* configuration re-reads */
+	uint64_t views_live;                /* views in memory (the current one
+					       and those still in use) */
 	uint64_t resolved;                  /* dead coordinators' transactions
 					       this process resolved */
 };
