@@ -59,6 +59,11 @@ struct dxl_coord_worker {
 	uint32_t nlogs;
 	struct stats st;             /* written by the worker, read by anyone */
 	uint64_t rng;
+	/* settles whose first attempt failed (release_all, commit_phase) */
+	struct settle *settles;
+	uint32_t nsettle, settlecap;
+	bool settling;
+	struct dxl_txn *settler;     /* the handle settles run with (own scratch) */
 };
 
 static __thread struct dxl_coord_worker *tl_worker;
@@ -67,6 +72,9 @@ struct dxl_coord_worker *dxl_coord_worker_self(void)
 {
 	return tl_worker;
 }
+
+static int worker_settle_init(struct dxl_coord_worker *w);
+static void worker_settle_free(struct dxl_coord_worker *w);
 
 int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 			 struct dxl_coord_worker **out)
@@ -106,11 +114,12 @@ int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 		ret = dxl_sched_new(&sc, w->ctx, &w->sched);
 	if (!ret)
 		ret = dxl_rpc_new(w->sched, NULL, &w->rpc);
-	size_t sbytes = (size_t)(ncoroutines + 1) * COORD_SCRATCH;
+	/* one scratch per coroutine slot, and the settler's */
+	size_t sbytes = (size_t)(ncoroutines + 2) * COORD_SCRATCH;
 	if (!ret) {
 		w->scratch = aligned_alloc(4096, sbytes);
 		w->txns = calloc(ncoroutines + 1, sizeof(*w->txns));
-		if (!w->scratch || !w->txns)
+		if (!w->scratch || !w->txns || worker_settle_init(w))
 			ret = dxl_err_set(DXL_E_NOMEM, "worker scratch");
 	}
 	if (!ret) {
@@ -133,6 +142,7 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 	struct dxl_coord_worker *w = wp ? *wp : NULL;
 	if (!w)
 		return;
+	worker_settle_free(w);
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		/* a last watermark past every decided record: the next holder
 		 * of the slot finds nothing in doubt */
@@ -727,7 +737,7 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	}
 	if (t->active)
 		dxl_txn_abort(t);
-	dxl_coord_worker_poll(w);
+	dxl_coord_worker_poll(w); /* settles too: t is not active */
 	t->gen++;
 	coord_view_put(w->c, t->v); /* normally given back at the end already */
 	t->v = coord_view_get(w->c);
@@ -946,8 +956,6 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 	return ret;
 }
 
-/* release what is held: inserted records are deleted, locks released.
- * Failures (a dead primary) are ignored: its locks died with it. */
 /* the lock word of o's slot (o->vt, t->v) is t's (a READ: its holder) */
 static bool lock_is_ours(struct dxl_txn *t, struct op *o)
 {
@@ -957,85 +965,304 @@ static bool lock_is_ours(struct dxl_txn *t, struct op *o)
 	return (ret == 0 || ret == DXL_E_TOOBIG) && rep.holder == t->id;
 }
 
-/*
- * settle_new_primary -- o's shard has a new primary since o was locked. A
- * promotion gate that gave up waiting for this coordinator's watermark
- * locked o's key there for this transaction (dxl_tables_recover_locks):
- * commit = write back there and unlock, abort = unlock. Only through RPCs
- * that check the lock word is this transaction's: if it is not (the gate
- * applied a decided record, or never saw this one), nothing is done.
+/* ---- settling: locks and write-backs whose first attempt failed ---------------------
+ *
+ * Every lock a coordinator takes is released by it (or, once it is gone, by
+ * resolution), whatever the configuration did meanwhile: a release or a
+ * committed write-back that fails is queued on the worker and tried again
+ * (settle_drain: at the end of the transaction for a while, then at every
+ * begin and from dxl_coord_worker_poll outside transactions) until it is
+ * done:
+ *  - the same primary (a new epoch: new rkeys; or it was unreachable for a
+ *    while): with a fresh view, through RPCs that check the lock word is the
+ *    transaction's -- a commit writes back (WRITEBACK, idempotent by
+ *    version) or deletes, then unlocks; an abort deletes what it inserted,
+ *    then unlocks. A lock word that is not the transaction's any more (the
+ *    node restarted: lock words are DRAM, and its promotion gate applied the
+ *    decided records) ends it;
+ *  - a new primary: its promotion gate locked the keys of records still in
+ *    doubt for their transactions (dxl_tables_recover_locks); where the lock
+ *    word is this transaction's, the same as above; elsewhere nothing is
+ *    left to do (decided records were applied by the gate, transactions
+ *    that never logged hold nothing there).
+ * The entries live as long as the worker; one left when the worker ends is
+ * logged (event=coord_settle_abandoned) and left to resolution.
  */
-static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_at, bool commit)
+struct settle {
+	uint64_t txn;
+	uint32_t shard, table;
+	uint64_t key, slot;
+	uint32_t locked_at;  /* the primary the lock was taken at */
+	bool commit;         /* committed: write back (wop), then unlock */
+	bool inserted;       /* created by the transaction at L */
+	int wop;
+	uint32_t inc;
+	uint64_t lock_version, new_version, rec_ts;
+	uint8_t *value;
+	uint32_t len;
+	uint64_t since_ms, next_ms;
+	uint32_t tries;
+	int last_err;
+};
+
+static int worker_settle_init(struct dxl_coord_worker *w)
 {
-	struct view *v = coord_view_get(t->w->c);
-	const struct view_table *vt = NULL;
-	if (v && o->shard < v->nshards && v->shards[o->shard].ok &&
-	    v->shards[o->shard].primary != locked_at)
-		for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
-			if (v->shards[o->shard].tables[x].st.t.id == o->table)
-				vt = &v->shards[o->shard].tables[x];
-	if (!vt) {
-		coord_view_put(t->w->c, v);
-		return;
-	}
-	struct view *v0 = t->v;
-	const struct view_table *vt0 = o->vt;
-	uint64_t slot0 = o->slot;
-	t->v = v;
-	o->vt = vt;
-	struct dxl_table_req req = {.key = o->key};
-	struct dxl_table_rep rep;
-	if (table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0) == 0) {
-		o->slot = rep.slot;
-		bool nic = nic_locks(o);
-		int ret = DXL_E_STATE;
-		if (commit && o->wop == DXL_WS_UPDATE) {
-			struct dxl_table_req wb = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
-						   .version = o->new_version,
-						   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
-						   .value = t->arena + o->woff, .len = o->wlen};
-			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_WRITEBACK, &wb, &rep, NULL, 0);
-			if (!ret && nic)
-				unlock_one(t, o);
-		} else if (commit && o->wop == DXL_WS_DELETE) {
-			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
-			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
-			if (!ret)
-				unlock_one(t, o);
-		} else if (lock_is_ours(t, o)) {
-			ret = unlock_one(t, o);
-		}
-		if (!ret)
-			DXL_INFO("event=coord_settled_new_primary txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-				 " %s",
-				 t->id, o->shard, o->key, commit ? "committed" : "released");
-	}
-	t->v = v0;
-	o->vt = vt0;
-	o->slot = slot0;
-	coord_view_put(t->w->c, v);
+	w->settler = calloc(1, sizeof(*w->settler));
+	if (!w->settler)
+		return DXL_E_NOMEM;
+	w->settler->w = w;
+	w->settler->co_id = UINT32_MAX;
+	w->settler->scr = w->scratch + (size_t)(w->nco + 1) * COORD_SCRATCH;
+	return 0;
 }
 
+static void worker_settle_free(struct dxl_coord_worker *w)
+{
+	for (uint32_t i = 0; i < w->nsettle; i++) {
+		struct settle *e = &w->settles[i];
+		DXL_WARN("event=coord_settle_abandoned txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " %s tries=%u code=%s msg=\"left to resolution when this coordinator is gone\"",
+			 e->txn, e->shard, e->key, e->commit ? "write-back" : "release", e->tries,
+			 dxl_errname(e->last_err));
+		free(e->value);
+	}
+	free(w->settles);
+	w->settles = NULL;
+	w->nsettle = 0;
+	if (w->settler) {
+		coord_view_put(w->c, w->settler->v);
+		free(w->settler->arena);
+		free(w->settler);
+		w->settler = NULL;
+	}
+}
+
+static bool settle_retryable(int err)
+{
+	return is_view_error(err) || err == DXL_E_NOMEM || err == DXL_E_AGAIN ||
+	       err == DXL_E_BUSY;
+}
+
+static int settle_push(struct dxl_txn *t, const struct op *o, uint32_t locked_at, bool commit,
+		       int err)
+{
+	struct dxl_coord_worker *w = t->w;
+	if (w->nsettle == w->settlecap) {
+		uint32_t nc = w->settlecap ? 2 * w->settlecap : 16;
+		struct settle *n = realloc(w->settles, nc * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue");
+		w->settles = n;
+		w->settlecap = nc;
+	}
+	struct settle *e = &w->settles[w->nsettle];
+	*e = (struct settle){.txn = t->id, .shard = o->shard, .table = o->table, .key = o->key,
+			     .slot = o->slot, .locked_at = locked_at, .commit = commit,
+			     .inserted = !o->exists, .wop = o->wop, .inc = o->inc,
+			     .lock_version = o->lock_version, .new_version = o->new_version,
+			     .rec_ts = o->rec_ts, .len = 0, .since_ms = dxl_now_ms(),
+			     .last_err = err};
+	if (commit && o->wop == DXL_WS_UPDATE && o->wlen) {
+		e->value = malloc(o->wlen);
+		if (!e->value)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue value");
+		memcpy(e->value, t->arena + o->woff, o->wlen);
+		e->len = o->wlen;
+	}
+	w->nsettle++;
+	DXL_INFO("event=coord_settle_queued txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
+		 " %s code=%s",
+		 t->id, o->shard, o->table, o->key, commit ? "write-back" : "release",
+		 dxl_errname(err));
+	return 0;
+}
+
+/* one attempt of e with the settler's handle s: 0 = done, < 0 = again later */
+static int settle_once(struct dxl_coord_worker *w, struct dxl_txn *s, struct settle *e)
+{
+	struct view *v = coord_view_get(w->c);
+	const struct view_table *vt = NULL;
+	if (v && e->shard < v->nshards && v->shards[e->shard].ok)
+		for (uint32_t x = 0; x < v->shards[e->shard].ntables; x++)
+			if (v->shards[e->shard].tables[x].st.t.id == e->table)
+				vt = &v->shards[e->shard].tables[x];
+	if (!vt) {
+		coord_view_put(w->c, v);
+		coord_mark_stale(w->c, "settle: no serving primary");
+		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", e->shard);
+	}
+	s->v = v;
+	s->id = e->txn;
+	s->nops = 1;
+	s->used = 0;
+	struct op *o = &s->ops[0];
+	memset(o, 0, sizeof(*o));
+	o->table = e->table;
+	o->shard = e->shard;
+	o->key = e->key;
+	o->vt = vt;
+	o->slot = e->slot;
+	o->exists = !e->inserted;
+	o->wop = e->wop;
+	o->inc = e->inc;
+	o->lock_version = e->lock_version;
+	o->new_version = e->new_version;
+	o->rec_ts = e->rec_ts;
+	o->locked = true;
+	o->wlen = e->len;
+	int ret = e->len ? arena_put(s, e->value, e->len, &o->woff) : 0;
+	bool nic = nic_locks(o);
+	bool same = v->shards[e->shard].primary == e->locked_at;
+	struct dxl_table_rep rep;
+	if (!ret && !same) {
+		/* a new primary: where is the key, and is its lock ours? */
+		struct dxl_table_req req = {.key = o->key};
+		ret = table_rpc(s, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0);
+		if (ret == DXL_E_NOENT) {
+			ret = 0; /* nothing of it there */
+			goto out;
+		}
+		if (ret)
+			goto out;
+		o->slot = rep.slot;
+		if (!lock_is_ours(s, o))
+			goto out; /* decided (applied by the gate) or never logged */
+	}
+	if (ret)
+		goto out;
+	if (e->commit && e->wop == DXL_WS_UPDATE) {
+		struct dxl_table_req wb = {.slot = o->slot, .owner = s->id, .ts = o->rec_ts,
+					   .version = o->new_version,
+					   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
+					   .value = s->arena + o->woff, .len = o->wlen};
+		ret = table_rpc(s, o, DXL_RPC_ID_TABLE_WRITEBACK, &wb, &rep, NULL, 0);
+		if (ret == DXL_E_STATE) {
+			/* the lock word is not ours any more: the node restarted
+			 * (its gate applied the decided record) */
+			DXL_INFO("event=coord_settle_not_ours txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " msg=\"%s\"",
+				 s->id, o->shard, o->key, dxl_errmsg());
+			ret = 0;
+			goto out;
+		}
+		if (!ret && nic)
+			ret = unlock_one(s, o);
+	} else {
+		if (e->commit && e->wop == DXL_WS_DELETE) {
+			struct dxl_table_req del = {.key = o->key, .owner = s->id, .ts = o->rec_ts};
+			ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+		} else if (!e->commit && e->inserted) {
+			struct dxl_table_req del = {.key = o->key, .owner = s->id};
+			ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+		}
+		/* gone already, or not ours: a retry after a lost reply */
+		if (ret == DXL_E_NOENT || ret == DXL_E_STATE)
+			ret = 0;
+		if (!ret)
+			ret = unlock_one(s, o);
+		if (ret == DXL_E_STATE) /* cpu UNLOCK: not ours (any more) */
+			ret = 0;
+	}
+out:
+	if (!ret)
+		DXL_INFO("event=coord_settled txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " %s at %s primary %u after %u tries",
+			 s->id, o->shard, o->key, e->commit ? "write-back" : "release",
+			 same ? "the same" : "a new", v->shards[e->shard].primary, e->tries + 1);
+	s->v = NULL;
+	s->nops = 0;
+	coord_view_put(w->c, v);
+	return ret;
+}
+
+/*
+ * settle_drain -- try the queued settles that are due; with budget_ms > 0
+ * keep at it until txn's (0: every one) are done or the budget ran out.
+ * From a coroutine of w, never inside another settle.
+ */
+static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budget_ms)
+{
+	if (!w->nsettle || w->settling || !dxl_co_self() || dxl_co_sched() != w->sched)
+		return;
+	w->settling = true;
+	uint64_t end = dxl_now_ms() + budget_ms;
+	for (;;) {
+		uint64_t now = dxl_now_ms();
+		for (uint32_t i = 0; i < w->nsettle;) {
+			struct settle *e = &w->settles[i];
+			if (e->next_ms > now) {
+				i++;
+				continue;
+			}
+			int ret = settle_once(w, w->settler, e);
+			if (ret && settle_retryable(ret)) {
+				e->tries++;
+				e->last_err = ret;
+				e->next_ms = dxl_now_ms() + DXL_MIN(20ull << DXL_MIN(e->tries, 6u), 1000ull);
+				if (e->tries % 50 == 0)
+					DXL_WARN("event=coord_settle_pending txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+						 " tries=%u since_ms=%" PRIu64 " code=%s msg=\"%s\"",
+						 e->txn, e->shard, e->key, e->tries,
+						 dxl_now_ms() - e->since_ms, dxl_errname(ret), dxl_errmsg());
+				i++;
+				continue;
+			}
+			if (ret)
+				DXL_WARN("event=coord_settle_failed txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+					 " code=%s msg=\"%s\"",
+					 e->txn, e->shard, e->key, dxl_errname(ret), dxl_errmsg());
+			free(e->value);
+			w->settles[i] = w->settles[--w->nsettle];
+		}
+		bool mine = false;
+		uint64_t due = UINT64_MAX;
+		for (uint32_t i = 0; i < w->nsettle; i++) {
+			mine = mine || !txn || w->settles[i].txn == txn;
+			due = DXL_MIN(due, w->settles[i].next_ms);
+		}
+		if (!mine || dxl_now_ms() >= end)
+			break;
+		dxl_co_suspend(dxl_now_ns() +
+			       1000000ull * DXL_MIN(DXL_MAX(due, dxl_now_ms() + 1) - dxl_now_ms(), 50ull));
+	}
+	w->settling = false;
+}
+
+/* release what is held: inserted records are deleted, locks released; what
+ * fails is queued and settled later (above) */
 static void release_all(struct dxl_txn *t)
 {
 	if (!t->active)
 		return;
+	bool queued = false;
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->locked)
 			continue;
+		int ret = 0;
 		if (o->wop == DXL_WS_INSERT && !o->exists) {
 			struct dxl_table_req req = {.key = o->key, .owner = t->id};
 			struct dxl_table_rep rep;
-			table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
+			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
+			if (ret == DXL_E_NOENT)
+				ret = 0;
 		}
-		if (unlock_one(t, o))
-			settle_new_primary(t, o, t->v->shards[o->shard].primary, false);
+		if (!ret)
+			ret = unlock_one(t, o);
+		else
+			o->locked = false;
+		if (ret) {
+			coord_mark_stale(t->w->c, "release failed");
+			if (!settle_push(t, o, t->v->shards[o->shard].primary, false, ret))
+				queued = true;
+		}
 	}
 	t->active = false;
 	coord_view_put(t->w->c, t->v);
 	t->v = NULL;
 	st_add(&t->w->st.aborted, 1);
+	if (queued)
+		settle_drain(t->w, t->id, 1000);
 }
 
 void dxl_txn_abort(struct dxl_txn *t)
@@ -1290,8 +1517,19 @@ static int validate_phase(struct dxl_txn *t)
 
 /* ---- Log ---------------------------------------------------------------------------- */
 
+static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budget_ms);
+
 void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 {
+	/* queued settles, from a coroutine that is not inside a transaction
+	 * (dxl-coord's dispatcher, a begin) */
+	struct dxl_co *co = w->nsettle ? dxl_co_self() : NULL;
+	if (co && dxl_co_sched() == w->sched) {
+		uint32_t id = dxl_co_id(co) & 0xfffu;
+		struct dxl_txn *cur = id <= w->nco ? w->txns[id] : NULL;
+		if (!cur || !cur->active)
+			settle_drain(w, 0, 0);
+	}
 	struct dxl_log_writer_result res[64];
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		struct wlog *l = &w->logs[s];
@@ -1533,6 +1771,8 @@ static int log_phase(struct dxl_txn *t)
 	}
 	/* COMMITTED: every record acknowledged under the primaries holding
 	 * the locks. Decided: the watermarks may pass the records. */
+	if (t->w->c->cfg.test_hook)
+		t->w->c->cfg.test_hook(DXL_TXN_HOOK_LOGGED, t->id, t->w->c->cfg.test_hook_arg);
 	for (uint32_t i = 0; i < nrec; i++)
 		log_decide(t, i);
 	return 0;
@@ -1605,56 +1845,29 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 
 static void commit_phase(struct dxl_txn *t)
 {
-	struct view *first = t->v;
+	bool queued = false;
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop || !o->locked)
 			continue;
 		uint32_t locked_at = t->v->shards[o->shard].primary;
 		int ret = commit_one(t, o);
-		/* past the commit point: the log has it. The same primary with a
-		 * new epoch (new rkeys) still holds the lock: write back again
-		 * with the new view. A new primary applied it (decided) before
-		 * serving: nothing to do there. */
-		for (int k = 0; ret && k < 100; k++) {
-			coord_mark_stale(t->w->c, "write-back failed");
-			dxl_co_suspend(dxl_now_ns() + 20000000ull);
-			struct view *v = coord_view_get(t->w->c);
-			if (!v || o->shard >= v->nshards || v->shards[o->shard].primary != locked_at) {
-				coord_view_put(t->w->c, v);
-				break;
-			}
-			if (!v->shards[o->shard].ok) {
-				coord_view_put(t->w->c, v);
-				continue;
-			}
-			const struct view_table *vt = NULL;
-			for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
-				if (v->shards[o->shard].tables[x].st.t.id == o->table)
-					vt = &v->shards[o->shard].tables[x];
-			if (!vt) {
-				coord_view_put(t->w->c, v);
-				break;
-			}
-			/* t's other records' vt point into its first view: that
-			 * one stays referenced until the end of the phase */
-			if (t->v != first)
-				coord_view_put(t->w->c, t->v);
-			t->v = v;
-			o->vt = vt;
-			ret = commit_one(t, o);
-		}
-		if (ret)
-			settle_new_primary(t, o, locked_at, true);
+		/* past the commit point: the log has it. A write-back that
+		 * failed is settled later (the same primary: again, with a new
+		 * view; a new primary applied it before serving) */
 		if (ret) {
-			DXL_INFO("event=coord_writeback_skipped txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
-				 " code=%s msg=\"%s\"",
-				 t->id, o->shard, o->table, o->key, dxl_errname(ret), dxl_errmsg());
+			coord_mark_stale(t->w->c, "write-back failed");
 			o->locked = false;
+			if (!settle_push(t, o, locked_at, true, ret))
+				queued = true;
+			else
+				DXL_WARN("event=coord_writeback_lost txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+					 " msg=\"%s\"",
+					 t->id, o->shard, o->key, dxl_errmsg());
 		}
 	}
-	if (t->v != first)
-		coord_view_put(t->w->c, first);
+	if (queued)
+		settle_drain(t->w, t->id, 2000);
 }
 
 int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
@@ -1673,6 +1886,8 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	ret = lock_phase(t);
 	if (!ret) {
 		phase = "validate";
+		if (t->w->c->cfg.test_hook)
+			t->w->c->cfg.test_hook(DXL_TXN_HOOK_VALIDATE, t->id, t->w->c->cfg.test_hook_arg);
 		ret = validate_phase(t);
 	}
 	if (!ret && nw) {

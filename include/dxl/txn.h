@@ -106,6 +106,19 @@ struct dxl_coord_cfg {
 	/* testing only: skip the V phase (to show that the serializability
 	 * checker catches it). Default false. */
 	bool no_validation;
+	/* testing only: called in the transaction's coroutine at the points of
+	 * enum dxl_txn_hook (it may block, yield or sleep: a test pauses a
+	 * transaction there to inject a fault). Default NULL. */
+	void (*test_hook)(int where, uint64_t txn_id, void *arg);
+	void *test_hook_arg;
+};
+
+/* where dxl_coord_cfg.test_hook is called */
+enum dxl_txn_hook {
+	DXL_TXN_HOOK_VALIDATE = 1, /* after L (every write locked), before V */
+	DXL_TXN_HOOK_LOGGED = 2,   /* every log record acknowledged (the commit
+				      point), before it is decided and written
+				      back */
 };
 #define DXL_COORD_MAX_ID 65535 /* DXL_LOCK_OWNER keeps 16 bits of it */
 void dxl_coord_cfg_init(struct dxl_coord_cfg *cfg);

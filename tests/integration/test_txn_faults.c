@@ -1,0 +1,401 @@
+/* test_txn_faults.c -- the transaction layer's fault cases, one at a time,
+ * each made to happen at a chosen point of a transaction (issue 12): a
+ * test hook of the coordinator (dxl_coord_cfg.test_hook) pauses a
+ * transaction after its locks (before validation) or at its commit point
+ * while the test changes the cluster -- raises the configuration epoch,
+ * stops or kills a replica, kills the coordinator. Each test fails on the
+ * code before the fix it covers (the commit that fixed it says how it was
+ * checked).
+ *
+ * A real local cluster: 3 dxl-replica processes, 2 shards, 3-way
+ * replication, ZooKeeper. Needs DXL_TEST_ZK (skips otherwise);
+ * DXL_TEST_KEEP=1 keeps the temporary directory (daemon logs). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "common/endian.h"
+#include "dxl/membership.h"
+#include "dxl/txn.h"
+#include "tests/lib/cli_run.h"
+#include "tests/lib/proc.h"
+
+#define T1 1 /* table 1: 8-byte values */
+#define T2 2 /* table 2: values up to 3000 bytes (IN_DOUBT paging) */
+#define OUT_CAP 65536
+
+static const char *g_zkc;
+static char g_dxl[PATH_MAX];
+static char g_tmp[128];
+static char *g_out, *g_err;
+static char g_name[64], g_dir[256];
+static bool g_up;
+
+static int run_dxl(int timeout_ms, const char *const *args)
+{
+	const char *argv[64];
+	int a = 0;
+	argv[a++] = g_dxl;
+	for (int i = 0; args[i] && a < 63; i++)
+		argv[a++] = args[i];
+	argv[a] = NULL;
+	return dxlt_run(argv, NULL, g_tmp, g_out, g_err, OUT_CAP, timeout_ms);
+}
+#define DXL(t, ...) run_dxl((t), (const char *const[]){__VA_ARGS__, NULL})
+
+#define NEED_ENV()                                                                 \
+	do {                                                                       \
+		if (!g_zkc) {                                                      \
+			print_message("SKIPPED: no ZooKeeper (DXL_TEST_ZK unset)\n"); \
+			skip();                                                    \
+		}                                                                  \
+		if (!g_up)                                                         \
+			fail_msg("the cluster did not come up");                   \
+	} while (0)
+
+static struct dxl_zk *zk_open(void)
+{
+	struct dxl_zk *zk = NULL;
+	assert_int_equal(dxlt_zk_open(g_zkc, g_name, &zk), 0);
+	return zk;
+}
+
+/* ---- the cluster's configuration -------------------------------------------------- */
+
+static __attribute__((unused)) uint64_t config_epoch(struct dxl_zk *zk)
+{
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(zk, &c, NULL), 0);
+	uint64_t e = c.epoch;
+	dxl_cluster_config_clear(&c);
+	return e;
+}
+
+static uint32_t primary_of(struct dxl_zk *zk, uint32_t shard)
+{
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(zk, &c, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, shard);
+	assert_non_null(sh);
+	uint32_t p = sh->primary;
+	dxl_cluster_config_clear(&c);
+	return p;
+}
+
+/* every node of the configuration registered for epoch >= e (new rkeys) */
+static void wait_registered(struct dxl_zk *zk, uint64_t e, int timeout_ms)
+{
+	static struct dxl_replica_desc d;
+	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
+	for (uint32_t node = 1; node <= 3; node++)
+		for (;;) {
+			if (dxl_replica_desc_get(zk, node, &d) == 0 && d.cfg_epoch >= e)
+				break;
+			if (dxl_now_ms() > end)
+				fail_msg("node %u did not register for epoch %" PRIu64, node, e);
+			usleep(20 * 1000);
+		}
+}
+
+/* the same configuration in the next epoch: every replica registers its
+ * regions again (new rkeys), the primaries stay */
+static uint64_t bump_epoch(struct dxl_zk *zk)
+{
+	for (int k = 0; k < 20; k++) {
+		struct dxl_cluster_config c;
+		int32_t ver;
+		assert_int_equal(dxl_cluster_config_read(zk, &c, &ver), 0);
+		c.epoch++;
+		uint64_t e = c.epoch;
+		int ret = dxl_cluster_config_cas(zk, &c, ver, NULL);
+		dxl_cluster_config_clear(&c);
+		if (!ret) {
+			wait_registered(zk, e, 10000);
+			return e;
+		}
+		assert_int_equal(ret, DXL_E_STALE);
+	}
+	fail_msg("could not raise the configuration epoch");
+	return 0;
+}
+
+/* every shard has 3 members again */
+static __attribute__((unused)) void wait_full(int timeout_ms)
+{
+	struct dxl_zk *zk = zk_open();
+	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		struct dxl_cluster_config c;
+		bool ok = false;
+		if (dxl_cluster_config_read(zk, &c, NULL) == 0) {
+			ok = true;
+			for (uint32_t i = 0; i < c.nshards; i++)
+				ok = ok && c.shards[i].nbackups == 2;
+			dxl_cluster_config_clear(&c);
+		}
+		if (ok)
+			break;
+		if (dxl_now_ms() > end)
+			fail_msg("the shards did not get 3 members back");
+		usleep(100 * 1000);
+	}
+	dxl_zk_delete(&zk);
+}
+
+/* ---- a coordinator with a test hook ------------------------------------------------- */
+
+struct env {
+	struct dxl_zk *zk;
+	struct dxl_coord *c;
+	struct dxl_coord_worker *w;
+};
+
+typedef void (*hook_fn)(int where, uint64_t txn, void *arg);
+
+static void env_open(struct env *e, hook_fn hook, void *arg)
+{
+	memset(e, 0, sizeof(*e));
+	e->zk = zk_open();
+	struct dxl_coord_cfg cfg;
+	dxl_coord_cfg_init(&cfg);
+	cfg.test_hook = hook;
+	cfg.test_hook_arg = arg;
+	if (dxl_coord_new(e->zk, &cfg, &e->c))
+		fail_msg("dxl_coord_new: %s", dxl_errmsg());
+	if (dxl_coord_worker_new(e->c, 4, &e->w))
+		fail_msg("worker: %s", dxl_errmsg());
+}
+
+static void env_close(struct env *e)
+{
+	dxl_coord_worker_delete(&e->w);
+	dxl_coord_delete(&e->c);
+	dxl_zk_delete(&e->zk);
+}
+
+static void run1(struct env *e, dxl_co_fn fn, void *arg)
+{
+	assert_int_equal(dxl_coord_worker_spawn(e->w, fn, arg), 0);
+	assert_int_equal(dxl_coord_worker_run(e->w), 0);
+}
+
+/* one transaction: read rk (if any), then for each of wk[0..nw) op on it
+ * (value = val); max_tries runs (dxl_txn_run) */
+struct tx {
+	struct env *e;
+	uint32_t table;
+	uint64_t rk[4];
+	uint32_t nr;
+	uint64_t wk[4];
+	uint32_t nw;
+	char op; /* 'p' put, 'i' insert, 'd' delete */
+	int64_t val;
+	uint32_t max_tries;
+	/* results */
+	int ret;
+	int64_t got[4];
+	struct dxl_txn_info info;
+	char msg[512];
+};
+
+static int tx_fn(struct dxl_txn *t, void *arg)
+{
+	struct tx *x = arg;
+	uint8_t v[8];
+	uint32_t len;
+	for (uint32_t i = 0; i < x->nr; i++) {
+		int ret = dxl_txn_get(t, x->table, x->rk[i], v, 8, &len);
+		if (ret)
+			return ret;
+		x->got[i] = (int64_t)dxl_get_le64(v);
+	}
+	dxl_put_le64(v, (uint64_t)x->val);
+	for (uint32_t i = 0; i < x->nw; i++) {
+		int ret = x->op == 'i'   ? dxl_txn_insert(t, x->table, x->wk[i], v, 8)
+			  : x->op == 'd' ? dxl_txn_delete(t, x->table, x->wk[i])
+					 : dxl_txn_put(t, x->table, x->wk[i], v, 8);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void co_tx(void *arg)
+{
+	struct tx *x = arg;
+	x->ret = dxl_txn_run(x->e->w, tx_fn, x, x->max_tries, &x->info);
+	snprintf(x->msg, sizeof(x->msg), "%s", x->ret ? dxl_errmsg() : "");
+}
+
+static int tx_run(struct env *e, struct tx *x)
+{
+	x->e = e;
+	if (!x->table)
+		x->table = T1;
+	run1(e, co_tx, x);
+	return x->ret;
+}
+
+static int put1(struct env *e, uint64_t key, int64_t val, uint32_t tries)
+{
+	struct tx x = {.wk = {key}, .nw = 1, .op = 'p', .val = val, .max_tries = tries};
+	int ret = tx_run(e, &x);
+	if (ret)
+		print_message("  put %" PRIu64 ": %s: %s\n", key, dxl_errname(ret), x.msg);
+	return ret;
+}
+
+static int get1(struct env *e, uint64_t key, int64_t *val)
+{
+	struct tx x = {.rk = {key}, .nr = 1, .max_tries = 50};
+	int ret = tx_run(e, &x);
+	*val = x.got[0];
+	return ret;
+}
+
+static void insert_keys(struct env *e, uint64_t first, uint32_t n, int64_t val)
+{
+	for (uint64_t k = first; k < first + n; k++) {
+		struct tx x = {.wk = {k}, .nw = 1, .op = 'i', .val = val};
+		int ret = tx_run(e, &x);
+		if (ret && ret != DXL_E_EXIST)
+			fail_msg("insert %" PRIu64 ": %s: %s", k, dxl_errname(ret), x.msg);
+	}
+}
+
+/* ---- defect 5: a lock taken before a new epoch is released after it ------------------ */
+
+struct bump_hook {
+	bool armed;
+	uint64_t epoch;
+};
+
+static void hook_bump(int where, uint64_t txn, void *arg)
+{
+	struct bump_hook *b = arg;
+	if (where != DXL_TXN_HOOK_VALIDATE || !b->armed)
+		return;
+	b->armed = false;
+	/* the transaction holds its locks: the configuration moves on (the
+	 * primaries stay), every replica registers again with new rkeys */
+	struct dxl_zk *zk = zk_open();
+	b->epoch = bump_epoch(zk);
+	dxl_zk_delete(&zk);
+	print_message("  txn 0x%" PRIx64 " locked its key; epoch now %" PRIu64 "\n", txn, b->epoch);
+}
+
+/*
+ * A transaction locks key 10, then (hook) the epoch changes and every
+ * replica registers again: its validation READ fails (old rkeys), it aborts,
+ * and its unlock CAS fails too (old rkeys), with the primary unchanged.
+ * Before the fix release_all gave up (settle_new_primary only looks at a
+ * new primary) and the lock word stayed: every later transaction on key 10
+ * aborted "locked by" this coordinator until it ended.
+ */
+static void test_abort_releases_lock_across_epochs(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct bump_hook b = {0};
+	struct env e;
+	env_open(&e, hook_bump, &b);
+	insert_keys(&e, 10, 2, 100);
+	struct dxl_zk *zk = zk_open();
+	uint32_t p0 = primary_of(zk, 0);
+	b.armed = true;
+	/* read 11 (shard 1), write 10 (shard 0): the read makes V run */
+	struct tx x = {.rk = {11}, .nr = 1, .wk = {10}, .nw = 1, .op = 'p', .val = 7, .max_tries = 1};
+	int ret = tx_run(&e, &x);
+	print_message("  the transaction: %s (%s)\n", dxl_errname(ret), x.msg);
+	assert_int_equal(ret, DXL_E_CONFLICT);
+	assert_true(b.epoch > 0);
+	assert_int_equal(primary_of(zk, 0), p0);
+	/* key 10 is free: a transaction writing it commits at once (a leaked
+	 * lock would abort every try with "locked by" this coordinator) */
+	assert_int_equal(put1(&e, 10, 8, 5), 0);
+	int64_t v;
+	assert_int_equal(get1(&e, 10, &v), 0);
+	assert_int_equal(v, 8);
+	/* the same with an insert: the aborted transaction's record (made
+	 * live and locked at L) must be deleted, not just unlocked */
+	b.armed = true;
+	x = (struct tx){.rk = {11}, .nr = 1, .wk = {20}, .nw = 1, .op = 'i', .val = 9, .max_tries = 1};
+	ret = tx_run(&e, &x);
+	print_message("  the insert: %s (%s)\n", dxl_errname(ret), x.msg);
+	assert_int_equal(ret, DXL_E_CONFLICT);
+	assert_int_equal(get1(&e, 20, &v), DXL_E_NOENT);
+	x = (struct tx){.wk = {20}, .nw = 1, .op = 'i', .val = 21, .max_tries = 5};
+	assert_int_equal(tx_run(&e, &x), 0);
+	assert_int_equal(get1(&e, 20, &v), 0);
+	assert_int_equal(v, 21);
+	dxl_zk_delete(&zk);
+	env_close(&e);
+}
+
+/* ---- setup ---------------------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+	(void)state;
+	g_zkc = getenv("DXL_TEST_ZK");
+	assert_int_equal(dxlt_prog_path("dxl", g_dxl, sizeof(g_dxl)), 0);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-txnfaults-XXXXXX");
+	assert_non_null(mkdtemp(g_tmp));
+	g_out = malloc(OUT_CAP);
+	g_err = malloc(OUT_CAP);
+	if (!g_zkc)
+		return 0;
+	snprintf(g_name, sizeof(g_name), "txf-%d", (int)getpid());
+	snprintf(g_dir, sizeof(g_dir), "%s/cluster", g_tmp);
+	int rc = DXL(60000, "cluster", "up", "--dir", g_dir, "--zk", g_zkc, "--cluster", g_name,
+		     "--replicas", "3", "--shards", "2", "--ring-size", "4M", "--writer-slots", "16",
+		     "--session-timeout", "2000", "-o", "engine.tables=1:8:4096,2:3000:256", "-o",
+		     "engine.lock_mode=nic");
+	if (rc)
+		print_message("cluster up: %s%s\n", g_out, g_err);
+	g_up = rc == 0;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (g_up)
+		DXL(60000, "cluster", "down", "--dir", g_dir);
+	dxlt_cluster_reap(g_dir);
+	dxlt_kill_all();
+	if (!getenv("DXL_TEST_KEEP")) {
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
+		if (system(cmd)) {
+		}
+	} else {
+		print_message("kept %s\n", g_tmp);
+	}
+	free(g_out);
+	free(g_err);
+	return 0;
+}
+
+int main(void)
+{
+	alarm(600);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_abort_releases_lock_across_epochs),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
