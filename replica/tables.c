@@ -1007,9 +1007,11 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	uint64_t slot;
 	bool have = dxl_store_find(st, r->table, r->key, &slot) == 0;
 	uint64_t w = have ? dxl_store_lock_word(st, r->table, slot) : 0;
-	if (have && w && w != r->owner)
+	if (have && w && w != r->owner) {
+		rep->holder = w; /* the resolver decides whether to wait */
 		return dxl_err_set(DXL_E_BUSY, "table %u key %" PRIu64 ": locked by 0x%" PRIx64
 				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
+	}
 	int ret = 0;
 	if (abort) {
 		if (have && w == r->owner && opv == DXL_WS_INSERT) {

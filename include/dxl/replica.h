@@ -496,6 +496,10 @@ struct dxl_log_writer_cfg {
 	/* lease exactly this writer slot (its ring): a resolver taking over a
 	 * dead writer's ring; -1 = the first free one (default) */
 	int32_t slot;
+	/* a resolver: no watermark at or above this timestamp until
+	 * dxl_log_writer_set_hold_below lifts it -- the dead writer's records
+	 * in doubt stay above the watermark while they are resolved (0: none) */
+	uint64_t hold_below;
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
@@ -572,8 +576,11 @@ int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint
  * watermark may pass it once every earlier record is decided too.
  * Errors: DXL_E_NOENT (no undecided record ts), DXL_E_INVAL. */
 int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts);
-/* the hold: the oldest undecided record's timestamp (UINT64_MAX: none) */
+/* the hold: the oldest undecided record's timestamp, or hold_below if
+ * lower (UINT64_MAX: none) */
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w);
+/* dxl_log_writer_set_hold_below -- change cfg.hold_below (0: lift it) */
+void dxl_log_writer_set_hold_below(struct dxl_log_writer *w, uint64_t ts);
 
 /* records appended and not yet returned by poll */
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);

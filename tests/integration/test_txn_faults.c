@@ -30,7 +30,9 @@
 #include "common/endian.h"
 #include "dxl/membership.h"
 #include "dxl/txn.h"
+#include "dxl/rpc.h"
 #include "tests/lib/cli_run.h"
+#include "tests/lib/fabric_fixture.h"
 #include "tests/lib/proc.h"
 
 #define T1 1 /* table 1: 8-byte values */
@@ -345,6 +347,242 @@ static void test_abort_releases_lock_across_epochs(void **state)
 	env_close(&e);
 }
 
+/* ---- a raw client of one primary: table RPCs and one-sided lock words ------------------ */
+
+struct rawc {
+	struct dxl_fabric *f;
+	struct dxl_ctx *ctx, *octx;
+	struct dxl_sched *s;
+	struct dxl_rpc *rpc;
+	struct dxl_qp *qp, *oqp;
+	uint8_t *buf;
+	struct dxl_mr *mr;
+	struct dxl_replica_desc d;
+	uint64_t epoch;
+};
+
+static void raw_open(struct rawc *r, struct dxl_zk *zk, uint32_t node)
+{
+	memset(r, 0, sizeof(*r));
+	assert_int_equal(dxl_replica_desc_get(zk, node, &r->d), 0);
+	r->epoch = r->d.cfg_epoch;
+	struct dxl_fabric_cfg fc;
+	dxl_fabric_cfg_init(&fc);
+	fc.node_id = 901;
+	assert_int_equal(dxl_fabric_new(&fc, &r->f), 0);
+	assert_int_equal(dxl_ctx_new(r->f, 0, &r->ctx), 0);
+	assert_int_equal(dxl_ctx_new(r->f, 1, &r->octx), 0);
+	assert_int_equal(dxl_sched_new(NULL, r->ctx, &r->s), 0);
+	assert_int_equal(dxl_rpc_new(r->s, NULL, &r->rpc), 0);
+	assert_int_equal(dxl_qp_connect(r->ctx, r->d.addr, r->d.rpc_ctx, &r->qp), 0);
+	assert_int_equal(dxl_qp_connect(r->octx, r->d.addr, 0, &r->oqp), 0);
+	r->buf = dxlt_alloc_pages(65536);
+	assert_non_null(r->buf);
+	assert_int_equal(dxl_mr_reg(r->f, r->buf, 65536, DXL_MR_LOCAL_WRITE, &r->mr), 0);
+}
+
+static void raw_close(struct rawc *r)
+{
+	dxl_mr_dereg(&r->mr);
+	dxl_ctx_delete(&r->ctx);
+	dxl_ctx_delete(&r->octx);
+	dxl_rpc_delete(&r->rpc);
+	dxl_sched_delete(&r->s);
+	dxl_fabric_delete(&r->f);
+	dxlt_free_pages(r->buf, 65536);
+}
+
+struct rcall {
+	struct rawc *r;
+	uint16_t op;
+	struct dxl_table_req *req;
+	struct dxl_table_rep *rep;
+	int ret;
+};
+
+static void rcall_co(void *a)
+{
+	struct rcall *c = a;
+	c->ret = dxl_table_call(c->r->rpc, c->r->qp, c->op, c->req, c->rep, NULL, 0);
+}
+
+static int raw_call(struct rawc *r, uint16_t op, uint32_t shard, struct dxl_table_req *req,
+		    struct dxl_table_rep *rep)
+{
+	req->shard = shard;
+	req->epoch = r->epoch;
+	struct rcall c = {.r = r, .op = op, .req = req, .rep = rep};
+	assert_int_equal(dxl_sched_spawn(r->s, rcall_co, &c, NULL), 0);
+	assert_int_equal(dxl_sched_run(r->s), 0);
+	return c.ret;
+}
+
+/* the slot of key at the primary and its lock word */
+static uint64_t raw_slot(struct rawc *r, uint32_t shard, uint32_t table, uint64_t key,
+			 uint64_t *lock)
+{
+	struct dxl_table_req q = {.table = table, .key = key};
+	struct dxl_table_rep rep;
+	int ret = raw_call(r, DXL_RPC_ID_TABLE_LOOKUP, shard, &q, &rep);
+	if (ret && ret != DXL_E_TOOBIG)
+		fail_msg("lookup of key %" PRIu64 ": %s", key, dxl_errmsg());
+	uint64_t slot = rep.slot;
+	struct dxl_table_req rd = {.table = table, .slot = slot};
+	ret = raw_call(r, DXL_RPC_ID_TABLE_READ, shard, &rd, &rep);
+	assert_true(ret == 0 || ret == DXL_E_TOOBIG);
+	if (lock)
+		*lock = rep.holder;
+	return slot;
+}
+
+/* CAS of a lock word at the primary; returns the word found */
+static uint64_t raw_cas(struct rawc *r, uint32_t shard, uint32_t table, uint64_t slot,
+			uint64_t cmp, uint64_t swap)
+{
+	const struct dxl_shard_table *t = dxl_replica_desc_table(&r->d, shard, table);
+	assert_non_null(t);
+	uint64_t *res = (uint64_t *)(r->buf + 60000);
+	int st = dxlt_cas(r->octx, r->oqp, res, dxl_mr_lkey(r->mr), t->t.locks.addr + 8 * slot,
+			  t->t.locks.rkey, cmp, swap);
+	assert_int_equal(st, DXL_WC_SUCCESS);
+	return *res;
+}
+
+/* ---- a coordinator process that dies at a chosen point -------------------------------- */
+
+static void hook_die(int where, uint64_t txn, void *arg)
+{
+	int at = *(int *)arg;
+	if (where == at) {
+		fprintf(stderr, "child: txn 0x%" PRIx64 " dies at hook %d\n", txn, where);
+		_exit(0);
+	}
+}
+
+/* fork a process whose coordinator runs tx (x->e unset) and dies at hook
+ * `at` (the parent must hold no ZooKeeper session or fabric: fork) */
+static pid_t spawn_dying(struct tx *x, int at)
+{
+	fflush(NULL);
+	pid_t p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		static int where;
+		where = at;
+		struct env e;
+		env_open(&e, hook_die, &where);
+		int ret = tx_run(&e, x);
+		fprintf(stderr, "child: the transaction returned %s (%s)\n", dxl_errname(ret), x->msg);
+		_exit(3);
+	}
+	return p;
+}
+
+/* a coordinator id no longer registered */
+static void wait_coord_gone(struct dxl_zk *zk, uint32_t id, int timeout_ms)
+{
+	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		uint32_t ids[1024];
+		int n = dxl_coord_znode_list(zk, ids, 1024);
+		bool alive = false;
+		for (int i = 0; i < n; i++)
+			alive = alive || ids[i] == id;
+		if (n >= 0 && !alive)
+			return;
+		if (dxl_now_ms() > end)
+			fail_msg("coordinator %u still registered", id);
+		usleep(50 * 1000);
+	}
+}
+
+/* ---- defect 3: resolution never skips a committed write -------------------------------- */
+
+struct releaser {
+	struct rawc *r;
+	uint32_t dead_coord;
+	uint64_t slot, holder;
+	uint32_t delay_ms;
+	uint64_t released;
+};
+
+static void *releaser_main(void *arg)
+{
+	struct releaser *rl = arg;
+	struct dxl_zk *zk = zk_open();
+	wait_coord_gone(zk, rl->dead_coord, 20000);
+	dxl_zk_delete(&zk);
+	usleep(rl->delay_ms * 1000);
+	/* the live transaction is done with key 30: its lock goes */
+	rl->released = raw_cas(rl->r, 0, T1, rl->slot, rl->holder, 0);
+	return NULL;
+}
+
+/*
+ * A coordinator process commits a transaction writing keys 30 and 32
+ * (shard 0) and dies at its commit point (every record acknowledged, not
+ * decided, nothing written back: both keys locked by it). Key 30's lock
+ * word is then taken by a transaction of a live coordinator (here: set by
+ * hand, as when the dead one's lock was lost in a failover); a reader of
+ * key 32 meets the dead coordinator's lock and resolves its ring: the
+ * transaction committed (its write set is in the log), so both keys must
+ * get its values at the primary. The resolution before the fix logged
+ * event=resolve_busy and skipped key 30 at the primary while the backups
+ * applied it from the log: the primary kept the old value. Now it waits
+ * until the live holder lets go (here 1.5 s after the dead coordinator's
+ * znode vanished), then applies it.
+ */
+static void test_resolution_never_skips(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 30, 3, 100); /* 30, 32: shard 0 */
+	env_close(&e);
+	struct tx x = {.wk = {30, 32}, .nw = 2, .op = 'p', .val = 777, .max_tries = 5};
+	pid_t child = spawn_dying(&x, DXL_TXN_HOOK_LOGGED);
+	int st = 0;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct dxl_zk *zk = zk_open();
+	uint32_t p0 = primary_of(zk, 0);
+	struct rawc r;
+	raw_open(&r, zk, p0);
+	uint64_t lock30 = 0, lock32 = 0;
+	uint64_t slot30 = raw_slot(&r, 0, T1, 30, &lock30);
+	raw_slot(&r, 0, T1, 32, &lock32);
+	print_message("  the dead coordinator's transaction 0x%" PRIx64 " holds keys 30 and 32\n",
+		      lock32);
+	assert_true(lock30 != 0 && lock30 == lock32);
+	uint32_t dead = (uint32_t)(lock30 >> 48);
+	env_open(&e, NULL, NULL);
+	uint64_t holder = DXL_LOCK_OWNER(dxl_coord_id(e.c), 1);
+	assert_int_equal(raw_cas(&r, 0, T1, slot30, lock30, holder), lock30);
+	struct releaser rl = {.r = &r, .dead_coord = dead, .slot = slot30, .holder = holder,
+			      .delay_ms = 1500};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, releaser_main, &rl), 0);
+	/* a reader of key 32: conflicts until the dead coordinator is resolved */
+	int64_t v32 = 0, v30 = 0;
+	assert_int_equal(get1(&e, 32, &v32), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(rl.released, holder);
+	assert_int_equal(get1(&e, 30, &v30), 0);
+	print_message("  after the resolution: key 30 = %" PRId64 ", key 32 = %" PRId64 "\n", v30, v32);
+	assert_int_equal(v32, 777);
+	if (v30 != 777)
+		fail_msg("key 30 at the primary is %" PRId64 ": the resolution skipped the committed write (the backups have 777)",
+			 v30);
+	struct dxl_coord_stats cs;
+	dxl_coord_stats(e.c, &cs);
+	assert_true(cs.resolved >= 1);
+	raw_close(&r);
+	dxl_zk_delete(&zk);
+	env_close(&e);
+}
+
 /* ---- setup ---------------------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -396,6 +634,7 @@ int main(void)
 	alarm(600);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
+		cmocka_unit_test(test_resolution_never_skips),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
