@@ -1512,6 +1512,33 @@ static int validate_phase(struct dxl_txn *t)
 			return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": %s since read",
 					   o->table, o->key, lock ? "locked" : "changed");
 	}
+	/* the fence: the READs above were served by a primary -- but one
+	 * whose session may have expired (a paused process that resumed, a
+	 * NIC serving a stopped host) while another node became the primary
+	 * and took writes. A FENCE per shard, on the QP of the READs, after
+	 * they completed: its node checks, at that moment, the epoch and its
+	 * own lease (a lease ends before its session can expire, and a
+	 * primary is replaced only once its session expired): valid then,
+	 * valid when the READs were served (docs/transactions.md) */
+	if (!t->w->c->cfg.no_fence) {
+		uint32_t done[DXL_TXN_MAX_OPS], nd = 0;
+		for (uint32_t k = 0; k < nv; k++) {
+			struct op *o = v[k].o;
+			bool seen = false;
+			for (uint32_t j = 0; j < nd && !seen; j++)
+				seen = done[j] == o->shard;
+			if (seen)
+				continue;
+			done[nd++] = o->shard;
+			struct dxl_table_req req = {0};
+			struct dxl_table_rep rep;
+			if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_FENCE, &req, &rep, NULL, 0))) {
+				dxl_err_prefix("fence of shard %u at node %u", o->shard,
+					       t->v->shards[o->shard].primary);
+				return ret;
+			}
+		}
+	}
 	return 0;
 }
 

@@ -769,6 +769,7 @@ struct dxl_table_svc {
 	struct dxl_sched *sched;
 	struct dxl_cluster_config conf; /* the node's applied configuration */
 	bool serving;
+	const struct dxl_zk *zk; /* the lease, checked at every request */
 	uint32_t n;
 	struct dxl_tables *t[DXL_REPLICA_MAX_SHARDS];
 	bool gated[DXL_REPLICA_MAX_SHARDS]; /* by index in t[] */
@@ -1045,6 +1046,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	if (op == DXL_RPC_ID_TABLE_TXN_STATUS || op == DXL_RPC_ID_TABLE_IN_DOUBT ||
 	    op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
 		return serve_resolution(t, op, r, rep, val, vcap);
+	if (op == DXL_RPC_ID_TABLE_FENCE)
+		return 0; /* handle() checked everything */
 	struct tab *tb = find_tab(t, r->table);
 	if (!tb)
 		return dxl_err_set(DXL_E_NOENT, "shard %u has no table %u", t->shard, r->table);
@@ -1136,6 +1139,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	}
 	case DXL_RPC_ID_TABLE_RESOLVE:
 		return serve_resolve(t, r, rep);
+	case DXL_RPC_ID_TABLE_FENCE:
+		return 0; /* handle() checked everything */
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
@@ -1184,6 +1189,11 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 	else if (!svc->serving)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u is not serving (lease lapsed, or shutting down)",
 				  svc->node_id);
+	else if (svc->zk && !dxl_zk_lease_valid(svc->zk))
+		/* the service loop has not noticed yet (a paused process just
+		 * resumed): its session may have expired and another node be
+		 * the primary already */
+		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u: its lease is not valid", svc->node_id);
 	else if (!cs)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "shard %u is not in the configuration of epoch %" PRIu64,
 				  r.shard, svc->conf.epoch);
@@ -1235,6 +1245,7 @@ HANDLER(txn_status, DXL_RPC_ID_TABLE_TXN_STATUS)
 HANDLER(in_doubt, DXL_RPC_ID_TABLE_IN_DOUBT)
 HANDLER(resolve, DXL_RPC_ID_TABLE_RESOLVE)
 HANDLER(unlock_coord, DXL_RPC_ID_TABLE_UNLOCK_COORD)
+HANDLER(fence, DXL_RPC_ID_TABLE_FENCE)
 #undef HANDLER
 
 static const struct {
@@ -1252,6 +1263,7 @@ static const struct {
 	{DXL_RPC_ID_TABLE_IN_DOUBT, h_in_doubt},
 	{DXL_RPC_ID_TABLE_RESOLVE, h_resolve},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, h_unlock_coord},
+	{DXL_RPC_ID_TABLE_FENCE, h_fence},
 };
 
 /* svc_main -- the service thread: its ctx, scheduler and RPC endpoint are
@@ -1365,6 +1377,13 @@ void dxl_table_svc_set_config(struct dxl_table_svc *svc,
 	pthread_mutex_lock(&svc->mu);
 	dxl_cluster_config_clear(&svc->conf);
 	svc->conf = copy;
+	pthread_mutex_unlock(&svc->mu);
+}
+
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, const struct dxl_zk *zk)
+{
+	pthread_mutex_lock(&svc->mu);
+	svc->zk = zk;
 	pthread_mutex_unlock(&svc->mu);
 }
 

@@ -154,6 +154,10 @@ void dxl_table_svc_set_config(struct dxl_table_svc *svc,
  * (DXL_E_UNAVAIL: a promoted primary applying its log). Any thread. */
 void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gated);
 
+/* dxl_table_svc_set_lease -- the node's ZooKeeper session (borrowed): every
+ * request is refused while its lease is not valid (checked at the request,
+ * not only when the service loop notices) */
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, const struct dxl_zk *zk);
 /* dxl_table_svc_set_serving -- false: every request is refused
  * (DXL_E_UNAVAIL) from the moment this returns. Any thread. */
 void dxl_table_svc_set_serving(struct dxl_table_svc *svc, bool serving);

@@ -319,6 +319,11 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	DXL_RPC_ID_TABLE_IN_DOUBT = 1016,
 	DXL_RPC_ID_TABLE_RESOLVE = 1017,
 	DXL_RPC_ID_TABLE_UNLOCK_COORD = 1018,
+	/* nothing but the checks every request gets (epoch, serving with a
+	 * valid lease, primary, gate): a coordinator's one-sided reads posted
+	 * before it on the same QP were served while this node was the
+	 * shard's primary (docs/transactions.md "Reads are fenced") */
+	DXL_RPC_ID_TABLE_FENCE = 1019,
 };
 
 /* TXN_STATUS's answer (in the reply's holder field) */
@@ -624,6 +629,11 @@ struct dxl_replica_cfg {
 	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (500); a
 				    change of nodes/ starts a round at once */
 	uint32_t pull_ms;        /* replica.pull_ms: catch-up pass period (200) */
+	uint32_t nic_pause_ms;   /* replica.test_nic_pause_ms (testing, 0): after
+				    the lease lapsed keep the regions
+				    registered this long, as an RDMA NIC keeps
+				    serving a stopped host's memory (table
+				    RPCs are refused at once) */
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */

@@ -106,6 +106,10 @@ struct dxl_coord_cfg {
 	/* testing only: skip the V phase (to show that the serializability
 	 * checker catches it). Default false. */
 	bool no_validation;
+	/* testing only: no FENCE after the one-sided validation READs (to
+	 * show that a paused old primary then serves stale reads). Default
+	 * false. */
+	bool no_fence;
 	/* testing only: called in the transaction's coroutine at the points of
 	 * enum dxl_txn_hook (it may block, yield or sleep: a test pauses a
 	 * transaction there to inject a fault). Default NULL. */

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -135,7 +136,7 @@ static uint64_t bump_epoch(struct dxl_zk *zk)
 }
 
 /* every shard has 3 members again */
-static __attribute__((unused)) void wait_full(int timeout_ms)
+static void wait_full(int timeout_ms)
 {
 	struct dxl_zk *zk = zk_open();
 	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
@@ -583,6 +584,198 @@ static void test_resolution_never_skips(void **state)
 	env_close(&e);
 }
 
+/* ---- defect 6: reads are fenced ------------------------------------------------------ */
+
+struct fence_hook {
+	pthread_t cont;
+	bool armed;
+	uint32_t old_primary, new_primary;
+	int64_t written; /* committed at the new primary meanwhile */
+	int ret;
+};
+
+static void signal_node(uint32_t node, const char *sig)
+{
+	char n[16];
+	snprintf(n, sizeof(n), "%u", node);
+	int rc = DXL(30000, "cluster", "kill", n, "--signal", sig, "--dir", g_dir);
+	if (rc)
+		fail_msg("cluster kill %s --signal %s: %s%s", n, sig, g_out, g_err);
+}
+
+/* the pid of replica node from DIR/cluster.json (0 if unknown) */
+static pid_t cluster_pid(uint32_t node)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/cluster.json", g_dir);
+	json_error_t je;
+	json_t *o = json_load_file(path, 0, &je), *r;
+	size_t i;
+	pid_t pid = 0;
+	json_array_foreach(json_object_get(o, "replicas"), i, r)
+		if ((uint32_t)json_integer_value(json_object_get(r, "id")) == node)
+			pid = (pid_t)json_integer_value(json_object_get(r, "pid"));
+	json_decref(o);
+	return pid;
+}
+
+static void *cont_main(void *arg)
+{
+	struct fence_hook *h = arg;
+	usleep(200 * 1000);
+	/* SIGCONT straight to the process (the CLI would take longer) */
+	pid_t pid = cluster_pid(h->old_primary);
+	if (pid > 0)
+		kill(pid, SIGCONT);
+	else
+		signal_node(h->old_primary, "CONT");
+	return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+	struct fence_hook *h = arg;
+	struct env w;
+	env_open(&w, NULL, NULL);
+	h->ret = put1(&w, 40, h->written, 50);
+	env_close(&w);
+	return NULL;
+}
+
+/* in the reader's coroutine, its reads done, before it validates */
+static void hook_failover(int where, uint64_t txn, void *arg)
+{
+	struct fence_hook *h = arg;
+	if (where != DXL_TXN_HOOK_VALIDATE || !h->armed)
+		return;
+	h->armed = false;
+	struct dxl_zk *zk = zk_open();
+	h->old_primary = primary_of(zk, 0);
+	/* the primary of shard 0 freezes; past the session timeout a backup
+	 * is promoted and takes a write of key 40 */
+	signal_node(h->old_primary, "STOP");
+	uint64_t end = dxl_now_ms() + 20000;
+	while ((h->new_primary = primary_of(zk, 0)) == h->old_primary && dxl_now_ms() < end)
+		usleep(50 * 1000);
+	dxl_zk_delete(&zk);
+	/* another coordinator (its own thread: this one runs a scheduler) */
+	h->written = 200;
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, h), 0);
+	pthread_join(th, NULL);
+	/* the old primary resumes 200 ms from now, when the reader's
+	 * validation READs wait in its socket: its lease lapsed, it stops
+	 * serving at once -- but the READs may be served first */
+	pthread_create(&h->cont, NULL, cont_main, h);
+	print_message("  txn 0x%" PRIx64 ": primary %u stopped, %u promoted, key 40 := %" PRId64
+		      " there (%s), %u resumes in 200 ms\n",
+		      txn, h->old_primary, h->new_primary, h->written, dxl_errname(h->ret),
+		      h->old_primary);
+}
+
+struct ro_run {
+	struct env *e;
+	int ret;
+	int64_t v;
+	uint32_t attempts;
+};
+
+static int ro_fn(struct dxl_txn *t, void *arg)
+{
+	struct ro_run *r = arg;
+	uint8_t v[8];
+	uint32_t len;
+	int ret = dxl_txn_get(t, T1, 40, v, 8, &len);
+	if (!ret)
+		r->v = (int64_t)dxl_get_le64(v);
+	return ret;
+}
+
+static void co_ro(void *arg)
+{
+	struct ro_run *r = arg;
+	struct dxl_txn_info info;
+	r->ret = dxl_txn_run(r->e->w, ro_fn, r, 20, &info);
+	r->attempts = info.attempts;
+}
+
+/* one read-only transaction of key 40 across a failover; the value it
+ * committed with */
+static int64_t ro_across_failover(bool no_fence, struct fence_hook *h)
+{
+	struct env e;
+	memset(h, 0, sizeof(*h));
+	e.zk = zk_open();
+	struct dxl_coord_cfg cfg;
+	dxl_coord_cfg_init(&cfg);
+	cfg.test_hook = hook_failover;
+	cfg.test_hook_arg = h;
+	cfg.no_fence = no_fence;
+	cfg.log_unavail_ms = 20000;
+	/* the QP to the frozen primary must outlive the freeze (as a verbs
+	 * QP does): the READs wait in its socket until it resumes */
+	cfg.fabric_timeout_ms = 60000;
+	assert_int_equal(dxl_coord_new(e.zk, &cfg, &e.c), 0);
+	assert_int_equal(dxl_coord_worker_new(e.c, 2, &e.w), 0);
+	struct ro_run r = {.e = &e};
+	/* warm the location cache: the reads are one-sided */
+	run1(&e, co_ro, &r);
+	assert_int_equal(r.ret, 0);
+	h->armed = true;
+	run1(&e, co_ro, &r);
+	pthread_join(h->cont, NULL);
+	print_message("  %s: the reader committed %s with key 40 = %" PRId64 " after %u attempts\n",
+		      no_fence ? "no fence" : "fenced", dxl_errname(r.ret), r.v, r.attempts);
+	assert_int_equal(h->ret, 0);
+	assert_int_equal(r.ret, 0);
+	env_close(&e);
+	wait_full(60000); /* the old primary is back as a backup */
+	return r.v;
+}
+
+/*
+ * A read-only transaction reads key 40 at shard 0's primary; before it
+ * validates, that primary is frozen (SIGSTOP) past the session timeout, a
+ * backup is promoted and commits key 40 := 200, and the old primary
+ * resumes. The reader's validation READs reach the old primary with the
+ * old view: they may be served before its lease guard deregisters its
+ * regions, and there key 40 is unchanged and unlocked. Without the fence
+ * (the code before the fix; here cfg.no_fence) the reader commits with the
+ * old value -- read-only, after a commit that finished before it did; with
+ * a second shard it would see half of a transfer. With the fence its
+ * FENCE RPC finds the old primary's lease invalid, it aborts and reads the
+ * new value at the new primary.
+ */
+static void test_reads_are_fenced(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 40, 1, 100);
+	assert_int_equal(put1(&e, 40, 100, 10), 0);
+	env_close(&e);
+	struct fence_hook h;
+	int64_t v = ro_across_failover(false, &h);
+	if (v != h.written)
+		fail_msg("the fenced reader committed key 40 = %" PRId64 ", but %" PRId64
+			 " was committed at the new primary %u before it validated",
+			 v, h.written, h.new_primary);
+	/* the same without the fence: the stale read gets through when the
+	 * READs win the race against the resumed primary's deregistration */
+	env_open(&e, NULL, NULL);
+	assert_int_equal(put1(&e, 40, 100, 50), 0);
+	env_close(&e);
+	int64_t u = ro_across_failover(true, &h);
+	/* the test's teeth: the cluster runs with replica.test_nic_pause_ms
+	 * (the old primary's regions stay registered 2 s after its lease
+	 * lapsed, as with an RDMA NIC): unfenced, the stale read happens */
+	if (u == h.written)
+		fail_msg("without the fence the reader did not commit the old value: the setup does not expose the anomaly");
+	print_message("  without the fence: a read-only transaction committed the stale value %" PRId64 "\n",
+		      u);
+}
+
 /* ---- setup ---------------------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -602,7 +795,7 @@ static int group_setup(void **state)
 	int rc = DXL(60000, "cluster", "up", "--dir", g_dir, "--zk", g_zkc, "--cluster", g_name,
 		     "--replicas", "3", "--shards", "2", "--ring-size", "4M", "--writer-slots", "16",
 		     "--session-timeout", "2000", "-o", "engine.tables=1:8:4096,2:3000:256", "-o",
-		     "engine.lock_mode=nic");
+		     "engine.lock_mode=nic", "-o", "replica.test_nic_pause_ms=2000");
 	if (rc)
 		print_message("cluster up: %s%s\n", g_out, g_err);
 	g_up = rc == 0;
@@ -635,6 +828,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
+		cmocka_unit_test(test_reads_are_fenced),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
