@@ -495,8 +495,11 @@ static int phase_err(struct dxl_txn *t, int err, const char *phase)
 		char msg[400];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 		coord_mark_stale(t->w->c, msg);
-		return dxl_err_set(DXL_E_CONFLICT, "%s: %s (configuration changing: retry)", phase,
-				   msg);
+		/* no serving primary (a failover, a promotion gate): UNAVAIL,
+		 * which dxl_txn_run retries for log_unavail_ms -- not a conflict
+		 * that max_tries quick retries use up during a gate */
+		return dxl_err_set(err == DXL_E_UNAVAIL ? DXL_E_UNAVAIL : DXL_E_CONFLICT,
+				   "%s: %s (configuration changing: retry)", phase, msg);
 	}
 	return err;
 }

@@ -710,8 +710,30 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 			ndoubt++;
 			for (int k = 0; k < n && k < 64; k++) {
 				uint64_t slot;
-				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot))
-					continue; /* an insert in doubt: nothing to hold */
+				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot)) {
+					if (e[k].op != DXL_WS_INSERT)
+						continue;
+					/* an insert in doubt: the key does not exist
+					 * here yet. Made as its coordinator's INSERT made
+					 * it at the old primary -- live, with its value
+					 * and version, locked by its transaction -- so
+					 * that no other insert of the key gets in before
+					 * it is decided (commit: unlocked; abort: deleted
+					 * by its coordinator or the resolution). The
+					 * tables are not served yet: nobody sees it
+					 * unlocked. */
+					int ar = dxl_store_apply(t->st, e[k].table, e[k].key,
+								 DXL_WS_INSERT, e[k].version,
+								 rec.commit_ts, e[k].value, e[k].len);
+					if (ar < 0 ||
+					    dxl_store_find(t->st, e[k].table, e[k].key, &slot)) {
+						DXL_WARN("event=txn_in_doubt_insert_failed shard=%u txn=0x%" PRIx64
+							 " table=%u key=%" PRIu64 " msg=\"%s\"",
+							 t->shard, rec.txn_id, e[k].table, e[k].key,
+							 dxl_errmsg());
+						continue;
+					}
+				}
 				if (!dxl_store_lock_set(t->st, e[k].table, slot, rec.txn_id))
 					nl++;
 			}

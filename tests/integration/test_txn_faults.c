@@ -776,6 +776,125 @@ static void test_reads_are_fenced(void **state)
 		      u);
 }
 
+/* ---- item 7: an insert in doubt across a failover --------------------------------------- */
+
+static int g_hook_pipe = -1;
+
+static void hook_block(int where, uint64_t txn, void *arg)
+{
+	int at = *(int *)arg;
+	if (where != at)
+		return;
+	char c = 1;
+	if (write(g_hook_pipe, &c, 1) != 1)
+		_exit(4);
+	fprintf(stderr, "child: txn 0x%" PRIx64 " blocks at hook %d\n", txn, where);
+	for (;;)
+		pause(); /* until killed */
+}
+
+/* fork a process whose coordinator runs tx and blocks at hook `at`; returns
+ * once it got there (the parent must hold no ZooKeeper session: fork) */
+static pid_t spawn_blocked(struct tx *x, int at)
+{
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	fflush(NULL);
+	pid_t p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(fds[0]);
+		g_hook_pipe = fds[1];
+		static int where;
+		where = at;
+		struct env e;
+		env_open(&e, hook_block, &where);
+		int ret = tx_run(&e, x);
+		fprintf(stderr, "child: the transaction returned %s (%s)\n", dxl_errname(ret), x->msg);
+		_exit(3);
+	}
+	close(fds[1]);
+	char c;
+	if (read(fds[0], &c, 1) != 1)
+		fail_msg("the blocked coordinator process ended before its hook");
+	close(fds[0]);
+	return p;
+}
+
+static void kill_node(uint32_t node)
+{
+	char n[16];
+	snprintf(n, sizeof(n), "%u", node);
+	if (DXL(30000, "cluster", "kill", n, "--dir", g_dir))
+		fail_msg("cluster kill %s: %s%s", n, g_out, g_err);
+}
+
+static void restart_node(uint32_t node)
+{
+	char n[16];
+	snprintf(n, sizeof(n), "%u", node);
+	if (DXL(60000, "cluster", "restart", n, "--dir", g_dir))
+		fail_msg("cluster restart %s: %s%s", n, g_out, g_err);
+}
+
+/*
+ * A coordinator inserts key 50 and stops at its commit point (its record
+ * acknowledged on every member, not decided: in doubt). Shard 0's primary
+ * is killed; the promoted backup's gate waits for the stopped writer, gives
+ * up, and recovers the locks of the records in doubt. Before the fix an
+ * insert in doubt got nothing there (the key did not exist at the new
+ * primary), so another coordinator's insert of key 50 succeeded -- two
+ * committed inserts of one key, the replicas then apply both. Now the gate
+ * makes the record (locked by the transaction in doubt): the other insert
+ * conflicts; once the stopped coordinator is killed and resolved, key 50
+ * holds the transaction's value and the other insert finds it (EXIST).
+ */
+static void test_insert_in_doubt_across_failover(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct tx x = {.wk = {50}, .nw = 1, .op = 'i', .val = 555, .max_tries = 1};
+	pid_t child = spawn_blocked(&x, DXL_TXN_HOOK_LOGGED);
+	struct dxl_zk *zk = zk_open();
+	uint32_t p0 = primary_of(zk, 0);
+	kill_node(p0);
+	uint64_t end = dxl_now_ms() + 30000;
+	while (primary_of(zk, 0) == p0 && dxl_now_ms() < end)
+		usleep(50 * 1000);
+	uint32_t p1 = primary_of(zk, 0);
+	print_message("  key 50's insert is in doubt; primary %u killed, %u promoted\n", p0, p1);
+	assert_true(p1 != p0);
+	dxl_zk_delete(&zk);
+	/* another coordinator inserts key 50 at the new primary */
+	struct env e;
+	env_open(&e, NULL, NULL);
+	/* the new primary's gate waits for the stopped coordinator's writer
+	 * (two session timeouts), then serves */
+	int64_t v = 0;
+	assert_int_equal(get1(&e, 10, &v), 0);
+	struct tx y = {.wk = {50}, .nw = 1, .op = 'i', .val = 1, .max_tries = 10};
+	int ret = tx_run(&e, &y);
+	print_message("  the other insert while the first is in doubt: %s (%s)\n", dxl_errname(ret),
+		      y.msg);
+	if (ret == 0)
+		fail_msg("a second insert of key 50 committed while the first was in doubt");
+	assert_true(ret == DXL_E_CONFLICT || ret == DXL_E_EXIST);
+	env_close(&e);
+	/* the first coordinator dies; a reader resolves it */
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	env_open(&e, NULL, NULL);
+	assert_int_equal(get1(&e, 50, &v), 0);
+	print_message("  resolved: key 50 = %" PRId64 "\n", v);
+	assert_int_equal(v, 555);
+	y = (struct tx){.wk = {50}, .nw = 1, .op = 'i', .val = 1, .max_tries = 10};
+	assert_int_equal(tx_run(&e, &y), DXL_E_EXIST);
+	env_close(&e);
+	restart_node(p0);
+	wait_full(60000);
+}
+
 /* ---- setup ---------------------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -829,6 +948,7 @@ int main(void)
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
 		cmocka_unit_test(test_reads_are_fenced),
+		cmocka_unit_test(test_insert_in_doubt_across_failover),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
