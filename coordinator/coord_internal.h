@@ -114,6 +114,9 @@ uint32_t coord_worker_suspects(struct dxl_coord_worker *w, uint32_t *ids, uint32
 			       uint64_t **last_ms);
 void coord_worker_clear_suspects(struct dxl_coord_worker *w);
 struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w);
+/* a resolution runs (on) or ended (off) in a coroutine of w: the QPs it may
+ * use are not reclaimed meanwhile */
+void coord_worker_resolving(struct dxl_coord_worker *w, bool on);
 int coord_table_call(struct dxl_coord_worker *w, const struct view *v, uint32_t shard,
 		     uint16_t op, struct dxl_table_req *req, struct dxl_table_rep *rep,
 		     void *val, uint32_t cap);

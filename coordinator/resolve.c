@@ -344,6 +344,7 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 		atomic_store(&c->resolving, false);
 		return;
 	}
+	coord_worker_resolving(w, true);
 	struct view *v = coord_view_get(c);
 	uint8_t *buf = malloc(RESOLVE_BUF);
 	int total = 0, err = 0;
@@ -384,5 +385,6 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 		 err ? dxl_errname(err) : "none");
 	free(buf);
 	coord_view_put(c, v);
+	coord_worker_resolving(w, false);
 	atomic_store(&c->resolving, false);
 }

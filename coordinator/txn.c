@@ -52,9 +52,17 @@ struct dxl_coord_worker {
 	struct nqp *qps;
 	uint32_t nqps, qcap;
 	/* replaced QPs: other coroutines may still be inside a call on one
-	 * (it fails); freed with the worker */
-	struct dxl_qp **dead_qps;
+	 * (it fails). Freed once no coroutine that could hold it is left: a
+	 * QP retired at qepoch E can only be held by a transaction (or a
+	 * settle, a resolution) that started before E (qp_reclaim) */
+	struct dead_qp {
+		struct dxl_qp *qp;
+		uint64_t retired;
+	} *dead_qps;
 	uint32_t ndead, deadcap;
+	uint64_t qepoch;
+	uint64_t resolve_qe;         /* a resolution in progress: its start */
+	bool in_resolve;
 	struct wlog *logs;           /* per shard */
 	uint32_t nlogs;
 	struct stats st;             /* written by the worker, read by anyone */
@@ -163,7 +171,7 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 		dxl_qp_delete(&w->qps[i].qp);
 	free(w->qps);
 	for (uint32_t i = 0; i < w->ndead; i++)
-		dxl_qp_delete(&w->dead_qps[i]);
+		dxl_qp_delete(&w->dead_qps[i].qp);
 	free(w->dead_qps);
 	dxl_ctx_delete(&w->ctx); /* before the rpc (rpc.h) */
 	dxl_rpc_delete(&w->rpc);
@@ -228,6 +236,41 @@ void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
 	pthread_mutex_unlock(&cc->mu);
 }
 
+static bool txn_holds_qps(const struct dxl_txn *t);
+static uint64_t txn_qe(const struct dxl_txn *t);
+
+/* qp_reclaim -- free the retired QPs no running transaction, settle or
+ * resolution can hold any more (each started after the QP was retired) */
+static void qp_reclaim(struct dxl_coord_worker *w)
+{
+	if (!w->ndead)
+		return;
+	uint64_t low = UINT64_MAX;
+	for (uint32_t i = 0; w->txns && i <= w->nco; i++)
+		if (w->txns[i] && txn_holds_qps(w->txns[i]))
+			low = DXL_MIN(low, txn_qe(w->txns[i]));
+	if (w->settling && w->settler)
+		low = DXL_MIN(low, txn_qe(w->settler));
+	if (w->in_resolve)
+		low = DXL_MIN(low, w->resolve_qe);
+	for (uint32_t i = 0; i < w->ndead;) {
+		if (w->dead_qps[i].retired <= low) {
+			dxl_qp_delete(&w->dead_qps[i].qp);
+			w->dead_qps[i] = w->dead_qps[--w->ndead];
+		} else {
+			i++;
+		}
+	}
+}
+
+void coord_worker_resolving(struct dxl_coord_worker *w, bool on)
+{
+	w->in_resolve = on;
+	w->resolve_qe = w->qepoch;
+	if (!on)
+		qp_reclaim(w);
+}
+
 /* the QP to a node's RPC ctx, connected on first use (and again after an
  * error or an address change) */
 static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
@@ -256,14 +299,15 @@ static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
 		dxl_rpc_forget_qp(w->rpc, e->qp);
 		if (w->ndead == w->deadcap) {
 			uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
-			struct dxl_qp **n = realloc(w->dead_qps, nc * sizeof(*n));
+			struct dead_qp *n = realloc(w->dead_qps, nc * sizeof(*n));
 			if (!n)
 				return dxl_err_set(DXL_E_NOMEM, "worker QPs");
 			w->dead_qps = n;
 			w->deadcap = nc;
 		}
-		w->dead_qps[w->ndead++] = e->qp;
+		w->dead_qps[w->ndead++] = (struct dead_qp){.qp = e->qp, .retired = ++w->qepoch};
 		e->qp = NULL;
+		qp_reclaim(w);
 	}
 	if (!e->qp) {
 		int ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
@@ -369,7 +413,18 @@ struct dxl_txn {
 	uint32_t nlrec;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
+	uint64_t qe;             /* w->qepoch when it began (qp_reclaim) */
 };
+
+static bool txn_holds_qps(const struct dxl_txn *t)
+{
+	return t->active;
+}
+
+static uint64_t txn_qe(const struct dxl_txn *t)
+{
+	return t->qe;
+}
 
 static void worker_free_txns(struct dxl_coord_worker *w)
 {
@@ -742,6 +797,8 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 		dxl_txn_abort(t);
 	dxl_coord_worker_poll(w); /* settles too: t is not active */
 	t->gen++;
+	t->qe = w->qepoch;
+	qp_reclaim(w);
 	coord_view_put(w->c, t->v); /* normally given back at the end already */
 	t->v = coord_view_get(w->c);
 	t->id = DXL_LOCK_OWNER(w->c->id, atomic_fetch_add(&w->c->seq, 1) + 1);
@@ -1188,6 +1245,7 @@ static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budg
 	if (!w->nsettle || w->settling || !dxl_co_self() || dxl_co_sched() != w->sched)
 		return;
 	w->settling = true;
+	w->settler->qe = w->qepoch;
 	uint64_t end = dxl_now_ms() + budget_ms;
 	for (;;) {
 		uint64_t now = dxl_now_ms();
