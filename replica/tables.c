@@ -945,6 +945,62 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 	return applied;
 }
 
+/*
+ * unlock_coord_inserts -- before the locks of a gone coordinator are
+ * released: a record it inserted at L (INSERT with its transaction as the
+ * owner: live, timestamp 0, locked) for a transaction that never reached
+ * this shard's log was never committed -- releasing its lock alone would
+ * publish it. Such records are deleted. (A decided insert has its write
+ * set in the log: unlock_coord_forward kept it; one in doubt made
+ * unlock_coord_forward refuse.) Returns the records deleted.
+ */
+static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
+{
+	uint64_t *logged = NULL;
+	size_t nlog = 0, cap = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, t->ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
+				continue;
+			if (nlog == cap) {
+				cap = cap ? 2 * cap : 64;
+				uint64_t *x = realloc(logged, cap * sizeof(*x));
+				if (!x) {
+					free(logged);
+					return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
+				}
+				logged = x;
+			}
+			logged[nlog++] = rec.txn_id;
+		}
+	}
+	int gone = 0;
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint32_t table = t->t[i].sc.id;
+		for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+			uint64_t w = dxl_store_lock_word(t->st, table, slot);
+			if (!w || (w >> 48) != coord || id_in(logged, nlog, w))
+				continue;
+			struct dxl_record cur;
+			if (dxl_store_read(t->st, table, slot, &cur, NULL, 0) || !cur.live || cur.ts)
+				continue;
+			if (dxl_store_delete(t->st, table, slot, w, 0, NULL) == 0) {
+				gone++;
+				DXL_INFO("event=coord_insert_removed shard=%u table=%u key=%" PRIu64
+					 " txn=0x%" PRIx64 " msg=\"inserted by a transaction that never logged\"",
+					 t->shard, table, cur.key, w);
+			}
+		}
+	}
+	free(logged);
+	return gone;
+}
+
 /* serve_resolution -- the resolution RPCs (no table lookup for the first) */
 static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
 			    struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap)
@@ -963,6 +1019,9 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
 		if (fwd < 0)
 			return fwd;
+		int gone = unlock_coord_inserts(t, (uint32_t)r->key);
+		if (gone < 0)
+			return gone;
 		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
 		rep->holder = (uint64_t)fwd;
 		if (rep->slot || fwd)

@@ -803,7 +803,7 @@ static void hist_free(struct hist *h)
 /* ---- the checks --------------------------------------------------------------------------- */
 
 struct verdict {
-	uint64_t committed, unknown, anomalies;
+	uint64_t committed, unknown, anomalies, la_anomalies;
 	uint64_t sb, lists, audits;
 	char why[2048];
 };
@@ -1040,6 +1040,7 @@ static void check_lists(struct hist *h, struct verdict *v)
 	pjob_run(j);
 	struct dxlt_la_result r;
 	int ret = dxlt_la_check(la, &r);
+	v->la_anomalies = r.anomalies + (ret < 0);
 	if (ret)
 		anomaly(v, "list-append (%zu txns, %zu unknown seen, %zu reads, %zu appends, %zu edges, %u keys): %s",
 			r.txns, r.unknown_in, r.reads, r.appends, r.edges, j->nl, r.why);
@@ -1171,9 +1172,9 @@ static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *
 	*max_gap_out = worst;
 	print_message("  schedule %u seed %" PRIu64 ": %u faults, %" PRIu64 " committed (%" PRIu64 " smallbank, %" PRIu64
 		      " list-append, %" PRIu64 " audits), %" PRIu64 " unknown, %" PRIu64
-		      " anomalies; longest time without a commit %" PRIu64 " ms\n",
+		      " anomalies (%" PRIu64 " of them list-append); longest time without a commit %" PRIu64 " ms\n",
 		      si, seed, ns, v->committed, v->sb, v->lists, v->audits, v->unknown, v->anomalies,
-		      worst);
+		      v->la_anomalies, worst);
 	if (v->anomalies)
 		print_message("    ANOMALY: %s\n", v->why);
 	hist_free(&h);

@@ -776,6 +776,37 @@ static void test_reads_are_fenced(void **state)
 		      u);
 }
 
+/* ---- a dead coordinator's insert that never logged -------------------------------------- */
+
+/*
+ * A coordinator process inserts key 60 and dies right after its lock phase
+ * (the INSERT made the record live and locked by its transaction; nothing
+ * logged). A reader meets the lock and resolves the dead coordinator:
+ * UNLOCK_COORD released its locks -- and before this fix left the record
+ * live: an insert that never committed became visible (and the backups,
+ * which apply the log, never had it). Now the record is deleted.
+ */
+static void test_dead_insert_removed(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct tx x = {.wk = {60}, .nw = 1, .op = 'i', .val = 606, .max_tries = 1};
+	pid_t child = spawn_dying(&x, DXL_TXN_HOOK_VALIDATE);
+	int st = 0;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct env e;
+	env_open(&e, NULL, NULL);
+	int64_t v = 0;
+	int ret = get1(&e, 60, &v);
+	print_message("  after the dead coordinator was resolved: get key 60: %s (%" PRId64 ")\n",
+		      dxl_errname(ret), v);
+	if (ret == 0)
+		fail_msg("key 60 = %" PRId64 ": the insert of a transaction that never committed is visible", v);
+	assert_int_equal(ret, DXL_E_NOENT);
+	env_close(&e);
+}
+
 /* ---- item 7: an insert in doubt across a failover --------------------------------------- */
 
 static int g_hook_pipe = -1;
@@ -947,6 +978,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
+		cmocka_unit_test(test_dead_insert_removed),
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
 	};
