@@ -1178,6 +1178,8 @@ static int settle_once(struct dxl_coord_worker *w, struct dxl_txn *s, struct set
 		/* a new primary: where is the key, and is its lock ours? */
 		struct dxl_table_req req = {.key = o->key};
 		ret = table_rpc(s, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0);
+		if (ret == DXL_E_TOOBIG)
+			ret = 0; /* the value, not asked for: the reply's fields are there */
 		if (ret == DXL_E_NOENT) {
 			ret = 0; /* nothing of it there */
 			goto out;

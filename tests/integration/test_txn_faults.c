@@ -776,6 +776,66 @@ static void test_reads_are_fenced(void **state)
 		      u);
 }
 
+static void kill_node(uint32_t node);
+static void restart_node(uint32_t node);
+
+/* ---- a committed write settled at a new primary ---------------------------------------- */
+
+struct failover_hook {
+	bool armed;
+	uint32_t old_primary, new_primary;
+};
+
+static void hook_kill_primary(int where, uint64_t txn, void *arg)
+{
+	struct failover_hook *h = arg;
+	if (where != DXL_TXN_HOOK_LOGGED || !h->armed)
+		return;
+	h->armed = false;
+	struct dxl_zk *zk = zk_open();
+	h->old_primary = primary_of(zk, 0);
+	kill_node(h->old_primary);
+	uint64_t end = dxl_now_ms() + 30000;
+	while ((h->new_primary = primary_of(zk, 0)) == h->old_primary && dxl_now_ms() < end)
+		usleep(50 * 1000);
+	dxl_zk_delete(&zk);
+	/* the new primary's gate waits for this (stopped) writer two session
+	 * timeouts, then locks the keys of our record in doubt for us */
+	usleep(6000 * 1000);
+	print_message("  txn 0x%" PRIx64 " at its commit point: primary %u killed, %u promoted\n", txn,
+		      h->old_primary, h->new_primary);
+}
+
+/*
+ * A transaction reaches its commit point; then (hook) shard 0's primary is
+ * killed and a backup promoted, whose gate locks the transaction's key for
+ * it (its record is in doubt there). Its write-back at the dead primary
+ * fails; the coordinator must settle it at the new primary: write back
+ * (the gate applied nothing: the record was undecided) and unlock. Before
+ * the fix the settle's LOOKUP asked for no value, got DXL_E_TOOBIG and gave
+ * up: the key stayed locked by this coordinator for as long as it lived.
+ */
+static void test_commit_settles_at_new_primary(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct failover_hook h = {0};
+	struct env e;
+	env_open(&e, hook_kill_primary, &h);
+	insert_keys(&e, 70, 1, 100);
+	h.armed = true;
+	assert_int_equal(put1(&e, 70, 71, 1), 0);
+	assert_true(h.new_primary && h.new_primary != h.old_primary);
+	/* the key is free at the new primary and holds the committed value */
+	int64_t v = 0;
+	assert_int_equal(put1(&e, 70, 72, 5), 0);
+	assert_int_equal(get1(&e, 70, &v), 0);
+	assert_int_equal(v, 72);
+	env_close(&e);
+	restart_node(h.old_primary);
+	wait_full(60000);
+}
+
 /* ---- a dead coordinator's insert that never logged -------------------------------------- */
 
 /*
@@ -979,6 +1039,7 @@ int main(void)
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
 		cmocka_unit_test(test_dead_insert_removed),
+		cmocka_unit_test(test_commit_settles_at_new_primary),
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
 	};
