@@ -109,8 +109,10 @@ bench-rdma: all
 	DXL_BUILD=$(O) scripts/rdma-bench.sh --timeout 600
 
 # longer randomized schedules than CI runs (crash tests)
-# crash schedules with thousands of seeds, and a 150-step randomized fault
-# schedule on a local cluster (its own throw-away ZooKeeper; ~6 min)
+# crash schedules with thousands of seeds, a 150-step randomized fault
+# schedule on a local cluster (its own throw-away ZooKeeper; ~6 min), 30
+# SmallBank crash steps, and 200 nemesis schedules of 4 steps (test_nemesis,
+# its own 3-server ensemble; about 2 hours)
 test-long: all
 	DXL_CRASH_SEEDS=3000 scripts/run-tests.sh $(O)/tests test_log_crash
 	zkd=$$(mktemp -d /tmp/dxl-zk-long.XXXXXX) && \
@@ -118,7 +120,9 @@ test-long: all
 	DXL_FAULT_STEPS=$${DXL_FAULT_STEPS:-150} DXL_TEST_FILTER=test_random_faults \
 		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover && \
 	DXL_TXN_CRASH_STEPS=$${DXL_TXN_CRASH_STEPS:-30} DXL_TEST_TIMEOUT=2400 \
-		scripts/run-tests.sh $(O)/tests test_txn_crash; \
+		scripts/run-tests.sh $(O)/tests test_txn_crash && \
+	DXL_NEMESIS_SCHEDULES=$${DXL_NEMESIS_SCHEDULES:-200} DXL_NEMESIS_STEPS=$${DXL_NEMESIS_STEPS:-4} \
+		DXL_TEST_TIMEOUT=14400 scripts/run-tests.sh $(O)/tests test_nemesis; \
 	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 
 # sanitizer builds add their flags through CFLAGS_EXTRA/LDFLAGS_EXTRA: a
