@@ -100,17 +100,52 @@ static int log_wait_one(struct dxl_log_writer *lw, uint64_t ts)
 static int list_doubt(struct dxl_coord_worker *w, const struct view *v, uint32_t s, uint32_t r,
 		      uint8_t *buf, struct doubt **out, uint32_t *nout)
 {
+	uint8_t *const orig_buf = buf;
 	struct doubt *d = NULL;
 	uint32_t n = 0, cap = 0;
 	int ret = 0;
-	for (uint64_t skip = 0;;) {
-		struct dxl_table_req req = {.slot = r, .key = skip};
+	uint8_t *part = NULL; /* a record larger than a reply, put together */
+	uint32_t part_len = 0;
+	for (uint64_t skip = 0, at = 0;;) {
+		struct dxl_table_req req = {.slot = r, .key = skip, .version = at};
 		struct dxl_table_rep rep;
 		if ((ret = coord_table_call(w, v, s, DXL_RPC_ID_TABLE_IN_DOUBT, &req, &rep, buf,
 					    RESOLVE_BUF)))
 			break;
-		if (!rep.slot && rep.holder) {
-			ret = dxl_err_set(DXL_E_TOOBIG, "shard %u ring %u: a record in doubt is over %d bytes",
+		if (!rep.slot && rep.holder && rep.rec.key == 1) {
+			/* a part of a large record: header, then payload from at */
+			const uint8_t *p = buf;
+			uint32_t np = dxl_get_le16(p + 16), len = dxl_get_le32(p + 20);
+			uint32_t head = DXL_IN_DOUBT_HDR + 4 * np;
+			if (np > DXL_LOG_WRITER_MAX_PARTS || rep.data_len < head ||
+			    rep.rec.version != at || (at && len != part_len) ||
+			    at + (rep.data_len - head) > len) {
+				ret = dxl_err_set(DXL_E_PROTO, "shard %u ring %u: malformed part of a record in doubt",
+						  s, r);
+				break;
+			}
+			if (!at) {
+				free(part);
+				part_len = len;
+				part = malloc(head + len + 8);
+				if (!part) {
+					ret = dxl_err_set(DXL_E_NOMEM, "record in doubt of %u bytes", len);
+					break;
+				}
+				memcpy(part, p, head);
+			}
+			memcpy(part + head + at, p + head, rep.data_len - head);
+			at += rep.data_len - head;
+			if (at < len)
+				continue;
+			/* whole: parsed below like a reply of one record */
+			buf = part;
+			rep.slot = 1;
+			rep.holder = 1;
+			rep.data_len = head + len;
+			at = 0;
+		} else if (!rep.slot && rep.holder) {
+			ret = dxl_err_set(DXL_E_TOOBIG, "shard %u ring %u: a record in doubt is over %d bytes (the node does not send parts)",
 					  s, r, RESOLVE_BUF);
 			break;
 		}
@@ -146,10 +181,16 @@ static int list_doubt(struct dxl_coord_worker *w, const struct view *v, uint32_t
 			n++;
 			off += (DXL_IN_DOUBT_HDR + 4 * x->nparts + x->len + 7u) & ~7u;
 		}
+		if (buf == part) { /* back to the caller's buffer */
+			buf = orig_buf;
+			free(part);
+			part = NULL;
+		}
 		if (ret || !rep.holder)
 			break;
 		skip += rep.slot;
 	}
+	free(part);
 	if (ret) {
 		for (uint32_t i = 0; i < n; i++)
 			free((void *)d[i].payload);

@@ -1053,6 +1053,32 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 			continue;
 		uint32_t need = DXL_IN_DOUBT_HDR + 4u * rec.nparts + rec.payload_len;
 		need = (need + 7u) & ~7u;
+		uint32_t head = DXL_IN_DOUBT_HDR + 4u * rec.nparts;
+		if (!used && (need > vcap || r->version)) {
+			/* a record larger than a reply (or the rest of one): its
+			 * header and the part of its payload from byte
+			 * r->version; rec.key = 1 says so, rec.version = where */
+			if (r->version >= rec.payload_len || head >= vcap) {
+				free(ab_ids);
+				return dxl_err_set(DXL_E_INVAL, "in-doubt: part at %" PRIu64 " of a %u-byte record",
+						   r->version, rec.payload_len);
+			}
+			uint32_t part = DXL_MIN(rec.payload_len - (uint32_t)r->version, vcap - head);
+			uint8_t *p = val;
+			memset(p, 0, head);
+			dxl_put_le64(p, rec.txn_id);
+			dxl_put_le64(p + 8, rec.commit_ts);
+			dxl_put_le16(p + 16, rec.nparts);
+			dxl_put_le32(p + 20, rec.payload_len);
+			for (unsigned i = 0; i < rec.nparts; i++)
+				dxl_put_le32(p + DXL_IN_DOUBT_HDR + 4 * i, dxl_rec_part(&rec, i));
+			memcpy(p + head, (const uint8_t *)rec.payload + r->version, part);
+			used = head + part;
+			rep->rec.key = 1;
+			rep->rec.version = r->version;
+			rep->holder = 1;
+			break;
+		}
 		if (used + need > vcap) {
 			rep->holder = 1;
 			break;

@@ -265,10 +265,14 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * docs/transactions.md "Coordinator dies"; any lock mode):
  *   TXN_STATUS   key = txn id              -> holder = enum dxl_txn_status
  *                (this shard's local log, every ring)
- *   IN_DOUBT     slot = ring, key = skip   -> data = the ring's write sets
- *                above its watermark and not aborted (DXL_IN_DOUBT_HDR
- *                records), from the skip-th; slot = how many, holder = 1 if
- *                more follow
+ *   IN_DOUBT     slot = ring, key = skip,  -> data = the ring's write sets
+ *                version = offset            above its watermark and not
+ *                aborted (DXL_IN_DOUBT_HDR records), from the skip-th; slot
+ *                = how many, holder = 1 if more follow. A record larger
+ *                than the reply comes in parts: slot = 0, key = 1, version
+ *                = the part's offset in its payload, data = its header
+ *                (the whole length) and the part; ask again with version =
+ *                the next offset
  *   RESOLVE      key, owner = txn id, version, ts, flags = op (1 insert,
  *                2 update, 3 delete) [| DXL_TABLE_RESOLVE_ABORT], value:
  *                forward: the entry applied idempotently by version
