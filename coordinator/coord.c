@@ -192,6 +192,39 @@ struct view *coord_view_get(struct dxl_coord *c)
 	return v;
 }
 
+int coord_session_check(struct dxl_coord *c)
+{
+	if (dxl_zk_state(c->zk) != DXL_ZK_EXPIRED &&
+	    dxl_zk_session_epoch(c->zk) == c->session_epoch)
+		return 0;
+	pthread_mutex_lock(&c->reg_mu);
+	int ret = 0;
+	if (dxl_zk_state(c->zk) == DXL_ZK_EXPIRED) {
+		/* its ephemeral znodes are gone: other coordinators resolve what
+		 * the old id left (its writers died with the session) */
+		DXL_WARN("event=coord_session_expired coord=%u action=reopen", (uint32_t)c->id);
+		ret = dxl_zk_reopen(c->zk);
+	}
+	if (!ret && dxl_zk_session_epoch(c->zk) != c->session_epoch) {
+		uint32_t old = c->id, id = 0;
+		/* any free id: the old one is being resolved */
+		ret = dxl_coord_znode_create(c->zk, 0, DXL_COORD_MAX_ID,
+					     c->cfg.info[0] ? c->cfg.info : NULL, &id);
+		if (!ret) {
+			c->id = id;
+			c->session_epoch = dxl_zk_session_epoch(c->zk);
+			atomic_fetch_add(&c->inc, 1);
+			coord_mark_stale(c, "new session");
+			DXL_WARN("event=coord_registered_again coord=%u was=%u session_epoch=%" PRIu64,
+				 id, old, c->session_epoch);
+		}
+	}
+	pthread_mutex_unlock(&c->reg_mu);
+	if (ret)
+		dxl_err_prefix("coordinator %u: its ZooKeeper session expired", (uint32_t)c->id);
+	return ret;
+}
+
 int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 		  struct dxl_coord **out)
 {
@@ -217,14 +250,19 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 	c->zk = zk;
 	c->cfg = *cfg;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->reg_mu, NULL);
+	atomic_init(&c->inc, 1);
 	/* sequence numbers start at the wall clock in microseconds: a later
 	 * coordinator with the same id (this one's znode gone) never reuses a
 	 * transaction id -- a lock word left by this one stays recognisable */
 	atomic_init(&c->seq, ((dxl_wall_ms() * 1000) & ((1ull << 47) - 1)));
+	uint32_t id = 0;
 	int ret = dxl_coord_znode_create(zk, cfg->coord_id, DXL_COORD_MAX_ID,
-					 cfg->info[0] ? cfg->info : NULL, &c->id);
+					 cfg->info[0] ? cfg->info : NULL, &id);
 	if (ret)
 		goto fail;
+	c->id = id;
+	c->session_epoch = dxl_zk_session_epoch(zk);
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
 	fc.node_id = 0x10000u + c->id; /* coordinators are not replica nodes */
@@ -245,6 +283,7 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 	return 0;
 fail:
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->reg_mu);
 	free(c);
 	return ret;
 }
@@ -264,6 +303,7 @@ void dxl_coord_delete(struct dxl_coord **cp)
 			 (int64_t)atomic_load(&c->views_live));
 	dxl_coord_znode_delete(c->zk, c->id);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->reg_mu);
 	free(c);
 	*cp = NULL;
 }

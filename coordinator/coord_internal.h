@@ -53,7 +53,7 @@ struct view {
 struct dxl_coord {
 	struct dxl_zk *zk;
 	struct dxl_coord_cfg cfg;
-	uint32_t id;
+	_Atomic uint32_t id;
 	struct dxl_fabric *f;
 	pthread_mutex_t mu;         /* view publication and references, workers */
 	struct view *view;          /* current (under mu); holds one reference */
@@ -65,6 +65,12 @@ struct dxl_coord {
 	atomic_uint_fast64_t seq;   /* transaction sequence numbers */
 	struct dxl_coord_worker *workers[COORD_MAX_WORKERS];
 	uint32_t nworkers_made;
+	/* the registration: a session that expired (a long pause) is reopened
+	 * and the coordinator registers again under a new id; workers drop
+	 * what belonged to the old one when inc changes (coord_session_check) */
+	pthread_mutex_t reg_mu;
+	uint64_t session_epoch;     /* dxl_zk_session_epoch when registered */
+	atomic_uint_fast32_t inc;   /* registrations (1 = the first) */
 	atomic_bool resolving;      /* one resolution at a time per process */
 	atomic_uint_fast64_t resolved; /* transactions resolved (stats) */
 };
@@ -91,6 +97,11 @@ static inline bool coord_validates(uint64_t version_at_e, uint64_t version, uint
 {
 	return lock == 0 && version == version_at_e;
 }
+
+/* coord_session_check -- if the coordinator's session expired: reopen it,
+ * register again (a new id), c->inc + 1. Returns 0 or the error (the
+ * session could not be reopened: try again later) */
+int coord_session_check(struct dxl_coord *c);
 
 /* coord_view_get -- a reference to the current view (re-read first when it
  * was marked stale, at most every 2 ms); NULL if there is none. Every

@@ -72,6 +72,7 @@ struct dxl_coord_worker {
 	uint32_t nsettle, settlecap;
 	bool settling;
 	struct dxl_txn *settler;     /* the handle settles run with (own scratch) */
+	uint32_t inc;                /* the coordinator's registration it works for */
 };
 
 static __thread struct dxl_coord_worker *tl_worker;
@@ -112,6 +113,7 @@ int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 	w->c = c;
 	w->idx = idx;
 	w->nco = ncoroutines;
+	w->inc = (uint32_t)atomic_load(&c->inc);
 	w->rng = dxl_now_ns() ^ ((uint64_t)c->id << 32) ^ idx;
 	int ret = dxl_ctx_new(c->f, idx, &w->ctx);
 	struct dxl_sched_cfg sc;
@@ -409,11 +411,14 @@ struct dxl_txn {
 		uint32_t primary; /* the shard's primary when the record was acked */
 		int status;
 		bool done, maybe, marker;
+		bool orphan; /* its writer died with the session: no marker can
+				follow it in its ring -- resolution decides */
 	} lrec[2 * DXL_TXN_MAX_OPS];
 	uint32_t nlrec;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
 	uint64_t qe;             /* w->qepoch when it began (qp_reclaim) */
+	uint32_t inc;            /* w->inc when it began: its records' writers */
 };
 
 static bool txn_holds_qps(const struct dxl_txn *t)
@@ -775,6 +780,47 @@ static int check_usable(struct dxl_txn *t)
 
 static void release_all(struct dxl_txn *t);
 
+/*
+ * worker_renew -- the coordinator registered again after its session
+ * expired (coord_session_check): its old id, writer slots and locks belong
+ * to resolution now. The worker's writers are dead: the records still
+ * waiting for a result are failed as "maybe" (they may be in the log; no
+ * abort marker can follow them in their ring any more), the writers are
+ * deleted (new ones, new slots, at the next append), the settles of the old
+ * id dropped.
+ */
+static void settles_drop(struct dxl_coord_worker *w);
+
+static void worker_renew(struct dxl_coord_worker *w)
+{
+	uint32_t inc = (uint32_t)atomic_load(&w->c->inc);
+	if (w->inc == inc)
+		return;
+	uint32_t failed = 0;
+	for (uint32_t s = 0; s < w->nlogs; s++) {
+		struct wlog *l = &w->logs[s];
+		for (; l->n; l->n--, l->head = (l->head + 1) % l->qcap) {
+			struct pend *p = &l->q[l->head];
+			struct dxl_txn *t = p->t;
+			if (!t || t->gen != p->gen || p->idx >= t->nlrec)
+				continue;
+			struct lrec *lr = &t->lrec[p->idx];
+			lr->done = true;
+			lr->status = DXL_E_STATE;
+			lr->maybe = true;
+			lr->orphan = true;
+			if (t->log_wait)
+				t->log_wait--;
+			failed++;
+		}
+		dxl_log_writer_delete(&l->lw);
+	}
+	DXL_WARN("event=coord_worker_renewed coord=%u worker=%u records_in_flight=%u settles_dropped=%u",
+		 (uint32_t)w->c->id, w->idx, failed, w->nsettle);
+	settles_drop(w);
+	w->inc = inc;
+}
+
 int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 {
 	struct dxl_co *co = dxl_co_self();
@@ -795,9 +841,13 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	}
 	if (t->active)
 		dxl_txn_abort(t);
+	/* a session that expired: register again, drop the old id's state */
+	if (coord_session_check(w->c) == 0)
+		worker_renew(w);
 	dxl_coord_worker_poll(w); /* settles too: t is not active */
 	t->gen++;
 	t->qe = w->qepoch;
+	t->inc = w->inc;
 	qp_reclaim(w);
 	coord_view_put(w->c, t->v); /* normally given back at the end already */
 	t->v = coord_view_get(w->c);
@@ -1095,6 +1145,13 @@ static void worker_settle_free(struct dxl_coord_worker *w)
 		free(w->settler);
 		w->settler = NULL;
 	}
+}
+
+static void settles_drop(struct dxl_coord_worker *w)
+{
+	for (uint32_t i = 0; i < w->nsettle; i++)
+		free(w->settles[i].value);
+	w->nsettle = 0;
 }
 
 static bool settle_retryable(int err)
@@ -1726,13 +1783,27 @@ static bool log_abort(struct dxl_txn *t)
 	uint32_t n = t->nlrec;
 	uint8_t m[DXL_ABORT_SIZE];
 	dxl_abort_marker_encode(t->id, m, sizeof(m));
+	bool orphans = false;
 	uint64_t end = dxl_now_ms() + t->w->c->cfg.log_unavail_ms;
 	while (dxl_now_ms() < end) {
+		if (t->inc != t->w->inc) {
+			/* the writers its records went through died with the
+			 * session: a marker cannot follow them in their rings */
+			DXL_WARN("event=coord_abort_orphaned txn=0x%" PRIx64 " msg=\"records left to resolution\"",
+				 t->id);
+			t->nlrec = n;
+			return false;
+		}
 		bool pending = false;
 		for (uint32_t i = 0; i < n; i++) {
 			struct lrec *r = &t->lrec[i];
 			if (r->marker || r->ts == 0)
 				continue;
+			if (r->orphan) {
+				orphans = true; /* resolution decides it */
+				r->ts = 0;
+				continue;
+			}
 			if (r->status && !r->maybe) {
 				log_decide(t, i); /* not in the log */
 				r->ts = 0;
@@ -1765,7 +1836,7 @@ static bool log_abort(struct dxl_txn *t)
 		}
 		t->nlrec = n; /* markers decided or left: forget them */
 		if (!pending)
-			return true;
+			return !orphans;
 		dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
 	}
 	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"records stay undecided: resolution needed\"",
@@ -1885,7 +1956,11 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 		return unlock_one(t, o);
 	}
 	bool nic = nic_locks(o);
-	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider)) {
+	/* one-sided only while this coordinator's lease holds: once its
+	 * session may have expired, others may resolve its transactions and
+	 * the lock word may have moved on -- the RPC checks it is still ours */
+	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider) &&
+	    dxl_zk_lease_valid(t->w->c->zk)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
 		uint32_t nwr = dxl_record_wb_nwr(ss);
@@ -2089,9 +2164,12 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 			foreign = true;
 			coord_maybe_resolve(w);
 		}
-		/* randomized backoff: 0..(2^min(k,6)) * 20 us; a few ms while the
-		 * configuration changes */
-		uint64_t span = (ret == DXL_E_UNAVAIL ? 5000000ull : 20000ull) << DXL_MIN(k, 6u);
+		/* randomized backoff: 0..(2^min(k,6)) * 20 us; while the
+		 * configuration changes 0..5 ms doubling to at most 80 ms (the
+		 * new primary serves within a few hundred ms of its promotion:
+		 * longer sleeps only add to the time without a commit) */
+		uint64_t span = ret == DXL_E_UNAVAIL ? 5000000ull << DXL_MIN(k, 4u)
+						     : 20000ull << DXL_MIN(k, 6u);
 		dxl_co_suspend(dxl_now_ns() + rnd(w) % (span ? span : 1));
 		dxl_err_set(ret, "%s", msg); /* the attempt's reason, not the sleep's */
 	}

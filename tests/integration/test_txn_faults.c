@@ -882,6 +882,51 @@ static void test_dead_insert_removed(void **state)
 	env_close(&e);
 }
 
+/* ---- item 7: a coordinator whose session expired registers again ------------------------ */
+
+/*
+ * A coordinator's ZooKeeper session expires (a long pause, here injected):
+ * its coords/<id> and writer slots are gone -- other coordinators may
+ * resolve its transactions -- and its writers are dead. Before the fix it
+ * kept running with dead writers and had to be restarted by hand (every
+ * transaction with a write failed). Now it reopens its session, registers
+ * under a new id and goes on.
+ */
+static void test_session_expiry_registers_again(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 90, 1, 1);
+	uint32_t id0 = dxl_coord_id(e.c);
+	assert_int_equal(dxl_zk_inject_expiry(e.zk), 0);
+	uint64_t end = dxl_now_ms() + 15000;
+	while (dxl_zk_state(e.zk) != DXL_ZK_EXPIRED && dxl_now_ms() < end)
+		usleep(20 * 1000);
+	assert_int_equal(dxl_zk_state(e.zk), DXL_ZK_EXPIRED);
+	int ret = put1(&e, 90, 2, 50);
+	uint32_t id1 = dxl_coord_id(e.c);
+	print_message("  after the expiry: put %s; coordinator %u -> %u\n", dxl_errname(ret), id0, id1);
+	assert_int_equal(ret, 0);
+	assert_true(id1 != id0);
+	int64_t v = 0;
+	assert_int_equal(get1(&e, 90, &v), 0);
+	assert_int_equal(v, 2);
+	struct dxl_zk *zk = zk_open();
+	uint32_t ids[1024];
+	int n = dxl_coord_znode_list(zk, ids, 1024);
+	bool has0 = false, has1 = false;
+	for (int i = 0; i < n; i++) {
+		has0 = has0 || ids[i] == id0;
+		has1 = has1 || ids[i] == id1;
+	}
+	assert_false(has0);
+	assert_true(has1);
+	dxl_zk_delete(&zk);
+	env_close(&e);
+}
+
 /* ---- item 7: a record in doubt larger than an RPC reply ------------------------------- */
 
 /*
@@ -1096,6 +1141,7 @@ int main(void)
 		cmocka_unit_test(test_resolution_never_skips),
 		cmocka_unit_test(test_dead_insert_removed),
 		cmocka_unit_test(test_large_record_in_doubt),
+		cmocka_unit_test(test_session_expiry_registers_again),
 		cmocka_unit_test(test_commit_settles_at_new_primary),
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
