@@ -2140,7 +2140,10 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 	 * may belong to a coordinator that died (resolved once its session
 	 * expires), for log_unavail_ms at least */
 	bool foreign = false; /* met another coordinator's lock */
-	for (uint32_t k = 1; k <= max_tries || (foreign && dxl_now_ms() < deadline); k++) {
+	/* no serving primary (a failover): retried for log_unavail_ms too,
+	 * whatever max_tries says (that counts conflicts) */
+	for (uint32_t k = 1;
+	     k <= max_tries || ((foreign || ret == DXL_E_UNAVAIL) && dxl_now_ms() < deadline); k++) {
 		struct dxl_txn *t;
 		if ((ret = dxl_txn_begin(w, &t)))
 			return ret;

@@ -176,6 +176,7 @@ static void env_open(struct env *e, hook_fn hook, void *arg)
 	dxl_coord_cfg_init(&cfg);
 	cfg.test_hook = hook;
 	cfg.test_hook_arg = arg;
+	cfg.log_unavail_ms = 30000; /* failovers and gates of the tests */
 	if (dxl_coord_new(e->zk, &cfg, &e->c))
 		fail_msg("dxl_coord_new: %s", dxl_errmsg());
 	if (dxl_coord_worker_new(e->c, 4, &e->w))
