@@ -72,6 +72,7 @@ struct dxl_coord {
 	uint64_t session_epoch;     /* dxl_zk_session_epoch when registered */
 	atomic_uint_fast32_t inc;   /* registrations (1 = the first) */
 	atomic_bool resolving;      /* one resolution at a time per process */
+	atomic_uint_fast64_t last_sweep_ms;
 	atomic_uint_fast64_t resolved; /* transactions resolved (stats) */
 };
 
@@ -118,6 +119,12 @@ void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder);
 /* if a noted coordinator is gone: resolve every dead writer's ring and
  * release the gone coordinators' locks (from a coroutine of w) */
 void coord_maybe_resolve(struct dxl_coord_worker *w);
+/* coord_sweep -- every COORD_SWEEP_MS (one worker of the process at a
+ * time): the coordinators holding lock words at each primary
+ * (LOCK_OWNERS); the gone ones are resolved as if met (from a coroutine of
+ * w, outside a transaction) */
+#define COORD_SWEEP_MS 2000
+void coord_sweep(struct dxl_coord_worker *w);
 
 /* what resolve.c needs of txn.c: the worker's noted coordinators (up to
  * cap into ids; *last_ms: when it last checked them), forgetting them */

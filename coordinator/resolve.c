@@ -429,3 +429,41 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 	coord_worker_resolving(w, false);
 	atomic_store(&c->resolving, false);
 }
+
+void coord_sweep(struct dxl_coord_worker *w)
+{
+	struct dxl_coord *c = coord_worker_coord(w);
+	uint64_t now = dxl_now_ms(), last = atomic_load(&c->last_sweep_ms);
+	if (now - last < COORD_SWEEP_MS ||
+	    !atomic_compare_exchange_strong(&c->last_sweep_ms, &last, now))
+		return;
+	struct view *v = coord_view_get(c);
+	uint32_t live[1024];
+	int nl = v ? dxl_coord_znode_list(c->zk, live, 1024) : -1;
+	uint32_t found = 0;
+	for (uint32_t s = 0; nl >= 0 && s < v->nshards; s++) {
+		if (!v->shards[s].ok)
+			continue;
+		uint8_t ids[4000];
+		struct dxl_table_req req = {0};
+		struct dxl_table_rep rep;
+		if (coord_table_call(w, v, s, DXL_RPC_ID_TABLE_LOCK_OWNERS, &req, &rep, ids,
+				     sizeof(ids)))
+			continue; /* a failover: the next sweep */
+		for (uint64_t k = 0; k < rep.slot && k < sizeof(ids) / 4; k++) {
+			uint32_t id = dxl_get_le32(ids + 4 * k);
+			bool alive = id == (uint32_t)c->id;
+			for (int i = 0; i < nl && i < 1024 && !alive; i++)
+				alive = live[i] == id;
+			if (!alive) {
+				coord_note_holder(w, DXL_LOCK_OWNER(id, 1));
+				found++;
+			}
+		}
+	}
+	coord_view_put(c, v);
+	if (found) {
+		DXL_INFO("event=coord_sweep coord=%u gone_lock_holders=%u", (uint32_t)c->id, found);
+		coord_maybe_resolve(w);
+	}
+}

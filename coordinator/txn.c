@@ -844,7 +844,9 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	/* a session that expired: register again, drop the old id's state */
 	if (coord_session_check(w->c) == 0)
 		worker_renew(w);
-	dxl_coord_worker_poll(w); /* settles too: t is not active */
+	/* t is not active: settles, and every few seconds the sweep for gone
+	 * coordinators' locks */
+	dxl_coord_worker_poll(w);
 	t->gen++;
 	t->qe = w->qepoch;
 	t->inc = w->inc;
@@ -1670,12 +1672,14 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 {
 	/* queued settles, from a coroutine that is not inside a transaction
 	 * (dxl-coord's dispatcher, a begin) */
-	struct dxl_co *co = w->nsettle ? dxl_co_self() : NULL;
+	struct dxl_co *co = dxl_co_self();
 	if (co && dxl_co_sched() == w->sched) {
 		uint32_t id = dxl_co_id(co) & 0xfffu;
 		struct dxl_txn *cur = id <= w->nco ? w->txns[id] : NULL;
-		if (!cur || !cur->active)
+		if (!cur || !cur->active) {
 			settle_drain(w, 0, 0);
+			coord_sweep(w);
+		}
 	}
 	struct dxl_log_writer_result res[64];
 	for (uint32_t s = 0; s < w->nlogs; s++) {

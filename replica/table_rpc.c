@@ -39,6 +39,7 @@ static const struct {
 	 0x3u | DXL_TABLE_RESOLVE_ABORT},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, "unlock-coord", F_KEY, 0},
 	{DXL_RPC_ID_TABLE_FENCE, "fence", 0, 0},
+	{DXL_RPC_ID_TABLE_LOCK_OWNERS, "lock-owners", 0, 0},
 };
 
 static int op_index(uint16_t op)

@@ -1155,6 +1155,25 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		return serve_resolution(t, op, r, rep, val, vcap);
 	if (op == DXL_RPC_ID_TABLE_FENCE)
 		return 0; /* handle() checked everything */
+	if (op == DXL_RPC_ID_TABLE_LOCK_OWNERS) {
+		uint32_t n = 0, cap = DXL_MIN(vcap / 4, 1000u);
+		for (uint32_t i = 0; i < t->n; i++)
+			for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+				uint64_t w = dxl_store_lock_word(st, t->t[i].sc.id, slot);
+				if (!w)
+					continue;
+				uint32_t id = (uint32_t)(w >> 48);
+				bool seen = false;
+				for (uint32_t k = 0; k < n && !seen; k++)
+					seen = dxl_get_le32(val + 4 * k) == id;
+				if (!seen && n < cap)
+					dxl_put_le32(val + 4 * n++, id);
+			}
+		rep->slot = n;
+		rep->data = val;
+		rep->data_len = 4 * n;
+		return 0;
+	}
 	struct tab *tb = find_tab(t, r->table);
 	if (!tb)
 		return dxl_err_set(DXL_E_NOENT, "shard %u has no table %u", t->shard, r->table);
@@ -1353,6 +1372,7 @@ HANDLER(in_doubt, DXL_RPC_ID_TABLE_IN_DOUBT)
 HANDLER(resolve, DXL_RPC_ID_TABLE_RESOLVE)
 HANDLER(unlock_coord, DXL_RPC_ID_TABLE_UNLOCK_COORD)
 HANDLER(fence, DXL_RPC_ID_TABLE_FENCE)
+HANDLER(lock_owners, DXL_RPC_ID_TABLE_LOCK_OWNERS)
 #undef HANDLER
 
 static const struct {
@@ -1371,6 +1391,7 @@ static const struct {
 	{DXL_RPC_ID_TABLE_RESOLVE, h_resolve},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, h_unlock_coord},
 	{DXL_RPC_ID_TABLE_FENCE, h_fence},
+	{DXL_RPC_ID_TABLE_LOCK_OWNERS, h_lock_owners},
 };
 
 /* svc_main -- the service thread: its ctx, scheduler and RPC endpoint are

@@ -328,6 +328,10 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	 * before it on the same QP were served while this node was the
 	 * shard's primary (docs/transactions.md "Reads are fenced") */
 	DXL_RPC_ID_TABLE_FENCE = 1019,
+	/* the coordinators holding lock words in the shard's tables: slot =
+	 * how many, data = their ids (u32 each, at most 1000) -- any
+	 * coordinator finds a dead one's leftovers without meeting them */
+	DXL_RPC_ID_TABLE_LOCK_OWNERS = 1020,
 };
 
 /* TXN_STATUS's answer (in the reply's holder field) */

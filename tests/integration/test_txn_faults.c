@@ -852,6 +852,65 @@ static void test_commit_settles_at_new_primary(void **state)
 	wait_full(60000);
 }
 
+/* ---- item 7: any live coordinator resolves ---------------------------------------------- */
+
+/*
+ * A coordinator process dies at the commit point of a transaction writing
+ * keys 100 and 102. Another coordinator keeps working on other keys only:
+ * it never meets the dead one's locks. Resolution used to start only when a
+ * transaction met such a lock, so keys 100 and 102 stayed locked (and the
+ * dead writer's ring in doubt) until someone touched them. Now every live
+ * coordinator sweeps the primaries' lock owners every 2 s and resolves the
+ * gone ones: the locks go, the committed values are there.
+ */
+static void test_any_coordinator_resolves(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 100, 3, 1);
+	insert_keys(&e, 110, 1, 1);
+	env_close(&e);
+	struct tx x = {.wk = {100, 102}, .nw = 2, .op = 'p', .val = 1001, .max_tries = 5};
+	pid_t child = spawn_dying(&x, DXL_TXN_HOOK_LOGGED);
+	int st = 0;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	struct dxl_zk *zk = zk_open();
+	struct rawc r;
+	raw_open(&r, zk, primary_of(zk, 0));
+	uint64_t lock;
+	uint64_t slot100 = raw_slot(&r, 0, T1, 100, &lock);
+	assert_true(lock != 0);
+	uint32_t dead = (uint32_t)(lock >> 48);
+	env_open(&e, NULL, NULL);
+	/* other keys only, for a while */
+	uint64_t end = dxl_now_ms() + 9000;
+	uint32_t n = 0;
+	while (dxl_now_ms() < end) {
+		assert_int_equal(put1(&e, 110, (int64_t)n, 10), 0);
+		n++;
+		raw_slot(&r, 0, T1, 100, &lock);
+		if (!lock)
+			break;
+		usleep(100 * 1000);
+	}
+	(void)slot100;
+	print_message("  after %u transactions on key 110 only: key 100's lock word 0x%" PRIx64
+		      " (the dead coordinator %u's)\n",
+		      n, lock, dead);
+	if (lock)
+		fail_msg("the gone coordinator %u's lock on key 100 is still there: nobody resolved it", dead);
+	int64_t v100 = 0, v102 = 0;
+	assert_int_equal(get1(&e, 100, &v100), 0);
+	assert_int_equal(get1(&e, 102, &v102), 0);
+	assert_int_equal(v100, 1001);
+	assert_int_equal(v102, 1001);
+	env_close(&e);
+	raw_close(&r);
+	dxl_zk_delete(&zk);
+}
+
 /* ---- a dead coordinator's insert that never logged -------------------------------------- */
 
 /*
@@ -1141,6 +1200,7 @@ int main(void)
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
 		cmocka_unit_test(test_dead_insert_removed),
+		cmocka_unit_test(test_any_coordinator_resolves),
 		cmocka_unit_test(test_large_record_in_doubt),
 		cmocka_unit_test(test_session_expiry_registers_again),
 		cmocka_unit_test(test_commit_settles_at_new_primary),
