@@ -40,6 +40,8 @@
  * DXL_NEMESIS_NO_FENCE=1 (the coordinators skip validation / the read
  * fence: the checkers must then find anomalies -- the harness's teeth),
  * DXL_NEMESIS_EXPECT_ANOMALY=1 (fail unless an anomaly is found),
+ * DXL_NEMESIS_NIC_PAUSE_MS=N (replica.test_nic_pause_ms: a stopped
+ * replica's memory stays readable N ms after its lease lapsed, as with RDMA),
  * DXL_NEMESIS_NO_LIVENESS=1 (report gaps, do not fail on them).
  * A failing schedule prints the command that runs it again.
  */
@@ -1213,10 +1215,12 @@ static void test_nemesis(void **state)
 		worst = DXL_MAX(worst, gap);
 		if (!ok) {
 			failed++;
-			print_message("  to run it again: DXL_NEMESIS_SEED=%" PRIu64 " DXL_NEMESIS_SCHEDULES=1 DXL_NEMESIS_STEPS=%u%s%s%s scripts/test.sh test_nemesis\n",
+			print_message("  to run it again: DXL_NEMESIS_SEED=%" PRIu64 " DXL_NEMESIS_SCHEDULES=1 DXL_NEMESIS_STEPS=%u%s%s%s%s%s scripts/test.sh test_nemesis\n",
 				      seed, nsteps, getenv("DXL_NEMESIS_FAULTS") ? " DXL_NEMESIS_FAULTS=" : "",
 				      getenv("DXL_NEMESIS_FAULTS") ? getenv("DXL_NEMESIS_FAULTS") : "",
-				      g_flags & 1 ? " DXL_NEMESIS_NO_VALIDATION=1" : "");
+				      g_flags & 1 ? " DXL_NEMESIS_NO_VALIDATION=1" : "",
+				      g_flags & 2 ? " DXL_NEMESIS_NO_FENCE=1" : "",
+				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? " DXL_NEMESIS_NIC_PAUSE_MS=1000" : "");
 			if (!expect)
 				break;
 		}
@@ -1336,15 +1340,19 @@ static int group_setup(void **state)
 	assert_int_equal(dxlt_nem_add_builtin(&g_nem), 0);
 	if (getenv("DXL_NEMESIS_FAULTS"))
 		dxlt_nem_only(&g_nem, getenv("DXL_NEMESIS_FAULTS"));
-	char tables[128];
+	char tables[128], nicp[64];
 	snprintf(tables, sizeof(tables), "engine.tables=1:8:128,2:8:128,3:%d:16384", LIST_VSZ);
+	/* DXL_NEMESIS_NIC_PAUSE_MS: a stopped replica's regions stay registered
+	 * that long after its lease lapsed (an RDMA NIC serving a stopped host) */
+	snprintf(nicp, sizeof(nicp), "replica.test_nic_pause_ms=%llu",
+		 (unsigned long long)env_u64("DXL_NEMESIS_NIC_PAUSE_MS", 0));
 	int rc = dxlt_nem_dxl(&g_nem, 90000,
 			      (const char *const[]){"cluster", "up", "--dir", g_dir, "--zk", g_zks.connect,
 						    "--cluster", g_name, "--replicas", "3", "--shards", "2",
 						    "--ring-size", "1M", "--writer-slots", "16",
 						    "--session-timeout", "2000", "-o", tables, "-o",
 						    "engine.lock_mode=nic", "-o", "log.retention_bytes=256K",
-						    "-o", "log.retention_check_ms=200", NULL});
+						    "-o", "log.retention_check_ms=200", "-o", nicp, NULL});
 	if (rc) {
 		print_message("cluster up: %s%s\n", g_nem.out, g_nem.err);
 		return 0;
