@@ -1215,12 +1215,13 @@ static void test_nemesis(void **state)
 		worst = DXL_MAX(worst, gap);
 		if (!ok) {
 			failed++;
-			print_message("  to run it again: DXL_NEMESIS_SEED=%" PRIu64 " DXL_NEMESIS_SCHEDULES=1 DXL_NEMESIS_STEPS=%u%s%s%s%s%s scripts/test.sh test_nemesis\n",
+			print_message("  to run it again: DXL_NEMESIS_SEED=%" PRIu64 " DXL_NEMESIS_SCHEDULES=1 DXL_NEMESIS_STEPS=%u%s%s%s%s%s%s scripts/test.sh test_nemesis\n",
 				      seed, nsteps, getenv("DXL_NEMESIS_FAULTS") ? " DXL_NEMESIS_FAULTS=" : "",
 				      getenv("DXL_NEMESIS_FAULTS") ? getenv("DXL_NEMESIS_FAULTS") : "",
 				      g_flags & 1 ? " DXL_NEMESIS_NO_VALIDATION=1" : "",
 				      g_flags & 2 ? " DXL_NEMESIS_NO_FENCE=1" : "",
-				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? " DXL_NEMESIS_NIC_PAUSE_MS=1000" : "");
+				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? " DXL_NEMESIS_NIC_PAUSE_MS=" : "",
+				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? getenv("DXL_NEMESIS_NIC_PAUSE_MS") : "");
 			if (!expect)
 				break;
 		}
