@@ -342,7 +342,12 @@ static int wlog_get(struct dxl_coord_worker *w, uint32_t shard, struct wlog **ou
 		dxl_log_writer_cfg_init(&lc);
 		lc.shard = shard;
 		lc.unavail_ms = w->c->cfg.log_unavail_ms;
-		lc.fabric_timeout_ms = w->c->cfg.fabric_timeout_ms;
+		/* a member that stops answering (a paused or dead primary) must
+		 * be noticed quickly: a new primary's promotion gate waits for
+		 * this writer's watermark, which it writes only after reopening
+		 * under the new configuration -- and it learns of that one only
+		 * when an append or heartbeat to the old members times out */
+		lc.fabric_timeout_ms = DXL_MIN(w->c->cfg.fabric_timeout_ms, 400u);
 		lc.max_inflight = 64;
 		lc.hold_until_decided = true;
 		lc.no_resend_on_new_primary = true;
