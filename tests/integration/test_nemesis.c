@@ -770,6 +770,11 @@ static void read_log(struct hist *h, const struct child *ch)
 			struct sbt *t = sb_find(h, id);
 			if (line[0] == 'P' && t)
 				continue;
+			/* an attempt starts after the coroutine's previous one
+			 * ended: an earlier prepared one without its X aborted */
+			for (size_t i = h->nsb; i-- > 0;)
+				if (h->sb[i].prep && h->sb[i].inc == ch->inc && h->sb[i].co == co)
+					h->sb[i].prep_done = true;
 			if (!t)
 				t = sb_add(h, id);
 			t->st = 2;
@@ -787,6 +792,11 @@ static void read_log(struct hist *h, const struct child *ch)
 		} else if ((!strncmp(line, "LP ", 3) || !strncmp(line, "LX ", 3) ||
 			    !strncmp(line, "LM ", 3)) &&
 			   sscanf(line + 3, "%u %llx%n", &co, &id, &off) == 2) {
+			if (line[1] == 'P')
+				/* the coroutine's earlier attempts ended */
+				for (size_t i = h->nlt; i-- > 0;)
+					if (h->lt[i].inc == ch->inc && h->lt[i].co == co && h->lt[i].id != id)
+						h->lt[i].more = true;
 			struct lt *t = lt_get(h, id, ch->inc, co);
 			if (line[1] == 'P' && t->ops)
 				continue; /* an LX or LM already has every op */
