@@ -42,6 +42,8 @@ struct dxl_replica_server {
 	uint64_t live_mask[DXL_REPLICA_MAX_SHARDS];
 	uint64_t live_ms[DXL_REPLICA_MAX_SHARDS]; /* when read; 0 = never */
 	atomic_bool serving;   /* regions registered: remote accesses allowed */
+	uint64_t lease_lost_ms; /* replica.test_nic_pause_ms: when the lease was
+				   first seen invalid (reg_mu) */
 	atomic_bool published; /* nodes/<id> holds the current descriptors */
 	uint64_t reg_epoch; /* +1 per registration of the regions */
 	uint64_t last_retain_ms;
@@ -101,6 +103,7 @@ static const char *const KEYS[] = {
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"replica.test_nic_pause_ms", "0", "testing only: after the lease lapsed keep the regions registered this long, as an RDMA NIC keeps serving a stopped host's memory (table RPCs are refused at once)",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
 	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
@@ -264,7 +267,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"replica.node_id", "replica.data_dir", "replica.durability",
 		"replica.create", "replica.shards", "replica.service_ms",
 		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
-		"replica.sync_bytes", "cm.min_replicas", "cm.replication",
+		"replica.sync_bytes", "replica.test_nic_pause_ms", "cm.min_replicas", "cm.replication",
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
@@ -322,6 +325,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
 	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
 	U32("replica.pull_ms", pull_ms, 1, 3600000);
+	U32("replica.test_nic_pause_ms", nic_pause_ms, 0, 60000);
 	U32("cm.check_ms", cm_check_ms, 1, 3600000);
 	U32("cm.min_replicas", cm_params.min_replicas, 1, DXL_CONFIG_MAX_REPLICAS);
 	U32("cm.replication", cm_params.replication, 1, DXL_CONFIG_MAX_REPLICAS);
@@ -396,6 +400,22 @@ static int start_serving(struct dxl_replica_server *s)
 	return 0;
 }
 
+/* lease_lapsed -- the lease rule (s->reg_mu held): deregister at once --
+ * or, testing only, replica.test_nic_pause_ms after the lease was first
+ * seen invalid */
+static void lease_lapsed(struct dxl_replica_server *s)
+{
+	if (s->cfg.nic_pause_ms && s->serving) {
+		uint64_t now = dxl_now_ms();
+		if (!s->lease_lost_ms)
+			s->lease_lost_ms = now;
+		if (now - s->lease_lost_ms < s->cfg.nic_pause_ms)
+			return;
+	}
+	s->lease_lost_ms = 0;
+	stop_serving(s, "zookeeper lease not valid");
+}
+
 /* guard_main -- the lease rule, independent of the service loop */
 static void *guard_main(void *arg)
 {
@@ -406,7 +426,7 @@ static void *guard_main(void *arg)
 			continue;
 		pthread_mutex_lock(&s->reg_mu);
 		if (!dxl_zk_lease_valid(s->zk))
-			stop_serving(s, "zookeeper lease not valid");
+			lease_lapsed(s);
 		pthread_mutex_unlock(&s->reg_mu);
 	}
 	return NULL;
@@ -1123,6 +1143,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	/* 4. ZooKeeper: session, then nodes/<id> */
 	if ((ret = dxl_zk_new(&s->cfg.zk, &s->zk)))
 		goto fail;
+	if (s->svc)
+		dxl_table_svc_set_lease(s->svc, s->zk);
 	if ((ret = publish(s, true)))
 		goto fail;
 	/* 5. the lease guard */
@@ -1165,7 +1187,9 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		 * guard thread applies it too, while this loop waits) */
 		pthread_mutex_lock(&s->reg_mu);
 		if (!lease)
-			stop_serving(s, "zookeeper lease not valid");
+			lease_lapsed(s);
+		else
+			s->lease_lost_ms = 0;
 		pthread_mutex_unlock(&s->reg_mu);
 		enum dxl_zk_state st = dxl_zk_state(s->zk);
 		if (st == DXL_ZK_EXPIRED) {

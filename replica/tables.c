@@ -19,9 +19,9 @@ struct tab {
 };
 
 /* the backup's applier: where each ring of the local log is applied up to */
-struct abm { /* an abort marker seen: ring (writer) and transaction */
-	uint32_t writer;
-	uint64_t txn, ts;
+struct abm { /* an abort marker seen: its ring, writer, transaction, sequence */
+	uint32_t ring, writer;
+	uint64_t txn, seq;
 };
 
 struct applier {
@@ -29,8 +29,17 @@ struct applier {
 	uint32_t nrings;
 	uint64_t *pos, *seq; /* per ring: the next record to apply */
 	uint64_t *mpos, *mseq; /* per ring: the next record to look at for markers */
+	/* the abort markers whose records the applier has not passed yet:
+	 * every one is kept (a dropped marker lets its record be applied); a
+	 * marker is forgotten only once the applier's position in its ring is
+	 * past it -- its record, earlier in the same ring, was passed too.
+	 * ab is dense; hidx (hcap slots, a power of two) maps (writer, txn) to
+	 * 1 + its index in ab, 0 = empty */
 	struct abm *ab;
 	size_t nab, abcap;
+	uint32_t *hidx;
+	size_t hcap;
+	size_t compact_at; /* compact when nab reaches it */
 	struct dxl_tables_apply_stats st;
 	uint64_t last_warn_ms;
 };
@@ -279,6 +288,7 @@ void dxl_tables_close(struct dxl_tables **tp)
 	for (size_t i = 0; i < t->ndq; i++)
 		free(t->dq[i].payload);
 	free(t->dq);
+	free(t->ap.hidx);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -477,6 +487,8 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	}
 	t->ap.active = true;
 	t->ap.nab = 0;
+	if (t->ap.hidx)
+		memset(t->ap.hidx, 0, t->ap.hcap * sizeof(*t->ap.hidx));
 	t->ap.st.records += rs.records;
 	t->ap.st.applied += rs.applied;
 	t->ap.st.last_ts = DXL_MAX(t->ap.st.last_ts, rs.last_ts);
@@ -486,11 +498,88 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	return 0;
 }
 
+static size_t ab_hash(uint32_t writer, uint64_t txn, size_t cap)
+{
+	uint64_t h = (txn ^ ((uint64_t)writer << 40)) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* rebuild the hash index over ab[0..nab) with cap slots */
+static int ab_reindex(struct applier *ap, size_t cap)
+{
+	if (cap != ap->hcap) {
+		uint32_t *n = calloc(cap, sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "abort markers: index of %zu slots", cap);
+		free(ap->hidx);
+		ap->hidx = n;
+		ap->hcap = cap;
+	} else {
+		memset(ap->hidx, 0, cap * sizeof(*ap->hidx));
+	}
+	for (size_t i = 0; i < ap->nab; i++) {
+		size_t h = ab_hash(ap->ab[i].writer, ap->ab[i].txn, cap);
+		while (ap->hidx[h])
+			h = (h + 1) & (cap - 1);
+		ap->hidx[h] = (uint32_t)(i + 1);
+	}
+	return 0;
+}
+
+/* forget the markers the applier passed (their records were passed) */
+static void ab_compact(struct applier *ap)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < ap->nab; i++) {
+		const struct abm *m = &ap->ab[i];
+		if (m->ring < ap->nrings && m->seq < ap->seq[m->ring])
+			continue;
+		ap->ab[k++] = *m;
+	}
+	ap->nab = k;
+}
+
+static int ab_add(struct applier *ap, const struct abm *m)
+{
+	if (ap->nab == ap->abcap || ap->nab + 1 > ap->hcap / 2) {
+		if (ap->nab >= ap->compact_at) {
+			ab_compact(ap);
+			/* amortized: the next compaction after as many again */
+			ap->compact_at = DXL_MAX((size_t)4096, 2 * ap->nab);
+		}
+		if (ap->nab == ap->abcap) {
+			size_t nc = ap->abcap ? 2 * ap->abcap : 32;
+			struct abm *nb = realloc(ap->ab, nc * sizeof(*nb));
+			if (!nb)
+				return dxl_err_set(DXL_E_NOMEM, "abort markers: %zu held", ap->nab);
+			ap->ab = nb;
+			ap->abcap = nc;
+		}
+		size_t cap = ap->hcap ? ap->hcap : 64;
+		while (ap->nab + 1 > cap / 2)
+			cap *= 2;
+		int ret = ab_reindex(ap, cap);
+		if (ret)
+			return ret;
+	}
+	if (ap->nab >= UINT32_MAX - 1)
+		return dxl_err_set(DXL_E_FULL, "abort markers: %zu held", ap->nab);
+	ap->ab[ap->nab] = *m;
+	size_t h = ab_hash(m->writer, m->txn, ap->hcap);
+	while (ap->hidx[h])
+		h = (h + 1) & (ap->hcap - 1);
+	ap->hidx[h] = (uint32_t)(ap->nab + 1);
+	ap->nab++;
+	return 0;
+}
+
 /* scan_markers -- the abort markers appended since the last scan (a
  * record's marker follows it in its ring, and it is there before the
  * watermark passes the record: the coordinator holds it until then) */
 static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
 {
+	if (!t->ap.compact_at)
+		t->ap.compact_at = 4096;
 	for (uint32_t r = 0; r < t->ap.nrings; r++) {
 		struct dxl_ring_iter it;
 		struct dxl_rec rec;
@@ -500,35 +589,28 @@ static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
 		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 			uint64_t txn;
 			if (dxl_abort_marker_decode(rec.payload, rec.payload_len, &txn) == 1) {
-				if (t->ap.nab == t->ap.abcap) {
-					/* markers are rare: drop the older half when full */
-					if (t->ap.abcap >= 4096) {
-						memmove(t->ap.ab, t->ap.ab + 2048,
-							(t->ap.nab - 2048) * sizeof(*t->ap.ab));
-						t->ap.nab -= 2048;
-					} else {
-						size_t nc = t->ap.abcap ? 2 * t->ap.abcap : 32;
-						struct abm *nb = realloc(t->ap.ab, nc * sizeof(*nb));
-						if (!nb)
-							return dxl_err_set(DXL_E_NOMEM, "abort markers");
-						t->ap.ab = nb;
-						t->ap.abcap = nc;
-					}
-				}
-				t->ap.ab[t->ap.nab++] = (struct abm){.writer = rec.writer, .txn = txn,
-								     .ts = rec.commit_ts};
+				struct abm m = {.ring = r, .writer = rec.writer, .txn = txn,
+						.seq = rec.seq};
+				int ret = ab_add(&t->ap, &m);
+				if (ret)
+					return ret; /* not scanned: the next call tries again */
 			}
 			t->ap.mpos[r] = it.pos;
 			t->ap.mseq[r] = it.seq;
 		}
 	}
+	t->ap.st.markers = t->ap.nab;
 	return 0;
 }
 
 static bool ap_aborted(const struct dxl_tables *t, const struct dxl_rec *rec)
 {
-	for (size_t i = 0; i < t->ap.nab; i++)
-		if (t->ap.ab[i].writer == rec->writer && t->ap.ab[i].txn == rec->txn_id)
+	const struct applier *ap = &t->ap;
+	if (!ap->nab)
+		return false;
+	size_t h = ab_hash(rec->writer, rec->txn_id, ap->hcap);
+	for (uint32_t i; (i = ap->hidx[h]); h = (h + 1) & (ap->hcap - 1))
+		if (ap->ab[i - 1].writer == rec->writer && ap->ab[i - 1].txn == rec->txn_id)
 			return true;
 	return false;
 }
@@ -895,6 +977,7 @@ struct dxl_table_svc {
 	struct dxl_sched *sched;
 	struct dxl_cluster_config conf; /* the node's applied configuration */
 	bool serving;
+	const struct dxl_zk *zk; /* the lease, checked at every request */
 	uint32_t n;
 	struct dxl_tables *t[DXL_REPLICA_MAX_SHARDS];
 	bool gated[DXL_REPLICA_MAX_SHARDS]; /* by index in t[] */
@@ -1048,6 +1131,62 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 	return applied;
 }
 
+/*
+ * unlock_coord_inserts -- before the locks of a gone coordinator are
+ * released: a record it inserted at L (INSERT with its transaction as the
+ * owner: live, timestamp 0, locked) for a transaction that never reached
+ * this shard's log was never committed -- releasing its lock alone would
+ * publish it. Such records are deleted. (A decided insert has its write
+ * set in the log: unlock_coord_forward kept it; one in doubt made
+ * unlock_coord_forward refuse.) Returns the records deleted.
+ */
+static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
+{
+	uint64_t *logged = NULL;
+	size_t nlog = 0, cap = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, t->ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
+				continue;
+			if (nlog == cap) {
+				cap = cap ? 2 * cap : 64;
+				uint64_t *x = realloc(logged, cap * sizeof(*x));
+				if (!x) {
+					free(logged);
+					return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
+				}
+				logged = x;
+			}
+			logged[nlog++] = rec.txn_id;
+		}
+	}
+	int gone = 0;
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint32_t table = t->t[i].sc.id;
+		for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+			uint64_t w = dxl_store_lock_word(t->st, table, slot);
+			if (!w || (w >> 48) != coord || id_in(logged, nlog, w))
+				continue;
+			struct dxl_record cur;
+			if (dxl_store_read(t->st, table, slot, &cur, NULL, 0) || !cur.live || cur.ts)
+				continue;
+			if (dxl_store_delete(t->st, table, slot, w, 0, NULL) == 0) {
+				gone++;
+				DXL_INFO("event=coord_insert_removed shard=%u table=%u key=%" PRIu64
+					 " txn=0x%" PRIx64 " msg=\"inserted by a transaction that never logged\"",
+					 t->shard, table, cur.key, w);
+			}
+		}
+	}
+	free(logged);
+	return gone;
+}
+
 /* serve_resolution -- the resolution RPCs (no table lookup for the first) */
 static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
 			    struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap)
@@ -1066,10 +1205,10 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
 		if (fwd < 0)
 			return fwd;
-		int nun = dxl_store_unlock_coord(t->st, (uint32_t)r->key);
-		if (nun < 0)
-			return nun;
-		rep->slot = (uint64_t)nun;
+		int gone = unlock_coord_inserts(t, (uint32_t)r->key);
+		if (gone < 0)
+			return gone;
+		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
 		rep->holder = (uint64_t)fwd;
 		if (rep->slot || fwd)
 			DXL_INFO("event=coord_locks_released shard=%u coord=%" PRIu64 " locks=%" PRIu64
@@ -1100,6 +1239,32 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 			continue;
 		uint32_t need = DXL_IN_DOUBT_HDR + 4u * rec.nparts + rec.payload_len;
 		need = (need + 7u) & ~7u;
+		uint32_t head = DXL_IN_DOUBT_HDR + 4u * rec.nparts;
+		if (!used && (need > vcap || r->version)) {
+			/* a record larger than a reply (or the rest of one): its
+			 * header and the part of its payload from byte
+			 * r->version; rec.key = 1 says so, rec.version = where */
+			if (r->version >= rec.payload_len || head >= vcap) {
+				free(ab_ids);
+				return dxl_err_set(DXL_E_INVAL, "in-doubt: part at %" PRIu64 " of a %u-byte record",
+						   r->version, rec.payload_len);
+			}
+			uint32_t part = DXL_MIN(rec.payload_len - (uint32_t)r->version, vcap - head);
+			uint8_t *p = val;
+			memset(p, 0, head);
+			dxl_put_le64(p, rec.txn_id);
+			dxl_put_le64(p + 8, rec.commit_ts);
+			dxl_put_le16(p + 16, rec.nparts);
+			dxl_put_le32(p + 20, rec.payload_len);
+			for (unsigned i = 0; i < rec.nparts; i++)
+				dxl_put_le32(p + DXL_IN_DOUBT_HDR + 4 * i, dxl_rec_part(&rec, i));
+			memcpy(p + head, (const uint8_t *)rec.payload + r->version, part);
+			used = head + part;
+			rep->rec.key = 1;
+			rep->rec.version = r->version;
+			rep->holder = 1;
+			break;
+		}
 		if (used + need > vcap) {
 			rep->holder = 1;
 			break;
@@ -1136,9 +1301,11 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	uint64_t slot;
 	bool have = dxl_store_find(st, r->table, r->key, &slot) == 0;
 	uint64_t w = have ? dxl_store_lock_word(st, r->table, slot) : 0;
-	if (have && w && w != r->owner)
+	if (have && w && w != r->owner) {
+		rep->holder = w; /* the resolver decides whether to wait */
 		return dxl_err_set(DXL_E_BUSY, "table %u key %" PRIu64 ": locked by 0x%" PRIx64
 				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
+	}
 	int ret = 0;
 	if (abort) {
 		/* owner holds the lock of the key it inserts: its insert (made
@@ -1174,6 +1341,27 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	if (op == DXL_RPC_ID_TABLE_TXN_STATUS || op == DXL_RPC_ID_TABLE_IN_DOUBT ||
 	    op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
 		return serve_resolution(t, op, r, rep, val, vcap);
+	if (op == DXL_RPC_ID_TABLE_FENCE)
+		return 0; /* handle() checked everything */
+	if (op == DXL_RPC_ID_TABLE_LOCK_OWNERS) {
+		uint32_t n = 0, cap = DXL_MIN(vcap / 4, 1000u);
+		for (uint32_t i = 0; i < t->n; i++)
+			for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+				uint64_t w = dxl_store_lock_word(st, t->t[i].sc.id, slot);
+				if (!w)
+					continue;
+				uint32_t id = (uint32_t)(w >> 48);
+				bool seen = false;
+				for (uint32_t k = 0; k < n && !seen; k++)
+					seen = dxl_get_le32(val + 4 * k) == id;
+				if (!seen && n < cap)
+					dxl_put_le32(val + 4 * n++, id);
+			}
+		rep->slot = n;
+		rep->data = val;
+		rep->data_len = 4 * n;
+		return 0;
+	}
 	struct tab *tb = find_tab(t, r->table);
 	if (!tb)
 		return dxl_err_set(DXL_E_NOENT, "shard %u has no table %u", t->shard, r->table);
@@ -1294,6 +1482,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	}
 	case DXL_RPC_ID_TABLE_RESOLVE:
 		return serve_resolve(t, r, rep);
+	case DXL_RPC_ID_TABLE_FENCE:
+		return 0; /* handle() checked everything */
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
@@ -1342,6 +1532,11 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 	else if (!svc->serving)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u is not serving (lease lapsed, or shutting down)",
 				  svc->node_id);
+	else if (svc->zk && !dxl_zk_lease_valid(svc->zk))
+		/* the service loop has not noticed yet (a paused process just
+		 * resumed): its session may have expired and another node be
+		 * the primary already */
+		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u: its lease is not valid", svc->node_id);
 	else if (!cs)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "shard %u is not in the configuration of epoch %" PRIu64,
 				  r.shard, svc->conf.epoch);
@@ -1393,6 +1588,8 @@ HANDLER(txn_status, DXL_RPC_ID_TABLE_TXN_STATUS)
 HANDLER(in_doubt, DXL_RPC_ID_TABLE_IN_DOUBT)
 HANDLER(resolve, DXL_RPC_ID_TABLE_RESOLVE)
 HANDLER(unlock_coord, DXL_RPC_ID_TABLE_UNLOCK_COORD)
+HANDLER(fence, DXL_RPC_ID_TABLE_FENCE)
+HANDLER(lock_owners, DXL_RPC_ID_TABLE_LOCK_OWNERS)
 #undef HANDLER
 
 static const struct {
@@ -1410,6 +1607,8 @@ static const struct {
 	{DXL_RPC_ID_TABLE_IN_DOUBT, h_in_doubt},
 	{DXL_RPC_ID_TABLE_RESOLVE, h_resolve},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, h_unlock_coord},
+	{DXL_RPC_ID_TABLE_FENCE, h_fence},
+	{DXL_RPC_ID_TABLE_LOCK_OWNERS, h_lock_owners},
 };
 
 /* svc_main -- the service thread: its ctx, scheduler and RPC endpoint are
@@ -1592,6 +1791,13 @@ void dxl_table_svc_settle(struct dxl_table_svc *svc)
 		}
 		t->ndq = keep;
 	}
+	pthread_mutex_unlock(&svc->mu);
+}
+
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, const struct dxl_zk *zk)
+{
+	pthread_mutex_lock(&svc->mu);
+	svc->zk = zk;
 	pthread_mutex_unlock(&svc->mu);
 }
 

@@ -94,6 +94,8 @@ struct dxl_tables_apply_stats {
 	uint64_t aborted;  /* write sets an abort marker cancels: passed over */
 	uint64_t last_ts;  /* commit timestamp of the last record passed */
 	uint64_t resolved; /* the resolved timestamp of the last call */
+	uint64_t markers;  /* abort markers held (their records not passed yet,
+			      or not compacted yet): never dropped */
 };
 int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 		     uint64_t live_mask, uint32_t max_records);
@@ -173,6 +175,10 @@ void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gat
  * locks released (docs/replica.md "The promotion gate") */
 void dxl_table_svc_settle(struct dxl_table_svc *svc);
 
+/* dxl_table_svc_set_lease -- the node's ZooKeeper session (borrowed): every
+ * request is refused while its lease is not valid (checked at the request,
+ * not only when the service loop notices) */
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, const struct dxl_zk *zk);
 /* dxl_table_svc_set_serving -- false: every request is refused
  * (DXL_E_UNAVAIL) from the moment this returns. Any thread. */
 void dxl_table_svc_set_serving(struct dxl_table_svc *svc, bool serving);

@@ -110,6 +110,23 @@ struct dxl_coord_cfg {
 	 * NULL (default): the system's. Testing: a coordinator on a host whose
 	 * clock is behind (docs/transactions.md "Commit timestamps"). */
 	uint64_t (*wall_ms)(void);
+	/* testing only: no FENCE after the one-sided validation READs (to
+	 * show that a paused old primary then serves stale reads). Default
+	 * false. */
+	bool no_fence;
+	/* testing only: called in the transaction's coroutine at the points of
+	 * enum dxl_txn_hook (it may block, yield or sleep: a test pauses a
+	 * transaction there to inject a fault). Default NULL. */
+	void (*test_hook)(int where, uint64_t txn_id, void *arg);
+	void *test_hook_arg;
+};
+
+/* where dxl_coord_cfg.test_hook is called */
+enum dxl_txn_hook {
+	DXL_TXN_HOOK_VALIDATE = 1, /* after L (every write locked), before V */
+	DXL_TXN_HOOK_LOGGED = 2,   /* every log record acknowledged (the commit
+				      point), before it is decided and written
+				      back */
 };
 #define DXL_COORD_MAX_ID 65535 /* DXL_LOCK_OWNER keeps 16 bits of it */
 void dxl_coord_cfg_init(struct dxl_coord_cfg *cfg);
@@ -256,6 +273,8 @@ struct dxl_coord_stats {
 	uint64_t cache_hits, cache_misses;
 	uint64_t log_appends;
 	uint64_t view_refreshes;            /* configuration re-reads */
+	uint64_t views_live;                /* views in memory (the current one
+					       and those still in use) */
 	uint64_t resolved;                  /* dead coordinators' transactions
 					       this process resolved */
 };
