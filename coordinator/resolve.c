@@ -301,7 +301,9 @@ static int resolve_one(struct rctx *x, uint32_t s, uint32_t r, const struct doub
 }
 
 /* resolve_ring -- steps 1-3 for ring r of shard s; returns the number of
- * transactions resolved, 0 if nothing was in doubt, < 0 on error */
+ * transactions resolved, 0 if nothing was in doubt, < 0 on error
+ * (DXL_E_EXIST: records were in doubt and another resolver holds the
+ * ring) */
 static int resolve_ring(struct rctx *x, uint32_t s, uint32_t r)
 {
 	struct dxl_coord *c = coord_worker_coord(x->w);
@@ -329,11 +331,9 @@ static int resolve_ring(struct rctx *x, uint32_t s, uint32_t r)
 	lc.unavail_ms = 5000;
 	lc.hold_below = oldest;
 	struct dxl_log_writer *lw = NULL;
-	if ((ret = dxl_log_writer_new(c->zk, &lc, &lw))) {
-		if (ret == DXL_E_EXIST)
-			ret = 0; /* another resolver or a new writer has it */
-		goto out;
-	}
+	if ((ret = dxl_log_writer_new(c->zk, &lc, &lw)))
+		goto out; /* DXL_E_EXIST: another resolver has it (the caller
+			     must not release the locks it still resolves) */
 	if (!(ret = list_doubt(x->w, x->v, s, r, x->buf, &d, &n)))
 		for (uint32_t i = 0; i < n && !ret; i++)
 			ret = resolve_one(x, s, r, &d[i], lw);
@@ -390,18 +390,51 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 	uint8_t *buf = malloc(RESOLVE_BUF);
 	int total = 0, err = 0;
 	struct rctx x = {.w = w, .v = v, .live = live, .nlive = nl, .buf = buf};
+	/* a dead coordinator whose records in doubt someone else is resolving
+	 * (a ring held by another resolver) keeps its locks: that resolver's
+	 * RESOLVE keeps a forward entry's lock until its watermark moved, and
+	 * transactions it has not resolved yet hold theirs (issue 20 review) */
+	bool others[8] = {false};
 	/* every ring, even after one failed (a ring waiting for another's
 	 * resolution must not stop that one) */
 	for (uint32_t s = 0; buf && v && s < v->nshards; s++) {
 		if (!v->shards[s].ok)
 			continue;
 		uint64_t mask = 0;
-		if (dxl_writer_slots_live(c->zk, s, &mask))
+		if (dxl_writer_slots_live(c->zk, s, &mask)) {
+			err = err ? err : DXL_E_UNAVAIL; /* cannot tell: keep the locks */
 			continue;
+		}
 		for (uint32_t r = 0; r < v->shards[s].nrings && r < 64; r++) {
-			if ((mask >> r) & 1)
+			int n;
+			if ((mask >> r) & 1) {
+				/* held: a live writer -- or another resolver */
+				struct doubt *d = NULL;
+				uint32_t nn = 0;
+				n = list_doubt(w, v, s, r, buf, &d, &nn);
+				for (uint32_t k = 0; k < nn; k++) {
+					for (uint32_t i = 0; i < nd; i++)
+						others[i] = others[i] || (d[k].txn >> 48) == dead[i];
+					free((void *)d[k].payload);
+				}
+				free(d);
+				if (n < 0) {
+					err = n;
+					DXL_WARN("event=resolve_failed shard=%u ring=%u msg=\"%s\"", s, r,
+						 dxl_errmsg());
+				}
 				continue;
-			int n = resolve_ring(&x, s, r);
+			}
+			n = resolve_ring(&x, s, r);
+			if (n == DXL_E_EXIST) {
+				/* taken by another resolver meanwhile: whose records are
+				 * in doubt there is not known -- keep every lock */
+				for (uint32_t i = 0; i < nd; i++)
+					others[i] = true;
+				DXL_INFO("event=resolve_ring_taken shard=%u ring=%u msg=\"another resolver has it\"",
+					 s, r);
+				continue;
+			}
 			if (n < 0) {
 				DXL_WARN("event=resolve_failed shard=%u ring=%u msg=\"%s\"", s, r,
 					 dxl_errmsg());
@@ -411,9 +444,10 @@ void coord_maybe_resolve(struct dxl_coord_worker *w)
 			total += n;
 		}
 	}
-	/* the dead coordinators' other locks (only once every ring is done) */
+	/* the dead coordinators' other locks (only once every ring is done,
+	 * by this resolution) */
 	for (uint32_t i = 0; !err && buf && v && i < nd; i++)
-		for (uint32_t s = 0; s < v->nshards; s++) {
+		for (uint32_t s = 0; !others[i] && s < v->nshards; s++) {
 			struct dxl_table_req req = {.key = dead[i]};
 			struct dxl_table_rep rep;
 			if (coord_table_call(w, v, s, DXL_RPC_ID_TABLE_UNLOCK_COORD, &req, &rep, NULL, 0))

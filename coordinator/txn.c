@@ -461,6 +461,18 @@ struct dxl_txn {
 				follow it in its ring -- resolution decides */
 	} lrec[2 * DXL_TXN_MAX_OPS];
 	uint32_t nlrec;
+	/* shards whose record of this (aborted) transaction is not decided
+	 * (log_abort): their locks are kept -- released once the worker's
+	 * background marker is acknowledged (KEEP_UND), or left to the
+	 * resolution of its coordinator id (KEEP_RESOLVE: its writer died with
+	 * the session) -- so that whoever decides the record later finds them
+	 * (issue 20 review: released early, a resolution that judged the
+	 * record committed applied it over a later writer) */
+	struct keep {
+		uint32_t shard;
+		enum { KEEP_UND = 1, KEEP_RESOLVE = 2 } how;
+	} keep[DXL_LOG_WRITER_MAX_PARTS];
+	uint32_t nkeep;
 	/* the largest commit timestamp of a state it read, overwrote or
 	 * replaced (records, tombstones): its own are larger (issue 20) */
 	uint64_t seen_ts;
@@ -478,6 +490,27 @@ static void seen(struct dxl_txn *t, uint64_t ts)
 {
 	if (ts > t->seen_ts)
 		t->seen_ts = ts;
+}
+
+/* the locks of shard are kept (struct keep) */
+static void keep_add(struct dxl_txn *t, uint32_t shard, int how)
+{
+	for (uint32_t i = 0; i < t->nkeep; i++)
+		if (t->keep[i].shard == shard) {
+			if (how == KEEP_RESOLVE)
+				t->keep[i].how = KEEP_RESOLVE;
+			return;
+		}
+	if (t->nkeep < DXL_ARRAY_SIZE(t->keep))
+		t->keep[t->nkeep++] = (struct keep){.shard = shard, .how = how};
+}
+
+static int keep_how(const struct dxl_txn *t, uint32_t shard)
+{
+	for (uint32_t i = 0; i < t->nkeep; i++)
+		if (t->keep[i].shard == shard)
+			return t->keep[i].how;
+	return 0;
 }
 
 static bool txn_holds_qps(const struct dxl_txn *t)
@@ -961,6 +994,7 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	t->used = 0;
 	t->log_wait = 0;
 	t->nlrec = 0;
+	t->nkeep = 0;
 	t->seen_ts = 0;
 	memset(&t->info, 0, sizeof(t->info));
 	t->info.id = t->id;
@@ -1254,6 +1288,8 @@ struct settle {
 	uint64_t since_ms, next_ms;
 	uint32_t tries;
 	int last_err;
+	bool after_und;      /* not before the transaction's record in this
+				shard is decided (its background marker) */
 };
 
 static int worker_settle_init(struct dxl_coord_worker *w)
@@ -1418,11 +1454,20 @@ static int settle_once(struct dxl_coord_worker *w, struct dxl_txn *s, struct set
 						    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
 			ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
 		} else if (!e->commit && e->inserted) {
-			/* aborted: the record it inserted at L (or the one a
-			 * promotion gate made for it) goes */
+			/* aborted: the record it inserted at L (version
+			 * lock_version) or the one a promotion gate made for it
+			 * (as logged: lock_version + 2) goes -- never another
+			 * record whose lock it holds (a DELETE for another
+			 * version changes nothing: DXL_E_STATE) */
+			uint64_t v0 = same ? o->lock_version : o->lock_version + 2;
+			uint64_t v1 = same ? o->lock_version + 2 : o->lock_version;
 			struct dxl_table_req del = {.key = o->key, .owner = s->id, .slot = o->slot,
-						    .flags = DXL_TABLE_DEL_AT_SLOT};
+						    .version = v0, .flags = DXL_TABLE_DEL_AT_SLOT};
 			ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			if (ret == DXL_E_STATE) {
+				del.version = v1;
+				ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			}
 		}
 		/* gone already, or not ours: a retry after a lost reply */
 		if (ret == DXL_E_NOENT || ret == DXL_E_STATE)
@@ -1449,6 +1494,15 @@ out:
  * keep at it until txn's (0: every one) are done or the budget ran out.
  * From a coroutine of w, never inside another settle.
  */
+/* txn's record in shard still waits for its background marker (und) */
+static bool und_pending(const struct dxl_coord_worker *w, uint32_t shard, uint64_t txn)
+{
+	for (uint32_t i = 0; i < w->nund; i++)
+		if (w->und[i].shard == shard && w->und[i].txn == txn)
+			return true;
+	return false;
+}
+
 static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budget_ms)
 {
 	if (!w->nsettle || w->settling || !dxl_co_self() || dxl_co_sched() != w->sched)
@@ -1463,6 +1517,13 @@ static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budg
 			if (e->next_ms > now) {
 				i++;
 				continue;
+			}
+			if (e->after_und) {
+				if (und_pending(w, e->shard, e->txn)) {
+					i++;
+					continue;
+				}
+				e->after_und = false; /* decided: released now */
 			}
 			int ret = settle_once(w, w->settler, e);
 			if (ret && settle_retryable(ret)) {
@@ -1487,6 +1548,8 @@ static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budg
 		bool mine = false;
 		uint64_t due = UINT64_MAX;
 		for (uint32_t i = 0; i < w->nsettle; i++) {
+			if (w->settles[i].after_und) /* waits for its marker */
+				continue;
 			mine = mine || !txn || w->settles[i].txn == txn;
 			due = DXL_MIN(due, w->settles[i].next_ms);
 		}
@@ -1509,9 +1572,32 @@ static void release_all(struct dxl_txn *t)
 		struct op *o = &t->ops[i];
 		if (!o->locked)
 			continue;
+		int how = keep_how(t, o->shard);
+		if (how == KEEP_RESOLVE) {
+			/* its record there is undecided and its writer gone with
+			 * the session: the resolution of its id decides and
+			 * releases */
+			o->locked = false;
+			DXL_INFO("event=coord_lock_left txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " msg=\"record undecided: left to resolution\"",
+				 t->id, o->shard, o->key);
+			continue;
+		}
+		if (how == KEEP_UND) {
+			/* released once its record there is decided (the worker's
+			 * background marker acknowledged) */
+			o->locked = false;
+			if (!settle_push(t, o, t->v->shards[o->shard].primary, false, 0))
+				t->w->settles[t->w->nsettle - 1].after_und = true;
+			continue;
+		}
 		int ret = 0;
 		if (o->wop == DXL_WS_INSERT && !o->exists) {
-			struct dxl_table_req req = {.key = o->key, .owner = t->id};
+			/* its own record only (the version its INSERT made), at
+			 * the slot it locked */
+			struct dxl_table_req req = {.key = o->key, .owner = t->id, .slot = o->slot,
+						    .version = o->lock_version,
+						    .flags = DXL_TABLE_DEL_AT_SLOT};
 			struct dxl_table_rep rep;
 			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
 			if (ret == DXL_E_NOENT)
@@ -2056,6 +2142,9 @@ static bool log_abort(struct dxl_txn *t)
 			 * session: a marker cannot follow them in their rings */
 			DXL_WARN("event=coord_abort_orphaned txn=0x%" PRIx64 " msg=\"records left to resolution\"",
 				 t->id);
+			for (uint32_t i = 0; i < n; i++)
+				if (!t->lrec[i].marker && (t->lrec[i].ts || t->lrec[i].orphan))
+					keep_add(t, t->lrec[i].shard, KEEP_RESOLVE);
 			t->nlrec = n;
 			return false;
 		}
@@ -2066,6 +2155,7 @@ static bool log_abort(struct dxl_txn *t)
 				continue;
 			if (r->orphan) {
 				orphans = true; /* resolution decides it */
+				keep_add(t, r->shard, KEEP_RESOLVE);
 				r->ts = 0;
 				continue;
 			}
@@ -2102,12 +2192,17 @@ static bool log_abort(struct dxl_txn *t)
 	}
 	if (!pending)
 		return !orphans;
-	if (t->inc != t->w->inc)
-		return false; /* its writers died with the session: resolution */
 	for (uint32_t i = 0; i < n; i++) {
 		struct lrec *r = &t->lrec[i];
-		if (!r->marker && r->ts)
-			und_add(t->w, r->shard, t->id, r->ts);
+		if (r->marker || !r->ts)
+			continue;
+		if (t->inc != t->w->inc) {
+			/* its writers died with the session: resolution */
+			keep_add(t, r->shard, KEEP_RESOLVE);
+			continue;
+		}
+		und_add(t->w, r->shard, t->id, r->ts);
+		keep_add(t, r->shard, KEEP_UND);
 	}
 	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"no abort marker yet: the worker keeps trying\"",
 		 t->id);

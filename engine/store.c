@@ -1241,6 +1241,26 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return lock_set(s, t, slot, word);
 }
 
+int dxl_store_unlock_owner(struct dxl_store *s, uint32_t table, uint64_t slot,
+			   uint64_t owner)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	if (!owner)
+		return dxl_err_set(DXL_E_INVAL, "store: lock owner 0 means free");
+	uint64_t was;
+	if ((ret = lock_cas(s, t, slot, owner, 0, &was)))
+		return ret;
+	if (was != owner)
+		return dxl_err_set(DXL_E_STATE,
+				   "table %u slot %llu: release by 0x%llx, lock word is 0x%llx",
+				   table, (unsigned long long)slot,
+				   (unsigned long long)owner, (unsigned long long)was);
+	return 0;
+}
+
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
 {
 	int n = 0;
@@ -1377,9 +1397,28 @@ int dxl_store_table_desc(const struct dxl_store *s, uint32_t table,
 
 /* ---- applying the log -------------------------------------------------------------- */
 
+/*
+ * apply_one -- dxl_store_apply; tomb_optional: a delete of an absent key
+ * that finds no free slot for its tombstone is passed over (returns 0)
+ * instead of failing with DXL_E_FULL. Only for a replay, which applies the
+ * last write of each key of its window (no older write of the key follows
+ * it there); an applier must not lose a tombstone: a slot freed later
+ * would let an older insert of the key in.
+ */
+static int apply_one(struct dxl_store *s, uint32_t table, uint64_t key, enum dxl_ws_op op,
+		     uint64_t version, uint64_t ts, const void *value, uint32_t len,
+		     bool tomb_optional);
+
 int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		    enum dxl_ws_op op, uint64_t version, uint64_t ts,
 		    const void *value, uint32_t len)
+{
+	return apply_one(s, table, key, op, version, ts, value, len, false);
+}
+
+static int apply_one(struct dxl_store *s, uint32_t table, uint64_t key, enum dxl_ws_op op,
+		     uint64_t version, uint64_t ts, const void *value, uint32_t len,
+		     bool tomb_optional)
 {
 	struct table *t = find_table(s, table);
 	if (!t)
@@ -1429,10 +1468,18 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		ret = 1;
 	} else if (op == DXL_WS_DELETE) {
 		/* deleted before any write of it arrived here (or its tombstone
-		 * was reclaimed): a tombstone keeps older writes out -- if a
-		 * slot is free for it (a full table: nothing, as for a replay's
-		 * last write of a key; docs/engine.md "Tombstones") */
-		ret = tomb_make(s, t, key, version, ts) == 0;
+		 * was reclaimed): a tombstone keeps older writes out. A full
+		 * table: DXL_E_FULL (the applier stops there and tries again
+		 * once a slot is free) -- a replay's last write of a key needs
+		 * none (docs/engine.md "Tombstones") */
+		ret = tomb_make(s, t, key, version, ts);
+		if (!ret)
+			ret = 1;
+		else if (ret == DXL_E_FULL && tomb_optional)
+			ret = 0;
+		else
+			dxl_err_prefix("delete of absent key %llu: no slot for its tombstone",
+				       (unsigned long long)key);
 	} else {
 		ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
 		if (!ret)
@@ -1554,8 +1601,10 @@ static int apply_entries(struct dxl_store *s, const void *payload, uint32_t len,
 				continue;
 			}
 		}
-		ret = dxl_store_apply(s, e.table, e.key, e.op, e.version, ts,
-				      e.value, e.len);
+		/* a replay (wm: the last write of each key) may pass over a
+		 * tombstone a full table has no slot for */
+		ret = apply_one(s, e.table, e.key, e.op, e.version, ts, e.value, e.len,
+				wm != NULL);
 		if (ret < 0) {
 			dxl_err_prefix("write set entry %u (table %u, key %llu)", i,
 				       e.table, (unsigned long long)e.key);

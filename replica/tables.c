@@ -60,6 +60,21 @@ struct doubt {
 	uint32_t len;
 };
 
+/*
+ * an insert a transaction made here at its lock phase (INSERT with an
+ * owner): live and locked by it, not committed -- until its write-back
+ * (version + 2), its delete, or the release of its lock. Resolution must
+ * tell it from a committed record the transaction merely locked (a dead
+ * coordinator's never-logged insert is deleted, a locked record only
+ * unlocked). In DRAM, as the lock words; an entry is stale (ignored, and
+ * dropped by prov_prune) once the slot's lock word is not its owner's or
+ * the record is not live at its version any more.
+ */
+struct prov {
+	uint32_t table;
+	uint64_t slot, owner, version;
+};
+
 struct dxl_tables {
 	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
 	uint32_t shard;
@@ -72,6 +87,8 @@ struct dxl_tables {
 	struct doubt *dq;  /* in doubt at the gate, not yet settled */
 	size_t ndq, dqcap;
 	uint64_t reclaim_ms;
+	struct prov *pv;   /* inserts made at L (the RPC service's mutex) */
+	size_t npv, pvcap, pv_prune_at;
 };
 
 static struct tab *find_tab(const struct dxl_tables *t, uint32_t id)
@@ -289,6 +306,7 @@ void dxl_tables_close(struct dxl_tables **tp)
 		free(t->dq[i].payload);
 	free(t->dq);
 	free(t->ap.hidx);
+	free(t->pv);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -766,6 +784,24 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 			for (int k = 0; k < n && k < 64; k++) {
 				uint64_t slot;
 				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot) == 0) {
+					struct dxl_record cur;
+					if (e[k].op == DXL_WS_INSERT &&
+					    (dxl_store_read(t->st, e[k].table, slot, &cur, NULL, 0) ||
+					     (cur.version != e[k].version &&
+					      cur.version + 2 != e[k].version))) {
+						/* present, and not this insert's record (an
+						 * earlier gate of this node made it at
+						 * e.version, its lock phase here at e.version
+						 * - 2): another transaction's. Locked for this
+						 * one, its abort would delete a committed
+						 * record (issue 20 review) */
+						DXL_INFO("event=txn_in_doubt_insert_present shard=%u txn=0x%" PRIx64
+							 " table=%u key=%" PRIu64 " version=%" PRIu64
+							 " present=%" PRIu64 " msg=\"another's record: not locked\"",
+							 t->shard, rec.txn_id, e[k].table, e[k].key,
+							 e[k].version, cur.version);
+						continue;
+					}
 					int r2 = dxl_store_lock_set(t->st, e[k].table, slot,
 								    rec.txn_id);
 					if (r2 && r2 != DXL_E_NOENT)
@@ -1062,6 +1098,68 @@ static int log_aborted(const struct dxl_logstore *ls, uint64_t **ids, size_t *n)
 	return 0;
 }
 
+/* ---- inserts made at L (struct prov) ----------------------------------------- */
+
+static bool prov_live(struct dxl_tables *t, const struct prov *p)
+{
+	struct dxl_record cur;
+	return dxl_store_lock_word(t->st, p->table, p->slot) == p->owner &&
+	       dxl_store_read(t->st, p->table, p->slot, &cur, NULL, 0) == 0 && cur.live &&
+	       cur.version == p->version;
+}
+
+/* room for one more entry (stale ones dropped now and then) */
+static int prov_reserve(struct dxl_tables *t)
+{
+	if (t->npv >= t->pv_prune_at) {
+		size_t k = 0;
+		for (size_t i = 0; i < t->npv; i++)
+			if (prov_live(t, &t->pv[i]))
+				t->pv[k++] = t->pv[i];
+		t->npv = k;
+		t->pv_prune_at = DXL_MAX((size_t)256, 2 * k);
+	}
+	if (t->npv == t->pvcap) {
+		size_t nc = t->pvcap ? 2 * t->pvcap : 64;
+		struct prov *n = realloc(t->pv, nc * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "shard %u: inserts in progress", t->shard);
+		t->pv = n;
+		t->pvcap = nc;
+	}
+	return 0;
+}
+
+/* is the record at slot an insert owner made here at its lock phase,
+ * still uncommitted? */
+static bool prov_is(struct dxl_tables *t, uint32_t table, uint64_t slot, uint64_t owner)
+{
+	for (size_t i = 0; i < t->npv; i++) {
+		const struct prov *p = &t->pv[i];
+		if (p->table == table && p->slot == slot && p->owner == owner && prov_live(t, p))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * del_keep_ts -- delete the live record at slot (its lock word is owner's)
+ * keeping its commit timestamp in the tombstone: a delete that undoes an
+ * insert (an abort) is no new state of the key -- the absence it leaves is
+ * the one the insert replaced, whose timestamp the insert carries (INSERT
+ * with an owner: the absence's), or later (a promotion gate's record: its
+ * transaction's). With timestamp 0 the next reader of the absence could
+ * commit below the delete it read (issue 20 review).
+ */
+static int del_keep_ts(struct dxl_store *st, uint32_t table, uint64_t slot, uint64_t owner)
+{
+	struct dxl_record cur;
+	int ret = dxl_store_read(st, table, slot, &cur, NULL, 0);
+	if (ret)
+		return ret;
+	return dxl_store_delete(st, table, slot, owner, cur.ts, NULL);
+}
+
 static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
 {
 	for (size_t i = 0; i < n; i++)
@@ -1134,7 +1232,7 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 /*
  * unlock_coord_inserts -- before the locks of a gone coordinator are
  * released: a record it inserted at L (INSERT with its transaction as the
- * owner: live, timestamp 0, locked) for a transaction that never reached
+ * owner: live, locked; struct prov) for a transaction that never reached
  * this shard's log was never committed -- releasing its lock alone would
  * publish it. Such records are deleted. (A decided insert has its write
  * set in the log: unlock_coord_forward kept it; one in doubt made
@@ -1166,21 +1264,18 @@ static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
 		}
 	}
 	int gone = 0;
-	for (uint32_t i = 0; i < t->n; i++) {
-		uint32_t table = t->t[i].sc.id;
-		for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
-			uint64_t w = dxl_store_lock_word(t->st, table, slot);
-			if (!w || (w >> 48) != coord || id_in(logged, nlog, w))
-				continue;
-			struct dxl_record cur;
-			if (dxl_store_read(t->st, table, slot, &cur, NULL, 0) || !cur.live || cur.ts)
-				continue;
-			if (dxl_store_delete(t->st, table, slot, w, 0, NULL) == 0) {
-				gone++;
-				DXL_INFO("event=coord_insert_removed shard=%u table=%u key=%" PRIu64
-					 " txn=0x%" PRIx64 " msg=\"inserted by a transaction that never logged\"",
-					 t->shard, table, cur.key, w);
-			}
+	for (size_t i = 0; i < t->npv; i++) {
+		const struct prov *p = &t->pv[i];
+		if ((p->owner >> 48) != coord || id_in(logged, nlog, p->owner) || !prov_live(t, p))
+			continue;
+		struct dxl_record cur;
+		if (dxl_store_read(t->st, p->table, p->slot, &cur, NULL, 0))
+			continue;
+		if (del_keep_ts(t->st, p->table, p->slot, p->owner) == 0) {
+			gone++;
+			DXL_INFO("event=coord_insert_removed shard=%u table=%u key=%" PRIu64
+				 " txn=0x%" PRIx64 " msg=\"inserted by a transaction that never logged\"",
+				 t->shard, p->table, cur.key, p->owner);
 		}
 	}
 	free(logged);
@@ -1307,12 +1402,20 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
 	}
 	int ret = 0;
-	if (abort) {
-		/* owner holds the lock of the key it inserts: its insert (made
-		 * at its lock phase, or by a promotion gate) */
-		if (have && w == r->owner && opv == DXL_WS_INSERT)
-			ret = dxl_store_delete(st, r->table, slot, r->owner, 0, NULL);
-	} else {
+	if (abort && have && w == r->owner) {
+		/* the record is owner's insert -- made at its lock phase here
+		 * (struct prov), or by a promotion gate as logged (version) --
+		 * and goes; a record owner only locked (another's, a committed
+		 * one) stays: the lock alone is released (issue 20 review: an
+		 * aborted insert in doubt deleted a committed record) */
+		struct dxl_record cur;
+		bool mine = prov_is(t, r->table, slot, r->owner) ||
+			    (opv == DXL_WS_INSERT &&
+			     dxl_store_read(st, r->table, slot, &cur, NULL, 0) == 0 && cur.live &&
+			     cur.version == r->version);
+		if (mine)
+			ret = del_keep_ts(st, r->table, slot, r->owner);
+	} else if (!abort) {
 		ret = dxl_store_apply(st, r->table, r->key, (enum dxl_ws_op)opv, r->version,
 				      r->ts, r->value, r->len);
 		if (ret > 0)
@@ -1324,7 +1427,7 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	 * record (UNLOCK_COORD): a later writer of the key through a live
 	 * ring cannot reach the backups before it (issue 20) */
 	if (abort && have && w == r->owner &&
-	    (ret = dxl_store_lock_set(st, r->table, slot, 0)))
+	    (ret = dxl_store_unlock_owner(st, r->table, slot, r->owner)) && ret != DXL_E_STATE)
 		return ret;
 	if (dxl_store_find(st, r->table, r->key, &slot) == 0)
 		read_fields(st, r->table, slot, rep);
@@ -1414,10 +1517,21 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		 * the commit timestamp of the absence it replaces */
 		struct dxl_store_absence ab = {0};
 		dxl_store_absence(st, r->table, r->key, &ab);
-		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
+		/* a transaction's insert (not committed yet) carries the
+		 * timestamp of the absence it replaces, so that its abort (a
+		 * delete keeping the record's timestamp) leaves that absence
+		 * as it was; its write-back at commit puts the commit's */
+		uint64_t ts = r->owner ? DXL_MAX(r->ts, ab.ts) : r->ts;
+		if (r->owner && (ret = prov_reserve(t)))
+			return ret;
+		ret = dxl_store_insert_owned(st, r->table, r->key, ts, r->value,
 					     r->len, r->owner, &slot, NULL);
 		if (!ret && !(ret = read_fields(st, r->table, slot, rep)))
 			rep->holder = ab.ts;
+		if (!ret && r->owner)
+			t->pv[t->npv++] = (struct prov){.table = r->table, .slot = slot,
+							.owner = r->owner,
+							.version = rep->rec.version};
 		return ret;
 	}
 	case DXL_RPC_ID_TABLE_DELETE:
@@ -1434,8 +1548,26 @@ static int serve(struct dxl_tables *t, uint16_t op,
 				return 0;
 			}
 		}
-		if ((ret = dxl_store_find(st, r->table, r->key, &slot)) ||
-		    (ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL)))
+		if ((ret = dxl_store_find(st, r->table, r->key, &slot)))
+			return ret;
+		uint64_t dts = r->ts;
+		if (r->version || !dts) {
+			struct dxl_record cur;
+			if ((ret = dxl_store_read(st, r->table, slot, &cur, NULL, 0)))
+				return ret;
+			/* version: only the record of that version (an abort's
+			 * delete of its own insert, never another's record) */
+			if (r->version && cur.version != r->version)
+				return dxl_err_set(DXL_E_STATE,
+						   "table %u key %" PRIu64 ": version %" PRIu64
+						   ", the delete is for version %" PRIu64 " (not deleted)",
+						   r->table, r->key, cur.version, r->version);
+			/* no timestamp (an abort undoing its insert): the record's,
+			 * the absence's it replaced (del_keep_ts) */
+			if (!dts)
+				dts = cur.ts;
+		}
+		if ((ret = dxl_store_delete(st, r->table, slot, r->owner, dts, NULL)))
 			return ret;
 		return read_fields(st, r->table, slot, rep);
 	case DXL_RPC_ID_TABLE_LOCK:
@@ -1748,8 +1880,14 @@ static void settle_one(struct dxl_tables *t, const struct doubt *d)
 			continue;
 		int ret = 0;
 		if (aborted) {
-			if (e[k].op == DXL_WS_INSERT)
-				ret = dxl_store_delete(t->st, e[k].table, slot, d->txn, 0, NULL);
+			/* its insert goes -- the record recover_locks made or
+			 * locked for it (version as logged, or its lock phase's
+			 * here), never another record it holds the lock of */
+			struct dxl_record cur;
+			if (e[k].op == DXL_WS_INSERT &&
+			    dxl_store_read(t->st, e[k].table, slot, &cur, NULL, 0) == 0 &&
+			    (cur.version == e[k].version || cur.version + 2 == e[k].version))
+				ret = del_keep_ts(t->st, e[k].table, slot, d->txn);
 		} else {
 			ret = dxl_store_apply(t->st, e[k].table, e[k].key, e[k].op, e[k].version,
 					      d->ts, e[k].value, e[k].len);
@@ -1757,7 +1895,13 @@ static void settle_one(struct dxl_tables *t, const struct doubt *d)
 		if (ret < 0)
 			DXL_WARN("event=txn_settle_failed shard=%u txn=0x%" PRIx64 " key=%" PRIu64
 				 " msg=\"%s\"", t->shard, d->txn, e[k].key, dxl_errmsg());
-		dxl_store_lock_set(t->st, e[k].table, slot, 0);
+		/* a CAS from its transaction to 0: a word its coordinator
+		 * released meanwhile (one-sided) and a third one took stays
+		 * that one's (issue 20 review) */
+		if ((ret = dxl_store_unlock_owner(t->st, e[k].table, slot, d->txn)) &&
+		    ret != DXL_E_STATE)
+			DXL_WARN("event=txn_settle_unlock_failed shard=%u txn=0x%" PRIx64 " key=%" PRIu64
+				 " msg=\"%s\"", t->shard, d->txn, e[k].key, dxl_errmsg());
 		done++;
 	}
 	DXL_INFO("event=txn_settled shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64

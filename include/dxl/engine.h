@@ -540,6 +540,16 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
  * (NIC mode: see above) with the words released so far released.
  */
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord);
+/*
+ * dxl_store_unlock_owner -- release the lock word of slot if it holds
+ * owner: a CAS owner -> 0 (CPU mode: a CPU CAS; NIC mode: through the lock
+ * agent), never a store over whatever another holder put there (the
+ * resolution of a transaction that met its key still locked by it).
+ * Errors: DXL_E_STATE (the word is not owner: nothing changed),
+ * DXL_E_NOENT, DXL_E_INVAL (owner 0); NIC mode: see above.
+ */
+int dxl_store_unlock_owner(struct dxl_store *s, uint32_t table, uint64_t slot,
+			   uint64_t owner);
 /* the current lock word (an acquire load; any mode); 0 if out of range */
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot);
@@ -669,7 +679,9 @@ int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
  * rewritten. No lock is checked: the applier is the only writer of a
  * backup's records.
  * Errors (nothing changed): DXL_E_NOENT (unknown table), DXL_E_TOOBIG,
- * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL, a hook's error.
+ * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL (no free slot for a
+ * record, or for the tombstone of a delete of an absent key: a replay alone
+ * passes that one over), a hook's error.
  */
 int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		    enum dxl_ws_op op, uint64_t version, uint64_t ts,

@@ -168,6 +168,9 @@ struct env {
 
 typedef void (*hook_fn)(int where, uint64_t txn, void *arg);
 
+static uint32_t g_unavail_ms = 30000; /* env_open's log_unavail_ms */
+static uint32_t g_fabric_ms;          /* env_open's fabric_timeout_ms (0: default) */
+
 static void env_open(struct env *e, hook_fn hook, void *arg)
 {
 	memset(e, 0, sizeof(*e));
@@ -176,7 +179,9 @@ static void env_open(struct env *e, hook_fn hook, void *arg)
 	dxl_coord_cfg_init(&cfg);
 	cfg.test_hook = hook;
 	cfg.test_hook_arg = arg;
-	cfg.log_unavail_ms = 30000; /* failovers and gates of the tests */
+	cfg.log_unavail_ms = g_unavail_ms; /* failovers and gates of the tests */
+	if (g_fabric_ms)
+		cfg.fabric_timeout_ms = g_fabric_ms;
 	if (dxl_coord_new(e->zk, &cfg, &e->c))
 		fail_msg("dxl_coord_new: %s", dxl_errmsg());
 	if (dxl_coord_worker_new(e->c, 4, &e->w))
@@ -1147,6 +1152,95 @@ static void test_insert_in_doubt_across_failover(void **state)
 	wait_full(60000);
 }
 
+/* ---- issue 20 review 4: an undecided record keeps its locks ----------------------------- */
+
+struct stop_hook {
+	bool armed;
+	uint32_t node;
+	pid_t pid;
+};
+
+static void hook_stop_node(int where, uint64_t txn, void *arg)
+{
+	struct stop_hook *h = arg;
+	if (where != DXL_TXN_HOOK_VALIDATE || !h->armed)
+		return;
+	h->armed = false;
+	/* at once (its writer must post the record before it notices) */
+	kill(h->pid, SIGSTOP);
+	print_message("  txn 0x%" PRIx64 " locked key 42; backup %u (pid %d) stopped\n", txn, h->node,
+		      (int)h->pid);
+}
+
+/*
+ * A transaction writes key 42 (shard 0); after its lock phase a backup of
+ * shard 0 stops. Its record cannot be acknowledged (maybe in the log) and
+ * neither can its abort marker within log_unavail_ms (300 ms here, the
+ * fabric's timeout 100 ms: both fail before the backup's session ends): the
+ * record is undecided, the worker keeps marking it. Its lock must stay
+ * until the marker is acknowledged: if the coordinator died before, a
+ * resolution could judge the record committed (in every participant's
+ * log, no marker) and apply it over whoever wrote the key meanwhile.
+ * release_all used to release every lock at once. Once the backup
+ * continues, the marker lands, the lock goes, the key keeps its value.
+ */
+static void test_abort_keeps_locks_until_decided(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	struct dxl_zk *zk = zk_open();
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(zk, &c, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	assert_non_null(sh);
+	assert_true(sh->nbackups >= 1);
+	struct stop_hook h = {.node = sh->backups[0]};
+	h.pid = cluster_pid(h.node);
+	assert_true(h.pid > 0);
+	uint32_t p0 = sh->primary;
+	dxl_cluster_config_clear(&c);
+	/* the record and its marker fail well before the stopped backup's
+	 * session expires (2 s: then the marker would land at once) */
+	g_unavail_ms = 300;
+	g_fabric_ms = 100;
+	env_open(&e, hook_stop_node, &h);
+	g_unavail_ms = 30000;
+	g_fabric_ms = 0;
+	/* its writer of shard 0 open (the record must be sent, not refused) */
+	insert_keys(&e, 42, 1, 1);
+	assert_int_equal(put1(&e, 42, 1, 50), 0);
+	h.armed = true;
+	struct tx x = {.wk = {42}, .nw = 1, .op = 'p', .val = 2, .max_tries = 1};
+	int ret = tx_run(&e, &x);
+	struct rawc r;
+	raw_open(&r, zk, p0);
+	uint64_t lock = 0;
+	raw_slot(&r, 0, T1, 42, &lock);
+	print_message("  the transaction: %s (maybe %d); key 42's lock word 0x%" PRIx64 " (txn 0x%" PRIx64 ")\n",
+		      dxl_errname(ret), x.info.maybe, lock, x.info.id);
+	kill(h.pid, SIGCONT);
+	assert_true(ret != 0);
+	assert_true(x.info.maybe);
+	if (lock != x.info.id)
+		fail_msg("the record of txn 0x%" PRIx64 " is undecided (no abort marker yet) but its lock on key 42 was released (word 0x%" PRIx64 ")",
+			 x.info.id, lock);
+	/* the worker marks it once the backup is back (or gone): the lock is
+	 * released then, the write never happened */
+	int64_t v = 0;
+	ret = get1(&e, 42, &v);
+	raw_slot(&r, 0, T1, 42, &lock);
+	print_message("  later: get key 42: %s (%" PRId64 "), lock word 0x%" PRIx64 "\n", dxl_errname(ret), v,
+		      lock);
+	assert_int_equal(ret, 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(lock, 0);
+	env_close(&e);
+	raw_close(&r);
+	dxl_zk_delete(&zk);
+	wait_full(60000);
+}
+
 /* ---- setup ---------------------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -1196,6 +1290,8 @@ static int group_teardown(void **state)
 int main(void)
 {
 	alarm(600);
+	if (getenv("DXL_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("DXL_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
@@ -1206,6 +1302,7 @@ int main(void)
 		cmocka_unit_test(test_commit_settles_at_new_primary),
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
+		cmocka_unit_test(test_abort_keeps_locks_until_decided),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

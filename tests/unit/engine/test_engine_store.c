@@ -1395,6 +1395,62 @@ static void test_replay_of_a_full_table(void **state)
 	log_close(&l);
 }
 
+/*
+ * A delete of an absent key applied to a full table (issue 20 review): the
+ * tombstone has no slot. It used to be dropped silently (apply returned 0):
+ * once a slot freed, an older insert of the key was applied and the
+ * deleted key came back. Now the apply fails with DXL_E_FULL and changes
+ * nothing (the applier stops there and tries again); with a slot free it
+ * leaves the tombstone, which keeps the older insert out. A replay (the
+ * last write of each key of its window) still passes it over.
+ */
+static void test_apply_delete_full_table(void **state)
+{
+	struct fx *f = *state;
+	create(f, DXL_LOCKS_CPU);
+	uint8_t v[8] = "1234567";
+	for (uint64_t k = 0; k < 4; k++)
+		assert_int_equal(dxl_store_apply(f->s, 9, k, DXL_WS_INSERT, 2 + 2 * k, 10, v, 8), 1);
+	static uint8_t before[DATA_BYTES], after[DATA_BYTES];
+	snapshot(f->s, before);
+	int ret = dxl_store_apply(f->s, 9, 50, DXL_WS_DELETE, 40, 100, NULL, 0);
+	if (ret != DXL_E_FULL)
+		fail_msg("a delete of an absent key on a full table returned %d (%s), not DXL_E_FULL: its tombstone is lost",
+			 ret, dxl_errname(ret));
+	snapshot(f->s, after);
+	assert_memory_equal(before, after, DATA_BYTES);
+	/* a slot frees up (key 0 deleted, its tombstone reused: no
+	 * keep_tombstones here); the applier tries again */
+	assert_int_equal(dxl_store_apply(f->s, 9, 0, DXL_WS_DELETE, 20, 20, NULL, 0), 1);
+	assert_int_equal(dxl_store_apply(f->s, 9, 50, DXL_WS_DELETE, 40, 100, NULL, 0), 1);
+	/* the older insert of key 50 arrives: passed over */
+	assert_int_equal(dxl_store_apply(f->s, 9, 50, DXL_WS_INSERT, 38, 90, v, 8), 0);
+	assert_int_equal(dxl_store_find(f->s, 9, 50, NULL), DXL_E_NOENT);
+	struct dxl_store_absence ab;
+	assert_int_equal(dxl_store_absence(f->s, 9, 50, &ab), 0);
+	assert_int_equal(ab.version, 40);
+	assert_int_equal(ab.ts, 100);
+
+	/* a replay of a window that ends with that delete on a full table */
+	dxl_store_close(&f->s);
+	unlink(f->path);
+	create(f, DXL_LOCKS_CPU);
+	struct logfx l;
+	log_open(f, &l);
+	uint8_t ws[256];
+	for (uint64_t k = 0; k < 4; k++) {
+		assert_int_equal(dxl_store_apply(f->s, 9, k, DXL_WS_INSERT, 2 + 2 * k, 10, v, 8), 1);
+		struct dxl_ws_entry e = {.table = 9, .op = DXL_WS_INSERT, .key = k,
+					 .version = 2 + 2 * k, .value = v, .len = 8};
+		log_append(&l, 0, 10 + k, ws, (uint32_t)dxl_writeset_encode(&e, 1, ws, 256));
+	}
+	struct dxl_ws_entry d = {.table = 9, .op = DXL_WS_DELETE, .key = 50, .version = 40};
+	log_append(&l, 1, 20, ws, (uint32_t)dxl_writeset_encode(&d, 1, ws, 256));
+	struct dxl_replay_stats st;
+	assert_int_equal(dxl_store_replay(f->s, l.ls, UINT64_MAX, NULL, NULL, &st), 5);
+	log_close(&l);
+}
+
 /* a replica killed at a random moment while it applies the log, then
  * reopened (torn slots and all) and replayed: the primary's contents */
 static void test_replay_after_kill(void **state)
@@ -1486,6 +1542,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_replay_matches_primary, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replay_stops_at_a_bad_write_set, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replay_of_a_full_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_apply_delete_full_table, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replay_after_kill, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
