@@ -2559,8 +2559,9 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 				char msg[512];
 				snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 				int v = dxl_txn_validate(t);
-				if (v == DXL_E_CONFLICT)
-					ret = v;
+				if (v)
+					ret = v; /* not validated: a conflict (retried), or
+						    why it could not be (never the answer) */
 				else
 					dxl_err_set(ret, "%s", msg);
 			}
