@@ -513,6 +513,33 @@ static int keep_how(const struct dxl_txn *t, uint32_t shard)
 	return 0;
 }
 
+/*
+ * txn_unregistered -- t began under a registration of its coordinator that
+ * is over (its session expired; the coordinator registered again under a
+ * new id, in this worker or another): its id's locks belong to resolution
+ * now (other coordinators may have released them and committed over them).
+ * It must not log, nor write back: it aborts and leaves its locks to the
+ * resolution of its id (review of issue 12, #2: a zombie commit).
+ */
+static bool txn_unregistered(const struct dxl_txn *t)
+{
+	return t->inc != t->w->inc || t->inc != (uint32_t)atomic_load(&t->w->c->inc);
+}
+
+/* every lock t holds is left to the resolution of its id */
+static void leave_locks(struct dxl_txn *t, const char *why)
+{
+	for (uint32_t i = 0; i < t->nops; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->locked)
+			continue;
+		o->locked = false;
+		DXL_INFO("event=coord_lock_left txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " msg=\"%s: left to resolution\"",
+			 t->id, o->shard, o->key, why);
+	}
+}
+
 static bool txn_holds_qps(const struct dxl_txn *t)
 {
 	return t->active;
@@ -1568,6 +1595,8 @@ static void release_all(struct dxl_txn *t)
 	if (!t->active)
 		return;
 	bool queued = false;
+	if (txn_unregistered(t))
+		leave_locks(t, "registration over");
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->locked)
@@ -2063,6 +2092,11 @@ static int log_append(struct dxl_txn *t, uint32_t shard, const void *buf, uint32
 		      const uint32_t *parts, uint32_t nparts, bool marker)
 {
 	struct wlog *l = NULL;
+	/* never through a writer of a later registration (wlog_get would open
+	 * one): t's id is the old registration's, resolved by others */
+	if (txn_unregistered(t))
+		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 " began before its coordinator registered again (session expired): aborted",
+				   t->id);
 	int ret = wlog_get(t->w, shard, &l);
 	if (ret)
 		return ret;
@@ -2137,7 +2171,7 @@ static bool log_abort(struct dxl_txn *t)
 	uint64_t end = dxl_now_ms() + t->w->c->cfg.log_unavail_ms;
 	bool pending = true;
 	while (pending && dxl_now_ms() < end) {
-		if (t->inc != t->w->inc) {
+		if (txn_unregistered(t)) {
 			/* the writers its records went through died with the
 			 * session: a marker cannot follow them in their rings */
 			DXL_WARN("event=coord_abort_orphaned txn=0x%" PRIx64 " msg=\"records left to resolution\"",
@@ -2196,7 +2230,7 @@ static bool log_abort(struct dxl_txn *t)
 		struct lrec *r = &t->lrec[i];
 		if (r->marker || !r->ts)
 			continue;
-		if (t->inc != t->w->inc) {
+		if (txn_unregistered(t)) {
 			/* its writers died with the session: resolution */
 			keep_add(t, r->shard, KEEP_RESOLVE);
 			continue;
@@ -2216,6 +2250,9 @@ static int log_phase(struct dxl_txn *t)
 	uint32_t parts[DXL_LOG_WRITER_MAX_PARTS];
 	uint32_t nparts = 0;
 	int ret = 0;
+	if (txn_unregistered(t))
+		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 " began before its coordinator registered again (session expired): aborted",
+				   t->id);
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop)
@@ -2326,6 +2363,9 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 	/* one-sided only while this coordinator's lease holds: once its
 	 * session may have expired, others may resolve its transactions and
 	 * the lock word may have moved on -- the RPC checks it is still ours */
+	if (txn_unregistered(t))
+		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
+				   t->id);
 	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider) &&
 	    dxl_zk_lease_valid(t->w->c->zk)) {
 		uint32_t ss = o->vt->st.t.slot_size;
@@ -2397,6 +2437,16 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 static void commit_phase(struct dxl_txn *t)
 {
 	bool queued = false;
+	if (txn_unregistered(t)) {
+		/* committed (every record acknowledged under the old
+		 * registration) but its id is resolution's now: the records
+		 * are in the log, resolution applies them at the primaries
+		 * (UNLOCK_COORD rolls forward what is decided, the ring's
+		 * resolver what is in doubt). A write-back from here could land
+		 * after resolution released the key and another wrote it. */
+		leave_locks(t, "committed, registration over");
+		return;
+	}
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop || !o->locked)
@@ -2407,6 +2457,11 @@ static void commit_phase(struct dxl_txn *t)
 		 * failed is settled later (the same primary: again, with a new
 		 * view, through RPCs that check the lock word is still t's; a
 		 * new primary: where its gate locked the key for t) */
+		if (ret && txn_unregistered(t)) {
+			/* its coordinator registered again meanwhile */
+			leave_locks(t, "committed, registration over");
+			break;
+		}
 		if (ret) {
 			coord_mark_stale(t->w->c, "write-back failed");
 			o->locked = false;
@@ -2435,7 +2490,12 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	t->info.nreads = nr;
 	t->info.nwrites = nw;
 	const char *phase = "lock";
-	ret = lock_phase(t);
+	/* begun before its coordinator registered again: nothing taken yet,
+	 * a retry begins under the new registration */
+	ret = txn_unregistered(t)
+		      ? dxl_err_set(DXL_E_CONFLICT, "transaction 0x%" PRIx64 " began before its coordinator registered again (retry)",
+				    t->id)
+		      : lock_phase(t);
 	if (!ret) {
 		phase = "validate";
 		if (t->w->c->cfg.test_hook)

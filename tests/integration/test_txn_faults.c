@@ -947,6 +947,46 @@ static void test_dead_insert_removed(void **state)
 	env_close(&e);
 }
 
+/*
+ * Review of issue 12, #1. Key 64 is inserted and committed, never updated.
+ * A coordinator process locks it for an update and dies right after its
+ * lock phase (nothing logged). A reader meets the lock and resolves the
+ * dead coordinator: UNLOCK_COORD deletes the inserts of transactions that
+ * never logged -- txn-serial told them by "live, timestamp 0, locked by the
+ * dead coordinator", which a committed insert also was (it kept timestamp
+ * 0: committing an insert only unlocked it), so the committed key 64 was
+ * deleted at the primary while the backups kept it. Now only a record the
+ * dead transaction itself inserted at its lock phase is removed (the
+ * replica marks those, struct prov), and a committed insert carries its
+ * commit timestamp: key 64 stays, with its value, on every member.
+ */
+static void test_dead_update_keeps_insert(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 64, 1, 6464);
+	env_close(&e);
+	struct tx x = {.wk = {64}, .nw = 1, .op = 'p', .val = 99, .max_tries = 1};
+	pid_t child = spawn_dying(&x, DXL_TXN_HOOK_VALIDATE);
+	int st = 0;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	env_open(&e, NULL, NULL);
+	int64_t v = 0;
+	int ret = get1(&e, 64, &v);
+	print_message("  after the dead coordinator was resolved: get key 64: %s (%" PRId64 ")\n",
+		      dxl_errname(ret), v);
+	if (ret == DXL_E_NOENT)
+		fail_msg("the committed insert of key 64 was deleted by the resolution of a coordinator that only locked it for an update");
+	assert_int_equal(ret, 0);
+	assert_int_equal(v, 6464);
+	env_close(&e);
+	/* every member has it (the backups applied the insert from the log) */
+	assert_int_equal(DXL(60000, "cluster", "verify", "--dir", g_dir, "--wait", "20"), 0);
+}
+
 /* ---- item 7: a coordinator whose session expired registers again ------------------------ */
 
 /*
@@ -989,6 +1029,130 @@ static void test_session_expiry_registers_again(void **state)
 	assert_false(has0);
 	assert_true(has1);
 	dxl_zk_delete(&zk);
+	env_close(&e);
+}
+
+/* ---- review #2: no commit from a registration that is over ------------------------------ */
+
+struct zombie_hook {
+	bool armed;
+	struct dxl_zk *zk;   /* the coordinator's session */
+	volatile bool resolved;
+	int other_ret;       /* the other coordinator's put of 555 */
+	char other_msg[512];
+};
+
+static void *zombie_other(void *arg)
+{
+	struct zombie_hook *h = arg;
+	struct env e2;
+	env_open(&e2, NULL, NULL);
+	struct tx x = {.wk = {70}, .nw = 1, .op = 'p', .val = 555, .max_tries = 200};
+	h->other_ret = tx_run(&e2, &x);
+	memcpy(h->other_msg, x.msg, sizeof(h->other_msg));
+	env_close(&e2);
+	return NULL;
+}
+
+static void hook_zombie(int where, uint64_t txn, void *arg)
+{
+	struct zombie_hook *h = arg;
+	if (where != DXL_TXN_HOOK_VALIDATE || !h->armed)
+		return;
+	h->armed = false;
+	/* txn holds key 70 under its coordinator's first registration: the
+	 * session expires (a long pause), another coordinator resolves the
+	 * old id (its lock goes) and commits 555 over key 70 */
+	assert_int_equal(dxl_zk_inject_expiry(h->zk), 0);
+	uint64_t end = dxl_now_ms() + 15000;
+	while (dxl_zk_state(h->zk) != DXL_ZK_EXPIRED && dxl_now_ms() < end)
+		usleep(20 * 1000);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, zombie_other, h), 0);
+	pthread_join(th, NULL);
+	print_message("  txn 0x%" PRIx64 " paused holding key 70; session expired; another coordinator's put of 555: %s %s\n",
+		      txn, dxl_errname(h->other_ret), h->other_msg);
+	h->resolved = true;
+}
+
+/* A: one attempt (dxl_txn_run would retry under the new registration) */
+static void co_zombie_a(void *arg)
+{
+	struct tx *x = arg;
+	struct dxl_txn *t = NULL;
+	x->ret = dxl_txn_begin(x->e->w, &t);
+	if (!x->ret)
+		x->ret = tx_fn(t, x);
+	if (!x->ret)
+		x->ret = dxl_txn_commit(t, &x->info);
+	else if (t)
+		dxl_txn_abort(t);
+	snprintf(x->msg, sizeof(x->msg), "%s", x->ret ? dxl_errmsg() : "");
+}
+
+struct zombie_b {
+	struct zombie_hook *h;
+	struct tx x;
+};
+
+/* another coroutine of the same worker: its next transaction registers the
+ * coordinator again (new id, new writers) while txn is still paused */
+static void co_zombie_b(void *arg)
+{
+	struct zombie_b *b = arg;
+	while (!b->h->resolved)
+		dxl_co_sleep_ms(1);
+	co_tx(&b->x);
+}
+
+/*
+ * Review of issue 12, #2 (a zombie commit). Transaction A reads keys 70
+ * and 72 and writes 777 to key 70; after its lock phase its coordinator's ZooKeeper session
+ * expires, another coordinator resolves the old id (releases A's lock) and
+ * commits 555 over key 70; while A validates (its READ of key 72 yields)
+ * another coroutine of A's worker begins a
+ * transaction, which registers the coordinator again under a new id (new
+ * writers). Before the fix A went on: it opened a writer of the new
+ * registration, logged under its old id, committed, and its one-sided
+ * write-back (the new session's lease holds) put 777 over 555 -- two
+ * commits from the same read (a lost update). Now a transaction begun under
+ * a registration that is over neither logs nor writes back: A aborts (a
+ * conflict: a retry begins under the new registration), its locks are
+ * resolution's, key 70 = 555.
+ */
+static void test_no_commit_after_reregistration(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	struct zombie_hook h = {0};
+	env_open(&e, hook_zombie, &h);
+	h.zk = e.zk;
+	insert_keys(&e, 70, 3, 1);
+	uint32_t id0 = dxl_coord_id(e.c);
+	/* A also reads key 72: its validation READ yields to B */
+	struct tx a = {.e = &e, .table = T1, .rk = {70, 72}, .nr = 2, .wk = {70}, .nw = 1, .op = 'p',
+		       .val = 777, .max_tries = 1};
+	struct zombie_b b = {.h = &h, .x = {.e = &e, .table = T1, .rk = {71}, .nr = 1, .max_tries = 50}};
+	h.armed = true;
+	assert_int_equal(dxl_coord_worker_spawn(e.w, co_zombie_a, &a), 0);
+	assert_int_equal(dxl_coord_worker_spawn(e.w, co_zombie_b, &b), 0);
+	assert_int_equal(dxl_coord_worker_run(e.w), 0);
+	uint32_t id1 = dxl_coord_id(e.c);
+	print_message("  A (txn 0x%" PRIx64 "): %s %s; coordinator %u -> %u; B: %s\n", a.info.id,
+		      dxl_errname(a.ret), a.msg, id0, id1, dxl_errname(b.x.ret));
+	assert_false(h.armed);
+	assert_int_equal(h.other_ret, 0);
+	assert_int_equal(b.x.ret, 0);
+	assert_true(id1 != id0);
+	int64_t v = 0;
+	assert_int_equal(get1(&e, 70, &v), 0);
+	print_message("  key 70 = %" PRId64 "\n", v);
+	if (a.ret == 0)
+		fail_msg("txn 0x%" PRIx64 ", begun under coordinator %u's expired registration, committed after its lock was resolved away (it read %" PRId64 "; key 70 = %" PRId64 ", the other coordinator's 555 overwritten)",
+			 a.info.id, id0, a.got[0], v);
+	assert_false(a.info.maybe);
+	assert_int_equal(v, 555);
 	env_close(&e);
 }
 
@@ -1296,9 +1460,11 @@ int main(void)
 		cmocka_unit_test(test_abort_releases_lock_across_epochs),
 		cmocka_unit_test(test_resolution_never_skips),
 		cmocka_unit_test(test_dead_insert_removed),
+		cmocka_unit_test(test_dead_update_keeps_insert),
 		cmocka_unit_test(test_any_coordinator_resolves),
 		cmocka_unit_test(test_large_record_in_doubt),
 		cmocka_unit_test(test_session_expiry_registers_again),
+		cmocka_unit_test(test_no_commit_after_reregistration),
 		cmocka_unit_test(test_commit_settles_at_new_primary),
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
