@@ -1256,9 +1256,26 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 		uint64_t *res = (uint64_t *)(t->scr + COORD_SCRATCH - 8);
 		struct dxl_wr wr;
 		uint64_t tag = batch(t);
+		*res = 0;
 		wr_cas(&wr, res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
 		       o->vt->st.t.locks.rkey, t->id, 0, true, tag);
-		ret = co_post_wait(qp, &wr, 1, tag, "unlock CAS");
+		uint32_t *inj = &t->w->c->cfg.test_unlock_post_fail;
+		uint32_t n = __atomic_load_n(inj, __ATOMIC_RELAXED);
+		if (n && __atomic_compare_exchange_n(inj, &n, n - 1, false, __ATOMIC_RELAXED,
+						     __ATOMIC_RELAXED))
+			ret = dxl_err_set(DXL_E_STATE, "unlock CAS: QP in the error state (injected)");
+		else
+			ret = co_post_wait(qp, &wr, 1, tag, "unlock CAS");
+		/* a local failure (the post refused: a QP in the error state,
+		 * DXL_E_STATE) is a transport error: nothing ran at the
+		 * primary. DXL_E_STATE is kept for what the CAS found: a lock
+		 * word that is not t's (review of issue 12, #6) */
+		if (ret == DXL_E_STATE)
+			ret = dxl_err_set(DXL_E_UNREACHABLE, "%s", dxl_errmsg());
+		else if (!ret && *(volatile uint64_t *)res != t->id)
+			ret = dxl_err_set(DXL_E_STATE,
+					  "unlock CAS: the lock word of table %u key %" PRIu64 " was 0x%" PRIx64 ", not 0x%" PRIx64,
+					  o->table, o->key, *(volatile uint64_t *)res, t->id);
 	} else {
 		struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
 		struct dxl_table_rep rep;
@@ -1471,8 +1488,8 @@ static int settle_once(struct dxl_coord_worker *w, struct dxl_txn *s, struct set
 			ret = 0;
 			goto out;
 		}
-		if (!ret && nic)
-			ret = unlock_one(s, o);
+		if (!ret && nic && (ret = unlock_one(s, o)) == DXL_E_STATE)
+			ret = 0; /* the CAS found it not ours (any more) */
 	} else {
 		if (e->commit && e->wop == DXL_WS_DELETE) {
 			/* at the slot it locked: a retry after a lost reply finds
@@ -1501,7 +1518,7 @@ static int settle_once(struct dxl_coord_worker *w, struct dxl_txn *s, struct set
 			ret = 0;
 		if (!ret)
 			ret = unlock_one(s, o);
-		if (ret == DXL_E_STATE) /* cpu UNLOCK: not ours (any more) */
+		if (ret == DXL_E_STATE) /* the primary says: not ours (any more) */
 			ret = 0;
 	}
 out:
@@ -1553,11 +1570,16 @@ static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budg
 				e->after_und = false; /* decided: released now */
 			}
 			int ret = settle_once(w, w->settler, e);
-			if (ret && settle_retryable(ret)) {
+			/* never dropped (review of issue 12, #6): whatever the
+			 * error, the lock is still set by a live coordinator,
+			 * which the sweep for gone ones skips; a resolver waiting
+			 * on the key would wait for good. Done only when done or
+			 * when the primary says the lock is not ours. */
+			if (ret) {
 				e->tries++;
 				e->last_err = ret;
 				e->next_ms = dxl_now_ms() + DXL_MIN(20ull << DXL_MIN(e->tries, 6u), 1000ull);
-				if (e->tries % 50 == 0)
+				if (e->tries % 50 == 0 || (e->tries == 1 && !settle_retryable(ret)))
 					DXL_WARN("event=coord_settle_pending txn=0x%" PRIx64 " shard=%u key=%" PRIu64
 						 " tries=%u since_ms=%" PRIu64 " code=%s msg=\"%s\"",
 						 e->txn, e->shard, e->key, e->tries,
@@ -1565,10 +1587,6 @@ static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budg
 				i++;
 				continue;
 			}
-			if (ret)
-				DXL_WARN("event=coord_settle_failed txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-					 " code=%s msg=\"%s\"",
-					 e->txn, e->shard, e->key, dxl_errname(ret), dxl_errmsg());
 			free(e->value);
 			w->settles[i] = w->settles[--w->nsettle];
 		}
@@ -1632,10 +1650,13 @@ static void release_all(struct dxl_txn *t)
 			if (ret == DXL_E_NOENT)
 				ret = 0;
 		}
-		if (!ret)
+		if (!ret) {
 			ret = unlock_one(t, o);
-		else
+			if (ret == DXL_E_STATE)
+				ret = 0; /* the primary says the lock is not ours */
+		} else {
 			o->locked = false;
+		}
 		if (ret) {
 			coord_mark_stale(t->w->c, "release failed");
 			if (!settle_push(t, o, t->v->shards[o->shard].primary, false, ret))

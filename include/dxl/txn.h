@@ -119,6 +119,10 @@ struct dxl_coord_cfg {
 	 * transaction there to inject a fault). Default NULL. */
 	void (*test_hook)(int where, uint64_t txn_id, void *arg);
 	void *test_hook_arg;
+	/* testing only: the next N one-sided unlock CASes fail before they
+	 * are posted, as on a QP in the error state (a transport error, not
+	 * a refusal of the lock's owner). Default 0. */
+	uint32_t test_unlock_post_fail;
 };
 
 /* where dxl_coord_cfg.test_hook is called */

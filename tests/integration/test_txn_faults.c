@@ -170,6 +170,7 @@ typedef void (*hook_fn)(int where, uint64_t txn, void *arg);
 
 static uint32_t g_unavail_ms = 30000; /* env_open's log_unavail_ms */
 static uint32_t g_fabric_ms;          /* env_open's fabric_timeout_ms (0: default) */
+static uint32_t g_unlock_fail;        /* env_open's test_unlock_post_fail */
 
 static void env_open(struct env *e, hook_fn hook, void *arg)
 {
@@ -182,6 +183,7 @@ static void env_open(struct env *e, hook_fn hook, void *arg)
 	cfg.log_unavail_ms = g_unavail_ms; /* failovers and gates of the tests */
 	if (g_fabric_ms)
 		cfg.fabric_timeout_ms = g_fabric_ms;
+	cfg.test_unlock_post_fail = g_unlock_fail;
 	if (dxl_coord_new(e->zk, &cfg, &e->c))
 		fail_msg("dxl_coord_new: %s", dxl_errmsg());
 	if (dxl_coord_worker_new(e->c, 4, &e->w))
@@ -517,6 +519,88 @@ static void wait_coord_gone(struct dxl_zk *zk, uint32_t id, int timeout_ms)
 			fail_msg("coordinator %u still registered", id);
 		usleep(50 * 1000);
 	}
+}
+
+/* ---- review #6: a settle is never dropped; a transport error is no refusal --------------- */
+
+struct wconflict_hook {
+	bool armed;
+	int other_ret;
+};
+
+static void *wconflict_other(void *arg)
+{
+	struct wconflict_hook *h = arg;
+	struct env e2;
+	env_open(&e2, NULL, NULL);
+	h->other_ret = put1(&e2, 15, 1515, 50);
+	env_close(&e2);
+	return NULL;
+}
+
+/* after the lock phase another coordinator writes the key the transaction
+ * read: its validation fails, it aborts and releases its lock */
+static void hook_wconflict(int where, uint64_t txn, void *arg)
+{
+	struct wconflict_hook *h = arg;
+	if (where != DXL_TXN_HOOK_VALIDATE || !h->armed)
+		return;
+	h->armed = false;
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, wconflict_other, h), 0);
+	pthread_join(th, NULL);
+}
+
+/*
+ * Review of issue 12, #6. A transaction reads key 15 and writes key 14;
+ * after its lock phase another coordinator writes key 15: it aborts. Its
+ * unlock CAS of key 14 fails before it is posted (injected: a QP in the
+ * error state, DXL_E_STATE from the local post), so the release is queued;
+ * the settle's first unlock CAS fails the same way. Before the fix the
+ * settle took that DXL_E_STATE for the primary's "not ours any more" and
+ * dropped the entry (any error outside a short list was dropped too): the
+ * lock word of key 14 stayed set by a live coordinator -- which the sweep
+ * for gone coordinators skips -- and every transaction on key 14 aborted.
+ * Now a local failure is a transport error (retried), DXL_E_STATE means
+ * only that the CAS ran and found another word, and no settle is ever
+ * dropped: the lock is released on the next try.
+ */
+static void test_settle_survives_transport_error(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 14, 2, 1);
+	env_close(&e);
+	struct wconflict_hook h = {0};
+	g_unlock_fail = 2;
+	env_open(&e, hook_wconflict, &h);
+	g_unlock_fail = 0;
+	h.armed = true;
+	struct tx x = {.rk = {15}, .nr = 1, .wk = {14}, .nw = 1, .op = 'p', .val = 7, .max_tries = 1};
+	int ret = tx_run(&e, &x);
+	print_message("  the transaction: %s (%s); the other's put of key 15: %s\n", dxl_errname(ret),
+		      x.msg, dxl_errname(h.other_ret));
+	assert_int_equal(h.other_ret, 0);
+	assert_int_equal(ret, DXL_E_CONFLICT);
+	struct dxl_zk *zk = zk_open();
+	struct rawc r;
+	raw_open(&r, zk, primary_of(zk, 0));
+	uint64_t lock = 0;
+	raw_slot(&r, 0, T1, 14, &lock);
+	print_message("  key 14's lock word after the abort: 0x%" PRIx64 " (txn 0x%" PRIx64 ")\n", lock,
+		      x.info.id);
+	if (lock)
+		fail_msg("key 14 is still locked (0x%" PRIx64 ") by the aborted transaction of a live coordinator: its release was dropped",
+			 lock);
+	assert_int_equal(put1(&e, 14, 8, 5), 0);
+	int64_t v = 0;
+	assert_int_equal(get1(&e, 14, &v), 0);
+	assert_int_equal(v, 8);
+	raw_close(&r);
+	dxl_zk_delete(&zk);
+	env_close(&e);
 }
 
 /* ---- defect 3: resolution never skips a committed write -------------------------------- */
@@ -1469,6 +1553,7 @@ int main(void)
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
 		cmocka_unit_test(test_abort_keeps_locks_until_decided),
+		cmocka_unit_test(test_settle_survives_transport_error),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
