@@ -529,15 +529,20 @@ static bool txn_unregistered(const struct dxl_txn *t)
 /* every lock t holds is left to the resolution of its id */
 static void leave_locks(struct dxl_txn *t, const char *why)
 {
+	uint32_t n = 0;
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->locked)
 			continue;
 		o->locked = false;
+		n++;
 		DXL_INFO("event=coord_lock_left txn=0x%" PRIx64 " shard=%u key=%" PRIu64
 			 " msg=\"%s: left to resolution\"",
 			 t->id, o->shard, o->key, why);
 	}
+	if (n)
+		DXL_WARN("event=coord_txn_old_registration txn=0x%" PRIx64 " locks=%u msg=\"%s: its locks are left to resolution\"",
+			 t->id, n, why);
 }
 
 static bool txn_holds_qps(const struct dxl_txn *t)

@@ -25,7 +25,8 @@
  * (tests/lib/nemesis.h: kill -9 of a primary or a backup, SIGSTOP past the
  * session timeout then SIGCONT, power failure, coordinator kill, ZooKeeper
  * server kill and restart, a backup held down for steps then returned and
- * promoted) and runs it. After the schedule:
+ * promoted; and this test's stop-coordinator: a coordinator process
+ * stopped past its session timeout, then continued) and runs it. After the schedule:
  *   - SmallBank + audits: the conflict graph (tests/lib/history.h) of every
  *     committed transaction (versions read and written), seeded with the
  *     versions at the schedule's start: no cycle; every version between the
@@ -561,6 +562,30 @@ static int coord_kill(void *arg, uint64_t *rng, char *desc, size_t cap)
 	return 0;
 }
 
+/*
+ * stop-coordinator: SIGSTOP one coordinator process past its ZooKeeper
+ * session timeout, then SIGCONT (a long GC-like pause): its session
+ * expires, the other process resolves its id (its locks, its rings in
+ * doubt), and when it resumes it registers again under a new id while
+ * transactions it began under the old one are still running -- they must
+ * neither log nor write back (review of issue 12, #2, #8).
+ */
+static int f_stop_coord(struct dxlt_nem *n, uint64_t *rng, char *desc, size_t cap)
+{
+	int slot = (int)dxlt_nem_rand(rng, 2);
+	struct child *ch = &g_ch[g_live[slot]];
+	uint64_t ms = n->session_timeout_ms + 500 + dxlt_nem_rand(rng, 1500);
+	n->t_inject_ms = dxl_wall_ms();
+	if (kill(ch->pid, SIGSTOP))
+		return DXL_E_IO;
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) && errno == EINTR) {
+	}
+	snprintf(desc, cap, "SIGSTOP coordinator process %u for %llu ms, then SIGCONT", ch->inc,
+		 (unsigned long long)ms);
+	return kill(ch->pid, SIGCONT) ? DXL_E_IO : 0;
+}
+
 static int zk_kill(void *arg, int s)
 {
 	return mt_server_cmd(arg, "kill", s) ? DXL_E_IO : 0;
@@ -967,6 +992,9 @@ static void read_log(struct hist *h, const struct child *ch)
 			t->inc = ch->inc;
 			t->co = co;
 			t->delta = d;
+			/* an M after the attempt's own P (its process lived on:
+			 * a coordinator stopped, not killed) lists the same keys */
+			t->nmk = 0;
 			char *p = line + 2 + off;
 			unsigned k;
 			int used;
@@ -1510,6 +1538,36 @@ static uint64_t env_u64(const char *name, uint64_t def)
 	return s && *s ? strtoull(s, NULL, 0) : def;
 }
 
+/* lines of a file holding needle */
+static uint64_t count_lines(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	static char line[8192];
+	uint64_t n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* over every coordinator process so far (their stderr): re-registrations
+ * after a session expiry, and transactions of an old registration that
+ * were stopped before logging or writing back */
+static uint64_t g_rereg, g_old_reg_txns;
+
+static void count_reregistrations(uint64_t *rereg, uint64_t *old_txns)
+{
+	*rereg = *old_txns = 0;
+	for (uint32_t i = 0; i < g_nch; i++) {
+		char err[320];
+		snprintf(err, sizeof(err), "%s/child-%u.err", g_tmp, g_ch[i].inc);
+		*rereg += count_lines(err, "event=coord_registered_again");
+		*old_txns += count_lines(err, "event=coord_txn_old_registration");
+	}
+}
+
 static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *max_gap_out,
 			 struct verdict *v)
 {
@@ -1592,6 +1650,14 @@ static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *
 			}
 		}
 	*max_gap_out = worst;
+	uint64_t rr, ot;
+	count_reregistrations(&rr, &ot);
+	if (rr > g_rereg)
+		print_message("    coordinators registered again after a session expiry: %" PRIu64
+			      " (transactions of an old registration that left their locks to resolution: %" PRIu64 ")\n",
+			      rr - g_rereg, ot - g_old_reg_txns);
+	g_rereg = rr;
+	g_old_reg_txns = ot;
 	print_message("  schedule %u seed %" PRIu64 ": %u faults, %" PRIu64 " committed (%" PRIu64 " smallbank, %" PRIu64
 		      " list-append, %" PRIu64 " audits, %" PRIu64 " registers), %" PRIu64 " unknown, %" PRIu64
 		      " anomalies (%" PRIu64 " of them list-append); %" PRIu64 " real-time edges; stores: %" PRIu64
@@ -1666,6 +1732,13 @@ static void test_nemesis(void **state)
 		fail_msg("%u schedule(s) failed (above)", failed);
 	/* coverage floors: the harness exercised something */
 	assert_true(total_committed >= 50ull * nsched);
+	/* a coordinator stopped past its session timeout registers again */
+	for (uint32_t k = 0; k < g_nem.nkinds; k++)
+		if (!strcmp(g_nem.kinds[k].name, "stop-coordinator") && g_nem.applied[k] && !g_rereg)
+			fail_msg("%" PRIu64 " stop-coordinator faults, but no coordinator registered again: the fault did not expire a session",
+				 g_nem.applied[k]);
+	print_message("  coordinators registered again: %" PRIu64 "; transactions of an old registration that left their locks to resolution: %" PRIu64 "\n",
+		      g_rereg, g_old_reg_txns);
 	if (nsched * nsteps >= 30 && !getenv("DXL_NEMESIS_FAULTS"))
 		assert_true(kinds_used >= 5);
 }
@@ -1731,6 +1804,8 @@ static int group_setup(void **state)
 	g_nem.zk_arg = &g_zks;
 	g_nem.coord_kill = coord_kill;
 	assert_int_equal(dxlt_nem_add_builtin(&g_nem), 0);
+	static const struct dxlt_fault stop_coord = {"stop-coordinator", 2, NULL, f_stop_coord};
+	assert_int_equal(dxlt_nem_add(&g_nem, &stop_coord), 0);
 	if (getenv("DXL_NEMESIS_FAULTS"))
 		dxlt_nem_only(&g_nem, getenv("DXL_NEMESIS_FAULTS"));
 	char tables[128], nicp[64];
