@@ -578,8 +578,8 @@ int dxl_cluster_config_cas(struct dxl_zk *zk, const struct dxl_cluster_config *c
 	struct Stat st;
 	int rc;
 	if (expected_version == DXL_ZK_VERSION_NONE) {
-		rc = zoo_create(conn->zh, path, json, (int)len,
-				    &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		rc = zkx_create(conn, path, json, (int)len,
+				    0, NULL, 0);
 		if (rc == ZNODEEXISTS)
 			ret = dxl_err_set(DXL_E_STALE, "%s already exists (someone "
 					  "created it first): read it and retry",
@@ -625,7 +625,7 @@ int dxl_cluster_config_cas(struct dxl_zk *zk, const struct dxl_cluster_config *c
 	struct Stat nst;
 	/* the version check makes this a CAS: if the znode changed since our
 	 * read, our epoch check was against stale data and this fails */
-	rc = zoo_set2(conn->zh, path, json, (int)len, expected_version, &nst);
+	rc = zkx_set(conn, path, json, (int)len, expected_version, &nst);
 	if (rc == ZBADVERSION)
 		ret = dxl_err_set(DXL_E_STALE, "%s changed after version %d: read "
 				  "it and recompute", path, expected_version);

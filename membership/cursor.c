@@ -86,10 +86,10 @@ int dxl_cursor_get(struct dxl_zk *zk, const char *group, uint32_t shard,
 static int create_cursor(struct zk_conn *c, const char *dir, const char *path,
 			 const char *val, int len)
 {
-	int rc = zoo_create(c->zh, dir, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, dir, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS)
 		return rc;
-	return zoo_create(c->zh, path, val, len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	return zkx_create(c, path, val, len, 0, NULL, 0);
 }
 
 int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
@@ -125,7 +125,7 @@ int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
 		goto out;
 	}
 	for (int tries = 0; tries < 4; tries++) {
-		rc = zoo_set2(c->zh, path, val, len,
+		rc = zkx_set(c, path, val, len,
 			      expected_version == DXL_ZK_VERSION_ANY ? -1
 								     : expected_version,
 			      &st);
@@ -170,7 +170,7 @@ int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard)
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "deleting a cursor")))
 		return ret;
-	int rc = zoo_delete(c->zh, path, -1);
+	int rc = zkx_delete(c, path, -1);
 	zk_conn_put(c);
 	if (rc == ZNONODE)
 		return dxl_err_set(DXL_E_NOENT, "cursor %s was never set", path);

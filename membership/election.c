@@ -227,7 +227,7 @@ int dxl_election_new(struct dxl_zk *zk, const char *name, const char *data,
 		free(e);
 		return ret;
 	}
-	int rc = zoo_create(c->zh, e->dir, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, e->dir, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS) {
 		ret = zk_err(rc, "create", e->dir);
 		goto fail;
@@ -238,8 +238,8 @@ int dxl_election_new(struct dxl_zk *zk, const char *name, const char *data,
 	snprintf(prefix, sizeof(prefix), "%s/%s", e->dir, mine);
 	ret = 1;
 	for (int tries = 0; tries < 4 && ret == 1; tries++) {
-		rc = zoo_create(c->zh, prefix, data, data ? (int)dlen : -1,
-				&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE,
+		rc = zkx_create(c, prefix, data, data ? (int)dlen : -1,
+				ZOO_EPHEMERAL | ZOO_SEQUENCE,
 				e->me, sizeof(e->me));
 		if (rc == ZOK) {
 			ret = 0;
@@ -315,7 +315,7 @@ int dxl_election_resign(struct dxl_election *e)
 	int ret = zk_acquire(e->obs.zk, &c, "resigning");
 	if (ret)
 		return ret;
-	int rc = zoo_delete(c->zh, e->me, -1);
+	int rc = zkx_delete(c, e->me, -1);
 	zk_conn_put(c);
 	if (rc != ZOK && rc != ZNONODE)
 		return zk_err(rc, "delete", e->me);

@@ -55,7 +55,7 @@ static void held_del(int64_t session, uint32_t shard, uint32_t slot)
 
 static int ensure_dir(struct zk_conn *c, const char *path)
 {
-	int rc = zoo_create(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, path, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS)
 		return zk_err(rc, "create", path);
 	return 0;
@@ -111,8 +111,7 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 		/* the registry's lock spans the create and the check: two
 		 * threads of one session must not both see the znode as theirs */
 		pthread_mutex_lock(&g_held_mu);
-		int rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE,
-				    ZOO_EPHEMERAL, NULL, 0);
+		int rc = zkx_create(c, path, data, dlen, ZOO_EPHEMERAL, NULL, 0);
 		if (rc == ZOK) {
 			held_add(zk_conn_session(c), shard, k);
 			pthread_mutex_unlock(&g_held_mu);

@@ -218,6 +218,49 @@ int dxl_zk_server(struct dxl_zk *zk, char *buf, size_t cap);
  */
 int dxl_zk_inject_expiry(struct dxl_zk *zk);
 
+/*
+ * Fault injection: ZooKeeper calls that fail with a connection loss (the
+ * "ZooKeeper shim" of the fault tests). Every call of this module that names
+ * a znode whose path contains path_part and is one of ops is counted; after
+ * `skip` of them, the next `count` (0: all of them) fail:
+ *
+ *   DXL_ZK_LOSE_REPLY    the call is applied at the server, then reported
+ *                        as a connection loss (for writes: create, set,
+ *                        delete): the caller cannot know it took effect;
+ *   DXL_ZK_LOSE_REQUEST  reported as a connection loss, not applied (any
+ *                        op, reads and listings included).
+ *
+ * The session itself stays connected (the lease is not touched): what is
+ * injected is the ambiguity of a lost reply, as the callers see it. Every
+ * fault is logged (event=zk_fault_injected). Up to 16 rules per zk.
+ * A process can also arm them for every zk it opens with the environment
+ * variable DXL_ZK_FAULTS, read by dxl_zk_new, in the syntax of
+ * dxl_zk_inject_faults: rules separated by ',', each
+ *   op[+op]:path_part:reply|request[:skip[:count]]
+ * with op one of create, set, delete, list, read (skip 0 and count 1 when
+ * absent), e.g. "create:/cm/c-:reply" (the first CM candidacy create loses
+ * its reply). Errors: DXL_E_INVAL (bad rule; a lost reply of a read), DXL_E_FULL.
+ */
+enum dxl_zk_fault_op {
+	DXL_ZK_OP_CREATE = 1,
+	DXL_ZK_OP_SET = 2,    /* versioned or not */
+	DXL_ZK_OP_DELETE = 4,
+	DXL_ZK_OP_LIST = 8,   /* get children */
+	DXL_ZK_OP_READ = 16,  /* get, exists */
+	DXL_ZK_OP_ALL = 31,
+};
+enum dxl_zk_fault_kind {
+	DXL_ZK_LOSE_REPLY = 1,
+	DXL_ZK_LOSE_REQUEST = 2,
+};
+int dxl_zk_inject_fault(struct dxl_zk *zk, unsigned ops, const char *path_part,
+			enum dxl_zk_fault_kind kind, uint32_t skip, uint32_t count);
+int dxl_zk_inject_faults(struct dxl_zk *zk, const char *spec);
+/* how many calls failed by injection so far */
+uint32_t dxl_zk_faults_fired(const struct dxl_zk *zk);
+/* dxl_zk_clear_faults -- disarm every rule */
+void dxl_zk_clear_faults(struct dxl_zk *zk);
+
 /* ==== nodes: registration of live processes ============================== */
 
 /*
