@@ -370,13 +370,10 @@ static int decode_mr(json_t *o, const char *where, const char *key,
 	uint64_t u;
 	if (ret || (ret = get_str(r, rwhere, "addr", &a)))
 		return ret;
-	char *end = NULL;
-	errno = 0;
-	unsigned long long addr = strncmp(a, "0x", 2) == 0 ? strtoull(a + 2, &end, 16) : 0;
-	if (strncmp(a, "0x", 2) != 0 || !a[2] || errno || !end || *end)
-		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<hex>",
+	/* strict: strtoull would take "0x-1", "0x 10" and "0x0x10" */
+	if (dxl_parse_hex64(a, &m->addr))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<1..16 hex digits>",
 				   rwhere, a);
-	m->addr = addr;
 	if ((ret = get_u64(r, rwhere, "len", UINT64_MAX >> 12, &m->len)) ||
 	    (ret = get_u64(r, rwhere, "rkey", UINT32_MAX, &u)))
 		return ret;
@@ -430,12 +427,9 @@ static int decode_table(json_t *o, const char *swhere, uint32_t k,
 	    (ret = get_u64(o, where, "n_indirect", DXL_INDEX_MAX_INDIRECT, &st->ihdr.n_indirect)) ||
 	    (ret = get_str(o, where, "seed", &s)))
 		return ret;
-	char *end = NULL;
-	errno = 0;
-	unsigned long long seed = strncmp(s, "0x", 2) == 0 ? strtoull(s + 2, &end, 16) : 0;
-	if (strncmp(s, "0x", 2) != 0 || !s[2] || errno || !end || *end)
-		return dxl_err_set(DXL_E_CORRUPT, "%s: seed '%s' is not 0x<hex>", where, s);
-	st->ihdr.seed = seed;
+	if (dxl_parse_hex64(s, &st->ihdr.seed))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: seed '%s' is not 0x<1..16 hex digits>",
+				   where, s);
 	st->ihdr.format = DXL_INDEX_FORMAT;
 	st->ihdr.len = DXL_INDEX_HDR_SIZE +
 		       DXL_INDEX_BUCKET_SIZE * (st->ihdr.n_buckets + st->ihdr.n_indirect);
