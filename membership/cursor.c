@@ -199,14 +199,23 @@ int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 		return 0;
 	if (rc != ZOK)
 		return zk_err(rc, "get_children", dir);
+	/* a group whose cursor cannot be decoded is at an unknown position:
+	 * it may not have read anything, so it holds everything back (0) --
+	 * reported, after the others were read */
+	char bad[160] = "";
+	uint32_t nbad = 0;
 	for (int32_t i = 0; i < kids.count && !ret; i++) {
 		uint64_t ts;
 		int r = dxl_cursor_get(zk, kids.data[i], shard, &ts, NULL);
-		if (r == DXL_E_NOENT || r == DXL_E_INVAL || r == DXL_E_CORRUPT) {
-			dxl_err_clear(); /* no cursor for this shard, or not ours */
+		if (r == DXL_E_NOENT || r == DXL_E_INVAL) {
+			dxl_err_clear(); /* no cursor for this shard, or not a group */
 			continue;
 		}
-		if (r) {
+		if (r == DXL_E_CORRUPT) {
+			if (!nbad++)
+				snprintf(bad, sizeof(bad), "%s", dxl_errmsg());
+			ts = 0;
+		} else if (r) {
 			ret = r;
 			break;
 		}
@@ -216,5 +225,8 @@ int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 			(*ngroups)++;
 	}
 	deallocate_String_vector(&kids);
+	if (!ret && nbad)
+		ret = dxl_err_set(DXL_E_CORRUPT, "shard %u: %u consumer group(s) with an unreadable "
+				  "cursor, taken as 0 (%s)", shard, nbad, bad);
 	return ret;
 }

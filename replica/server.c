@@ -61,6 +61,7 @@ struct dxl_replica_server {
 	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
 	uint64_t nrec[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_stats_pub_ms;
+	uint64_t cursor_warn_ms[DXL_REPLICA_MAX_SHARDS]; /* last unreadable-cursor warning */
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
 	struct dxl_replica_desc *src_desc; /* the source of a copy (loop only;
@@ -832,10 +833,20 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 			continue; /* a copy in progress: its heads are the source's */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		uint64_t keep_from = UINT64_MAX;
-		if (s->zk && dxl_cursor_min(s->zk, dxl_shard_id(s->shards[i]), &keep_from, NULL)) {
-			/* cursors unknown: reclaim by size only */
-			DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"",
-				  dxl_shard_id(s->shards[i]), dxl_errmsg());
+		int cr = s->zk ? dxl_cursor_min(s->zk, dxl_shard_id(s->shards[i]), &keep_from,
+						NULL) : 0;
+		if (cr) {
+			/* cursors unknown (ZooKeeper unreachable, or a group's
+			 * cursor unreadable): nothing goes by age, size only */
+			if (cr == DXL_E_CORRUPT &&
+			    dxl_now_ms() - s->cursor_warn_ms[i] >= 60000) {
+				s->cursor_warn_ms[i] = dxl_now_ms();
+				DXL_WARN("event=cursor_unreadable shard=%u action=keep_by_age msg=\"%s\"",
+					 dxl_shard_id(s->shards[i]), dxl_errmsg());
+			} else {
+				DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"",
+					  dxl_shard_id(s->shards[i]), dxl_errmsg());
+			}
 			keep_from = 0;
 		}
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {

@@ -608,8 +608,10 @@ int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
 /*
  * dxl_cursor_min -- the smallest committed cursor of shard over every
  * consumer group (UINT64_MAX and *ngroups = 0 when no group has one): what
- * retention must keep unless the size limit forces it. Errors: the common
- * errors.
+ * retention must keep unless the size limit forces it.
+ * Errors: DXL_E_CORRUPT (a group's cursor for this shard cannot be decoded:
+ * its position is unknown, so it counts as 0 -- *min_ts is 0 and *ngroups
+ * counts it; the message names the first such cursor), the common errors.
  */
 int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 		   uint32_t *ngroups);

@@ -960,6 +960,22 @@ static void test_cursors(void **state)
 	assert_int_equal(dxl_cursor_get(a, "cdc", 9, &ts, NULL), DXL_E_CORRUPT);
 	raw_put(path, "{\"next_ts\":\"99999999999999999999\"}");
 	assert_int_equal(dxl_cursor_get(a, "cdc", 9, &ts, NULL), DXL_E_CORRUPT);
+	/* retention's minimum: a group whose cursor of that shard cannot be
+	 * read is at an unknown position, so it holds everything (0): an
+	 * error, not "no cursor" (issue 16.9) */
+	uint32_t ng = 0;
+	assert_int_equal(dxl_cursor_set(a, "fast", 9, 5000, DXL_ZK_VERSION_ANY, NULL), 0);
+	assert_int_equal(dxl_cursor_min(b, 9, &ts, &ng), DXL_E_CORRUPT);
+	assert_non_null(strstr(dxl_errmsg(), "cursors/cdc/9"));
+	assert_int_equal(ts, 0);
+	assert_int_equal(ng, 2);
+	assert_int_equal(dxl_cursor_min(b, 3, &ts, &ng), 0); /* other shards: fine */
+	assert_int_equal(ts, 77);
+	assert_int_equal(ng, 1);
+	assert_int_equal(dxl_cursor_set(a, "cdc", 9, 4000, DXL_ZK_VERSION_ANY, NULL), 0);
+	assert_int_equal(dxl_cursor_min(b, 9, &ts, &ng), 0);
+	assert_int_equal(ts, 4000);
+	assert_int_equal(ng, 2);
 	/* delete */
 	assert_int_equal(dxl_cursor_delete(a, "cdc", 3), 0);
 	assert_int_equal(dxl_cursor_get(b, "cdc", 3, &ts, NULL), DXL_E_NOENT);
