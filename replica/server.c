@@ -53,9 +53,6 @@ struct dxl_replica_server {
 	uint64_t cfg_epoch;             /* its epoch, 0 = none yet */
 	enum dxl_shard_state st[DXL_REPLICA_MAX_SHARDS];
 	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
-	/* joined as a member: one last copy from the primary before this
-	 * node registers for the epoch (join_pull) */
-	bool join_pull[DXL_REPLICA_MAX_SHARDS];
 	/* published statistics per shard (fill, newest record, count) */
 	uint32_t fill[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
@@ -552,13 +549,13 @@ static void apply_config(struct dxl_replica_server *s)
 		if (s->svc)
 			dxl_table_svc_set_gated(s->svc, dxl_shard_id(s->shards[i]), s->gated[i]);
 		if (in_shard(sh, s->cfg.node_id)) {
+			/* a node that joins copies the shard from the primary
+			 * once more before it says MEMBER (join_pulls); the
+			 * other shards do not wait for it (issue 16.1) */
 			if (s->st[i] != DXL_SHARD_MEMBER)
-				s->join_pull[i] = true;
-			s->st[i] = DXL_SHARD_MEMBER;
-		} else {
-			s->join_pull[i] = false;
-			if (s->st[i] == DXL_SHARD_MEMBER)
-				s->st[i] = DXL_SHARD_CATCHING_UP;
+				s->st[i] = primary ? DXL_SHARD_MEMBER : DXL_SHARD_JOINING;
+		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING) {
+			s->st[i] = DXL_SHARD_CATCHING_UP;
 		}
 		if (old != s->st[i])
 			DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=%s was=%s",
@@ -653,8 +650,8 @@ static void catch_up(struct dxl_replica_server *s)
 {
 	bool republish = false;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (s->st[i] == DXL_SHARD_MEMBER)
-			continue;
+		if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING)
+			continue; /* a member; a joiner copies in join_pulls */
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		enum dxl_shard_state old = s->st[i];
@@ -667,7 +664,16 @@ static void catch_up(struct dxl_replica_server *s)
 		uint32_t src = 0;
 		for (uint32_t k = 0; k < nm && ret; k++) {
 			src = m[k];
+			if (src == s->cfg.node_id)
+				continue;
 			ret = dxl_replica_desc_get(s->zk, src, s->src_desc);
+			/* only a member that holds the shard is a source (not
+			 * one that is joining or restarted on a new store) */
+			const struct dxl_shard_desc *ssd =
+				ret ? NULL : dxl_replica_desc_shard(s->src_desc, shard);
+			if (!ret && (!ssd || ssd->state != DXL_SHARD_MEMBER))
+				ret = dxl_err_set(DXL_E_NOENT, "node %u is not a member of shard %u yet",
+						  src, shard);
 			if (!ret)
 				ret = pull_shard(s, i, s->src_desc, &changed);
 			if (ret && ret != DXL_E_NOENT)
@@ -695,46 +701,55 @@ static void catch_up(struct dxl_replica_server *s)
 }
 
 /*
- * join_pulls -- a shard this node just joined (SYNCED -> MEMBER): its last
- * copy pass may predate records a writer of the previous epoch appended and
- * had acknowledged by the old members, and a writer that has gone since will
- * never repair them. So, once the primary is registered for this epoch (no
- * writer of an older one can reach it: nothing more is acknowledged there)
- * and before this node registers for it (no writer of this epoch opens
- * before), copy the shard from the primary once more. Returns true when no
- * such copy is pending (publish may go on).
+ * join_pulls -- a shard this node joined (JOINING, since apply_config): its
+ * last copy pass may predate records a writer of the previous epoch appended
+ * and had acknowledged by the old members, and a writer that has gone since
+ * will never repair them. So, once the primary is registered for this epoch
+ * as a member of the shard (no writer of an older epoch can reach it:
+ * nothing more is acknowledged there), copy the shard from the primary once
+ * more; then say MEMBER. Until then the shard is published as JOINING:
+ * writers of this epoch do not open with it, and the CM does not count it.
+ * Per shard: the node's other shards are published and served meanwhile
+ * (two nodes joining each other's shards do not wait for each other).
  */
-static bool join_pulls(struct dxl_replica_server *s)
+static void join_pulls(struct dxl_replica_server *s)
 {
-	bool done = true;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (!s->join_pull[i])
+		if (s->st[i] != DXL_SHARD_JOINING)
 			continue;
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		if (!sh || sh->primary == s->cfg.node_id) {
-			s->join_pull[i] = false;
+			s->st[i] = sh ? DXL_SHARD_MEMBER : DXL_SHARD_UNASSIGNED;
+			s->published = false;
 			continue;
 		}
+		DXL_TESTPOINT("replica.join_pull.wait", s);
 		/* the primary's descriptor, read once: its cfg_epoch says whether
 		 * it registered for this epoch, and it is what the pull uses */
 		int ret = dxl_replica_desc_get(s->zk, sh->primary, s->src_desc);
-		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch;
+		const struct dxl_shard_desc *psd =
+			ret ? NULL : dxl_replica_desc_shard(s->src_desc, shard);
+		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch && psd &&
+			     psd->state == DXL_SHARD_MEMBER;
 		uint64_t changed = 0;
-		if (ready)
+		if (ready) {
+			DXL_TESTPOINT("replica.join_pull.copy", s);
 			ret = pull_shard(s, i, s->src_desc, &changed);
+		}
 		if (!ready || ret) {
 			if (ret)
 				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
 					  sh->primary, dxl_errmsg());
-			done = false;
 			continue;
 		}
-		s->join_pull[i] = false;
+		s->st[i] = DXL_SHARD_MEMBER;
+		s->published = false; /* say MEMBER */
 		DXL_INFO("event=join_pull shard=%u epoch=%" PRIu64 " source=%u changed=%" PRIu64,
 			 shard, s->cfg_epoch, sh->primary, changed);
+		DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=member was=joining",
+			 shard, s->cfg_epoch);
 	}
-	return done;
 }
 
 /* ---- retention ---------------------------------------------------------------- */
@@ -1177,7 +1192,9 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=register_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease && s->serving && !s->published && join_pulls(s)) {
+		if (lease && s->serving)
+			join_pulls(s);
+		if (lease && s->serving && !s->published) {
 			int ret = publish(s, true);
 			if (ret == DXL_E_EXIST) {
 				pthread_mutex_lock(&s->reg_mu);

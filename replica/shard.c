@@ -174,7 +174,7 @@ int dxl_shard_describe(const struct dxl_shard *s, struct dxl_shard_desc *out)
 /* ---- JSON ------------------------------------------------------------------ */
 
 static const char *const STATE_NAMES[] = {"member", "catching_up", "synced",
-					   "unassigned"};
+					   "unassigned", "joining"};
 
 const char *dxl_shard_state_name(enum dxl_shard_state st)
 {

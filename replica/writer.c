@@ -156,6 +156,15 @@ static int try_open(struct dxl_log_writer *w)
 					  w->cfg.shard);
 			break;
 		}
+		/* joining (its last copy from the primary is not done), or not
+		 * yet a member as far as it knows: appends would not be on a
+		 * complete copy */
+		if (sd->state != DXL_SHARD_MEMBER) {
+			ret = dxl_err_set(DXL_E_UNAVAIL,
+					  "member %u of shard %u is %s, not yet a member (epoch %" PRIu64 ")",
+					  ids[i], w->cfg.shard, dxl_shard_state_name(sd->state), epoch);
+			break;
+		}
 		if (w->slot >= sd->nrings) {
 			ret = dxl_err_set(DXL_E_CONFIG,
 					  "writer slot %u, but member %u has %u rings for shard %u",

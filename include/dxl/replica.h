@@ -115,13 +115,20 @@ int dxl_shard_targets(const struct dxl_shard *s, const char *addr,
  *              a small distance of a member: the CM may add it as a backup
  *              (writers repair the rest when they reopen, docs/log.md);
  * UNASSIGNED   not in the replica set and nothing to copy from (the shard
- *              has no live member, or is not in the configuration).
+ *              has no live member, or is not in the configuration); also
+ *              the state of every shard until the node has applied a
+ *              configuration;
+ * JOINING      in the replica set (cfg_epoch), but its last copy from the
+ *              primary (the join pull, docs/replica.md) is not done yet:
+ *              writers do not use it and the CM does not count it.
+ * Only MEMBER means "holds every acknowledged record of the shard".
  */
 enum dxl_shard_state {
 	DXL_SHARD_MEMBER = 0,
 	DXL_SHARD_CATCHING_UP = 1,
 	DXL_SHARD_SYNCED = 2,
 	DXL_SHARD_UNASSIGNED = 3,
+	DXL_SHARD_JOINING = 4,
 };
 const char *dxl_shard_state_name(enum dxl_shard_state st);
 int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out);

@@ -164,7 +164,11 @@ int dxlt_config_put(struct dxl_zk *zk, uint32_t nshards, const uint32_t *shards,
 		for (uint32_t i = 0; !ret && i < nshards; i++) {
 			ret = dxl_cluster_config_set_shard(&c, shards[i], members[i][0],
 							   members[i] + 1, n[i] - 1);
+			/* a node already listed keeps its address (it may be
+			 * down); a new one is taken from its descriptor */
 			for (uint32_t k = 0; !ret && k < n[i]; k++) {
+				if (dxl_cluster_config_node(&c, members[i][k]))
+					continue;
 				ret = dxl_replica_desc_get(zk, members[i][k], d);
 				if (!ret)
 					ret = dxl_cluster_config_set_node(&c, members[i][k], d->addr);

@@ -1,0 +1,283 @@
+/* test_reconfig.c -- reconfiguration under the faults of issue 16, with replica
+ * servers in this process (tests/lib/faults.h: the test reaches their
+ * ZooKeeper sessions and test points) and a real ZooKeeper:
+ *
+ *  - crosswise joins: two nodes each join a shard the other leads, in one
+ *    epoch; both must get there (16.1); a node joining a shard whose primary
+ *    is gone still publishes and serves its other shards (16.1);
+ *  - more cases are added with their defects.
+ *
+ * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it); skips otherwise.
+ * DXL_TEST_KEEP=1 keeps the directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "dxl/log.h"
+#include "dxl/membership.h"
+#include "dxl/replica.h"
+#include "tests/lib/faults.h"
+#include "tests/lib/proc.h"
+
+#define MAXN 4
+
+static const char *g_zkc;
+static char g_tmp[128];
+static char g_cluster[64];
+static struct dxl_zk *g_zk;
+static int g_case;
+
+struct node {
+	struct dxl_replica_cfg cfg;
+	struct dxlt_server srv;
+	char dir[256];
+};
+static struct node g_n[MAXN + 1]; /* by node id */
+
+#define NEED_ZK()                                                                     \
+	do {                                                                          \
+		if (!g_zkc) {                                                         \
+			print_message("SKIPPED: no ZooKeeper (DXL_TEST_ZK unset; "    \
+				      "scripts/test.sh sets it)\n");                  \
+			skip();                                                       \
+		}                                                                     \
+	} while (0)
+
+static int group_setup(void **state)
+{
+	(void)state;
+	g_zkc = getenv("DXL_TEST_ZK");
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-reconfig-XXXXXX");
+	assert_non_null(mkdtemp(g_tmp));
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (!getenv("DXL_TEST_KEEP")) {
+		char cmd[256];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", g_tmp);
+	} else {
+		fprintf(stderr, "kept %s\n", g_tmp);
+	}
+	return 0;
+}
+
+static int case_setup(void **state)
+{
+	(void)state;
+	if (!g_zkc)
+		return 0;
+	g_case++;
+	snprintf(g_cluster, sizeof(g_cluster), "rc%d-%d", (int)getpid(), g_case);
+	assert_int_equal(dxlt_zk_open(g_zkc, g_cluster, &g_zk), 0);
+	return 0;
+}
+
+static int case_teardown(void **state)
+{
+	(void)state;
+	dxl_testpoint_clear_all();
+	for (int i = 1; i <= MAXN; i++)
+		if (g_n[i].srv.s)
+			dxlt_server_stop(&g_n[i].srv);
+	dxl_zk_delete(&g_zk);
+	alarm(0);
+	return 0;
+}
+
+/* start -- node `id` hosting shards 0..nshards-1 in this process */
+static void start(uint32_t id, uint32_t nshards)
+{
+	struct node *n = &g_n[id];
+	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n%u", g_tmp, g_case, id);
+	dxlt_server_cfg(&n->cfg, id, n->dir, g_zkc, g_cluster, nshards);
+	int ret = dxlt_server_start(&n->cfg, &n->srv);
+	if (ret)
+		fail_msg("node %u: %s", id, dxl_errmsg());
+}
+
+static void wait_state(uint32_t node, uint64_t epoch, uint32_t shard, int state,
+		       int timeout_ms)
+{
+	int ret = dxlt_wait_cfg_epoch(g_zk, node, epoch, shard, state, timeout_ms);
+	if (ret)
+		fail_msg("%s", dxl_errmsg());
+}
+
+/* config -- the next configuration: shard s has members m[s] (primary
+ * first, 0-terminated), for s in 0..nshards-1; returns its epoch */
+static uint64_t config(uint32_t nshards, const uint32_t m[][MAXN + 1])
+{
+	uint32_t shards[8], n[8];
+	const uint32_t *mem[8];
+	for (uint32_t s = 0; s < nshards; s++) {
+		shards[s] = s;
+		mem[s] = m[s];
+		n[s] = 0;
+		while (m[s][n[s]])
+			n[s]++;
+	}
+	uint64_t epoch = 0;
+	int ret = dxlt_config_put(g_zk, nshards, shards, mem, n, &epoch);
+	if (ret)
+		fail_msg("config: %s", dxl_errmsg());
+	return epoch;
+}
+
+/* append -- n records to shard through a dxl_log_writer; every one must be
+ * acknowledged; their timestamps into ts[] (may be NULL) */
+static void append(uint32_t shard, uint32_t n, uint64_t *ts)
+{
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = shard;
+	wc.unavail_ms = 10000;
+	struct dxl_log_writer *w = NULL;
+	int ret = dxl_log_writer_new(g_zk, &wc, &w);
+	if (ret)
+		fail_msg("writer of shard %u: %s", shard, dxl_errmsg());
+	for (uint32_t i = 0; i < n; i++) {
+		char p[32];
+		snprintf(p, sizeof(p), "s%u-r%u", shard, i);
+		assert_int_equal(dxl_log_writer_append(w, p, (uint32_t)strlen(p), 0,
+						       ts ? &ts[i] : NULL), 0);
+	}
+	uint32_t done = 0;
+	uint64_t end = dxl_now_ms() + 20000;
+	while (done < n && dxl_now_ms() < end) {
+		struct dxl_log_writer_result r[16];
+		int k = dxl_log_writer_poll(w, r, 16, 100);
+		assert_true(k >= 0);
+		for (int j = 0; j < k; j++) {
+			if (r[j].status)
+				fail_msg("shard %u: append failed: %s (%s)", shard,
+					 dxl_errname(r[j].status), dxl_log_writer_why(w));
+			done++;
+		}
+	}
+	assert_int_equal(done, n);
+	dxl_log_writer_delete(&w);
+}
+
+struct scan {
+	const uint64_t *want;
+	uint32_t n;
+	uint32_t found;
+};
+
+static int scan_rec(const struct dxl_rec *rec, uint64_t pos, void *arg)
+{
+	(void)pos;
+	struct scan *sc = arg;
+	for (uint32_t i = 0; i < sc->n; i++)
+		if (sc->want[i] == rec->commit_ts) {
+			sc->found++;
+			break;
+		}
+	return 0;
+}
+
+/* holds -- how many of the records ts[0..n) node's copy of shard holds
+ * (its own rings, read in this process) */
+static uint32_t holds(uint32_t node, uint32_t shard, const uint64_t *ts, uint32_t n)
+{
+	struct dxl_shard *sh = dxl_replica_server_shard(g_n[node].srv.s, shard);
+	assert_non_null(sh);
+	struct dxl_logstore *ls = dxl_shard_logstore(sh);
+	struct scan sc = {ts, n, 0};
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++)
+		assert_true(dxl_ring_scan(ls, r, scan_rec, &sc, NULL, NULL) >= 0);
+	return sc.found;
+}
+
+/* ---- 16.1: crosswise joins -------------------------------------------------- */
+
+/*
+ * Two nodes host shards 0 and 1. Epoch 1: shard 0 = {1}, shard 1 = {2}.
+ * Epoch 2 adds node 2 to shard 0 and node 1 to shard 1: each node joins a
+ * shard the other leads. A node that held back its whole publication until
+ * its join pull was done waited for the other's, which waited for its: both
+ * stayed at cfg_epoch 1 for good (the reproduction of issue 16.1).
+ */
+static void test_crosswise_joins(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 2);
+	start(2, 2);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[2][MAXN + 1] = {{1}, {2}};
+	uint64_t ep = config(2, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 1, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts0[40], ts1[40];
+	append(0, 20, ts0);
+	append(1, 20, ts1);
+
+	static const uint32_t e2[2][MAXN + 1] = {{1, 2}, {2, 1}};
+	ep = config(2, e2);
+	/* both get there, each shard on its own */
+	wait_state(1, ep, 1, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 1000);
+	wait_state(2, ep, 1, DXL_SHARD_MEMBER, 1000);
+	/* and both shards take appends on both members */
+	append(0, 20, ts0 + 20);
+	append(1, 20, ts1 + 20);
+	for (uint32_t node = 1; node <= 2; node++) {
+		assert_int_equal(holds(node, 0, ts0, 40), 40);
+		assert_int_equal(holds(node, 1, ts1, 40), 40);
+	}
+}
+
+/*
+ * A node leads shard 0 and joins shard 1, whose primary is gone before it
+ * could publish the new epoch: the join waits (nothing to copy from), but
+ * shard 0 is published for the new epoch and takes appends.
+ */
+static void test_join_primary_gone(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 2);
+	start(2, 2);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[2][MAXN + 1] = {{1}, {2}};
+	uint64_t ep = config(2, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 1, DXL_SHARD_MEMBER, 10000);
+	dxlt_server_stop(&g_n[2].srv);
+	static const uint32_t e2[2][MAXN + 1] = {{1}, {2, 1}};
+	ep = config(2, e2);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(1, ep, 1, DXL_SHARD_JOINING, 1000);
+	uint64_t ts[10];
+	append(0, 10, ts);
+	assert_int_equal(holds(1, 0, ts, 10), 10);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_crosswise_joins, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_join_primary_gone, case_setup, case_teardown),
+	};
+	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
+}
