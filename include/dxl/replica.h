@@ -408,17 +408,29 @@ int dxl_table_call(struct dxl_rpc *rpc, struct dxl_qp *qp, uint16_t op,
  * nodes/ and changes the configuration only by a versioned compare-and-set,
  * epoch + 1 each time (docs/operations.md, "Failover"):
  *
- * - a member of a shard whose nodes/<id> is gone (its ZooKeeper session
- *   ended: the failure detector) is removed, if at least min_replicas
- *   members would remain (counting caught-up replacements); otherwise the
- *   shard stays as it is and is unavailable until a member comes back;
- * - a dead primary is replaced by the first live backup: an append is
- *   acknowledged only when persistent on every member, so every surviving
- *   member holds every acknowledged record (they differ at most in
- *   unacknowledged suffixes, which writers repair when they reopen);
+ * - who counts as alive: a member whose nodes/<id> lists the shard as
+ *   MEMBER and says it registered for the current epoch (cfg_epoch). A
+ *   member still joining (JOINING: its last copy from the primary is not
+ *   done), one registered for an older epoch or not through its
+ *   configuration yet is alive but does not count; a caught-up candidate
+ *   (SYNCED) never counts;
+ * - a member whose nodes/<id> is gone (its ZooKeeper session ended: the
+ *   failure detector) or does not list the shard is dead. The dead are
+ *   removed if at least min_replicas members that count remain; otherwise
+ *   they stay and the shard is unavailable until one comes back (caught-up
+ *   candidates are still added meanwhile: nothing is removed, and once
+ *   they have joined they count);
+ * - a dead primary is replaced by the first backup that counts: an append
+ *   is acknowledged only when persistent on every member, and a member
+ *   counts only once it holds everything (it registered as MEMBER for the
+ *   epoch after its join pull), so it holds every acknowledged record
+ *   (members differ at most in unacknowledged suffixes, which writers
+ *   repair when they reopen). With no member that counts, nobody is
+ *   promoted. A dead primary alone (nothing removed or added) is left as
+ *   it is;
  * - a live node that hosts the shard, is not a member and says SYNCED
  *   (it copied the shard from a member) is added as a backup while the
- *   shard has fewer than `replication` members.
+ *   shard has fewer than `replication` live members.
  */
 struct dxl_cm_params {
 	uint32_t min_replicas; /* cm.min_replicas, default 2 */

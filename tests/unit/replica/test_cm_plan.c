@@ -91,6 +91,7 @@ static struct dxl_replica_desc *live_add(struct fx *x, uint32_t id)
 	struct dxl_replica_desc *d = &x->live[x->nlive++];
 	memset(d, 0, sizeof(*d));
 	d->node_id = id;
+	d->cfg_epoch = x->cur.epoch; /* registered for the current epoch */
 	live_addr(id, d->addr, sizeof(d->addr));
 	return d;
 }
@@ -119,6 +120,15 @@ static void std_cfg(struct fx *x)
 	cfg_nodes(&x->cur, 1, 3);
 	cfg_shard(&x->cur, 0, 1, 2, 2u, 3u);
 	assert_int_equal(dxl_cluster_config_validate(&x->cur), 0);
+}
+
+/* reset_next -- forget the last plan: next is the sentinel again */
+static void reset_next(struct fx *x)
+{
+	if (x->next_owned)
+		dxl_cluster_config_clear(&x->next);
+	x->next_owned = false;
+	memset(&x->next, SENTINEL, sizeof(x->next));
 }
 
 static int plan(struct fx *x)
@@ -352,24 +362,96 @@ static void test_below_min_replicas_unavailable(void **state)
 	assert_valid_roundtrip(&x->next);
 }
 
+/* issue 16.2: a caught-up candidate does not count for min_replicas (it
+ * has not joined: its last copy from the primary is not done). Below
+ * min_replicas, the dead members stay; the candidate is added (nothing is
+ * removed, so nothing is lost), under a live primary it can copy from; once
+ * it has joined it counts, and the dead ones go (next round) */
 static void test_below_min_rescued_by_synced(void **state)
 {
 	struct fx *x = *state;
 	std_cfg(x);
 	live1(x, 4, 0, DXL_SHARD_SYNCED);
-	live1(x, 3, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
 	assert_int_equal(plan(x), 1);
 	assert_int_equal(x->next.epoch, 8);
-	assert_shard(&x->next, 0, 3, 1, 4u);
-	assert_int_equal(x->next.nnodes, 2);
-	assert_no_node(&x->next, 1);
-	assert_no_node(&x->next, 2);
+	assert_shard(&x->next, 0, 3, 3, 1u, 2u, 4u);
+	assert_int_equal(x->next.nnodes, 4);
 	assert_node_addr(&x->next, 3, false);
 	assert_node_addr(&x->next, 4, true); /* the address it published */
 	assert_why_has(x, "primary 3 (promoted)");
-	assert_why_has(x, "removed 1,2");
 	assert_why_has(x, "added 4");
+	assert_why_has(x, "kept 1,2 (dead, but below cm.min_replicas)");
+	if (strstr(x->why, "removed"))
+		fail_msg("why \"%s\": a candidate counted for min_replicas", x->why);
 	assert_valid_roundtrip(&x->next);
+
+	/* the next epoch: 4 is joining -- still nothing removed */
+	struct dxl_cluster_config e8;
+	assert_int_equal(dxl_cluster_config_copy(&e8, &x->next), 0);
+	reset_next(x);
+	dxl_cluster_config_clear(&x->cur);
+	x->cur = e8;
+	n3->cfg_epoch = 8;
+	x->live[0].cfg_epoch = 8;
+	x->live[0].shards[0].state = DXL_SHARD_JOINING;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "1 of 4 members alive and in sync");
+	/* 4 joined: two count, the dead go */
+	x->live[0].shards[0].state = DXL_SHARD_MEMBER;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 3, 1, 4u);
+	assert_int_equal(x->next.nnodes, 2);
+	assert_why_has(x, "removed 1,2");
+	assert_valid_roundtrip(&x->next);
+}
+
+/* issue 16.2: only a member registered for the epoch as a MEMBER of the
+ * shard may be promoted: not one still joining (its join pull from the dead
+ * primary never finished: it may miss acknowledged records), not one whose
+ * descriptor is of an older epoch */
+static void test_only_members_in_sync_promoted(void **state)
+{
+	struct fx *x = *state;
+	x->cur.epoch = 20;
+	cfg_nodes(&x->cur, 1, 4);
+	cfg_shard(&x->cur, 0, 1, 3, 2u, 3u, 4u);
+	x->p.replication = 4;
+	x->p.min_replicas = 1;
+	live1(x, 2, 0, DXL_SHARD_JOINING);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
+	n3->cfg_epoch = 19; /* registered for the epoch before */
+	live1(x, 4, 0, DXL_SHARD_MEMBER);
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 4, 2, 2u, 3u);
+	assert_why_has(x, "primary 4 (promoted), removed 1");
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* a second failure during the join window: the primary dies while the
+	 * only other member is still joining -- nobody is promoted, the shard
+	 * waits for the primary (even with min_replicas 1) */
+	x->nlive = 0;
+	live1(x, 2, 0, DXL_SHARD_JOINING);
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "no member alive and in sync");
+	/* neither are the waiting members removed, nor counted for the
+	 * removal of a dead backup */
+	x->nlive = 0;
+	live1(x, 1, 0, DXL_SHARD_MEMBER);
+	live1(x, 2, 0, DXL_SHARD_JOINING);
+	n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
+	n3->cfg_epoch = 19;
+	x->p.min_replicas = 2;
+	assert_int_equal(plan(x), 0); /* 4 is dead, but only 1 counts */
+	assert_untouched(x);
+	assert_why_has(x, "1 of 4 members alive and in sync, below cm.min_replicas 2");
+	n3->cfg_epoch = 20;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
+	assert_why_has(x, "removed 4");
 }
 
 static void test_below_min_even_with_synced(void **state)
@@ -379,10 +461,16 @@ static void test_below_min_even_with_synced(void **state)
 	x->p.min_replicas = 3;
 	live1(x, 3, 0, DXL_SHARD_MEMBER);
 	live1(x, 4, 0, DXL_SHARD_SYNCED);
+	/* the candidate is added, the dead stay */
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 3, 3, 1u, 2u, 4u);
+	assert_why_has(x, "kept 1,2");
+	reset_next(x);
+	/* without a candidate nothing changes, not even the dead primary */
+	x->live[1].shards[0].state = DXL_SHARD_CATCHING_UP;
 	assert_int_equal(plan(x), 0);
 	assert_untouched(x);
-	assert_why_has(x, "1 of 3 members alive");
-	assert_why_has(x, "below cm.min_replicas 3");
+	assert_why_has(x, "1 of 3 members alive and in sync, below cm.min_replicas 3");
 }
 
 static void test_all_members_dead(void **state)
@@ -511,11 +599,12 @@ static void test_replication_caps_additions_after_death(void **state)
 	live1(x, 1, 0, DXL_SHARD_MEMBER);
 	live1(x, 7, 0, DXL_SHARD_SYNCED);
 	live1(x, 6, 0, DXL_SHARD_SYNCED);
+	/* 2 is dead, but with one member that counts it stays (min 2); the
+	 * candidates fill up to `replication` live members */
 	assert_int_equal(plan(x), 1);
 	assert_int_equal(x->next.epoch, 10);
-	assert_shard(&x->next, 0, 1, 2, 6u, 7u);
-	assert_int_equal(x->next.nnodes, 3);
-	assert_no_node(&x->next, 2);
+	assert_shard(&x->next, 0, 1, 3, 2u, 6u, 7u);
+	assert_int_equal(x->next.nnodes, 4);
 	assert_no_node(&x->next, 8);
 	assert_node_addr(&x->next, 6, true);
 	assert_node_addr(&x->next, 7, true);
@@ -598,7 +687,7 @@ static void test_several_shards_independent(void **state)
 	cfg_shard(&x->cur, 1, 2, 2, 3u, 4u); /* 2 dead: 3 promoted; 4 */
 	cfg_shard(&x->cur, 2, 4, 2, 5u, 6u); /* healthy: unchanged */
 	cfg_shard(&x->cur, 3, 7, 2, 8u, 9u); /* 8, 9 dead: unavailable */
-	cfg_shard(&x->cur, 4, 5, 1, 6u);     /* 6 lacks it, 10 synced: 5; 10 */
+	cfg_shard(&x->cur, 4, 5, 1, 6u);     /* 6 lacks it, 10 synced: 5; 6, 10 */
 	assert_int_equal(dxl_cluster_config_validate(&x->cur), 0);
 
 	struct dxl_replica_desc *d;
@@ -631,7 +720,7 @@ static void test_several_shards_independent(void **state)
 	assert_shard(&x->next, 1, 3, 1, 4u);
 	assert_shard(&x->next, 2, 4, 2, 5u, 6u);
 	assert_shard(&x->next, 3, 7, 2, 8u, 9u);
-	assert_shard(&x->next, 4, 5, 1, 10u);
+	assert_shard(&x->next, 4, 5, 2, 6u, 10u); /* 10 does not count yet */
 	/* 2 leaves; 6, 8, 9 stay (still named by shards 2 and 3); 10 joins */
 	assert_int_equal(x->next.nnodes, 9);
 	assert_no_node(&x->next, 2);
@@ -642,7 +731,7 @@ static void test_several_shards_independent(void **state)
 	assert_why_has(x, "shard 0: primary 1, removed 2, added 10");
 	assert_why_has(x, "shard 1: primary 3 (promoted), removed 2");
 	assert_why_has(x, "shard 3: 1 of 3 members alive");
-	assert_why_has(x, "shard 4: primary 5, removed 6, added 10");
+	assert_why_has(x, "shard 4: primary 5, added 10, kept 6");
 	if (strstr(x->why, "shard 2"))
 		fail_msg("why \"%s\" mentions the healthy shard 2", x->why);
 	assert_valid_roundtrip(&x->next);
@@ -726,6 +815,7 @@ int main(void)
 		T(test_primary_and_first_backup_dead),
 		T(test_below_min_replicas_unavailable),
 		T(test_below_min_rescued_by_synced),
+		T(test_only_members_in_sync_promoted),
 		T(test_below_min_even_with_synced),
 		T(test_all_members_dead),
 		T(test_synced_added_when_short),
