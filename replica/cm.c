@@ -62,6 +62,12 @@ enum member_class {
 	M_WAITING = 2, /* alive but not (yet) in sync: joining (its join pull
 			  is not done), registered for an older epoch, not yet
 			  through its configuration -- kept, never counted */
+	M_RENEWED = 3, /* alive, but its copy of the shard has another data
+			  identity than the one recorded when it was added (it
+			  restarted on an empty or recreated data directory):
+			  it holds nothing it was added for -- removable like a
+			  dead member; once it has caught up (SYNCED) it is
+			  added again with its new identity */
 };
 
 /*
@@ -73,12 +79,15 @@ enum member_class {
  * join pull". Candidates (SYNCED non-members) never count.
  */
 static enum member_class classify(const struct dxl_replica_desc *live, uint32_t nlive,
-				  uint64_t epoch, uint32_t shard, uint32_t id)
+				  uint64_t epoch, const struct dxl_cluster_shard *sh, uint32_t id)
 {
 	const struct dxl_replica_desc *d = find_live(live, nlive, id);
-	const struct dxl_shard_desc *sd = d ? dxl_replica_desc_shard(d, shard) : NULL;
+	const struct dxl_shard_desc *sd = d ? dxl_replica_desc_shard(d, sh->id) : NULL;
 	if (!sd)
 		return M_DEAD;
+	uint64_t rec = dxl_cluster_shard_data_id(sh, id);
+	if (rec && sd->data_id != rec)
+		return M_RENEWED;
 	if (sd->state == DXL_SHARD_MEMBER && d->cfg_epoch >= epoch)
 		return M_COUNTED;
 	return M_WAITING;
@@ -119,22 +128,23 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
 		uint32_t nm = dxl_cluster_shard_members(sh, m);
 		enum member_class cls[DXL_CONFIG_MAX_REPLICAS] = {M_DEAD};
-		uint32_t na = 0, ndead = 0, first_counted = 0;
+		uint32_t na = 0, ndead = 0, nnew = 0, first_counted = 0;
 		for (uint32_t i = 0; i < nm; i++) {
-			cls[i] = classify(live, nlive, cur->epoch, sh->id, m[i]);
+			cls[i] = classify(live, nlive, cur->epoch, sh, m[i]);
 			if (cls[i] == M_COUNTED && !na++)
 				first_counted = m[i];
 			ndead += cls[i] == M_DEAD;
+			nnew += cls[i] == M_RENEWED;
 		}
-		/* the primary stays unless it is dead; then the first member
-		 * that counts (every one of those holds every acknowledged
-		 * record: nothing is acknowledged without them) */
+		/* the primary stays unless it is dead or on a new store; then
+		 * the first member that counts (every one of those holds every
+		 * acknowledged record: nothing is acknowledged without them) */
 		uint32_t primary = sh->primary;
-		if (cls[0] == M_DEAD) {
+		if (cls[0] == M_DEAD || cls[0] == M_RENEWED) {
 			if (!na) {
 				appendf(why, whycap,
-					"shard %u: no member alive and in sync (%u of %u dead), unavailable",
-					sh->id, ndead, nm);
+					"shard %u: no member alive and in sync (%u of %u dead, %u on a new store), unavailable",
+					sh->id, ndead, nm, nnew);
 				continue; /* nobody is sure to hold the records */
 			}
 			primary = first_counted;
@@ -145,12 +155,28 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		uint32_t b[DXL_CONFIG_MAX_REPLICAS], nb = 0, nlive_kept = 0;
 		uint32_t removed[DXL_CONFIG_MAX_REPLICAS], nrem = 0;
 		uint32_t kept_dead[DXL_CONFIG_MAX_REPLICAS], nkd = 0;
+		uint32_t readmit[DXL_CONFIG_MAX_REPLICAS], nre = 0;
 		for (uint32_t i = 0; i < nm; i++) {
-			if (cls[i] == M_DEAD && can_remove) {
+			/* a member on a new store that has caught up: added
+			 * again, with its new identity (it joins like any new
+			 * member: JOINING, its last copy from the primary) */
+			if (cls[i] == M_RENEWED) {
+				const struct dxl_shard_desc *sd = dxl_replica_desc_shard(
+					find_live(live, nlive, m[i]), sh->id);
+				if (sd->state == DXL_SHARD_SYNCED) {
+					readmit[nre++] = m[i];
+					nlive_kept++;
+					if (m[i] != primary)
+						b[nb++] = m[i];
+					continue;
+				}
+			}
+			bool gone = cls[i] == M_DEAD || cls[i] == M_RENEWED;
+			if (gone && can_remove) {
 				removed[nrem++] = m[i];
 				continue;
 			}
-			if (cls[i] == M_DEAD)
+			if (gone)
 				kept_dead[nkd++] = m[i];
 			else
 				nlive_kept++;
@@ -180,7 +206,7 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		/* nothing removed or added: no change (a dead primary alone is
 		 * not replaced while its shard cannot lose a member anyway:
 		 * writers wait for it either way) */
-		if (!nrem && !nc) {
+		if (!nrem && !nc && !nre) {
 			if (nkd)
 				appendf(why, whycap,
 					"shard %u: %u of %u members alive and in sync, below cm.min_replicas %u: unavailable until one returns",
@@ -196,15 +222,34 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 			if ((ret = dxl_cluster_config_set_node(&n, c[i], d->addr)))
 				goto fail;
 		}
+		/* the data identities: kept for the members that stay, taken
+		 * from the descriptor of those added or added again, and
+		 * recorded for the members that count and had none recorded */
+		uint32_t nm2 = 1 + nb;
+		for (uint32_t k = 0; k < nm2; k++) {
+			uint32_t id = k ? b[k - 1] : primary;
+			uint64_t did = dxl_cluster_shard_data_id(sh, id);
+			const struct dxl_replica_desc *d = find_live(live, nlive, id);
+			const struct dxl_shard_desc *sd = d ? dxl_replica_desc_shard(d, sh->id) : NULL;
+			bool fresh = in_list(c, nc, id) || in_list(readmit, nre, id) ||
+				     (!did && in_list(m, nm, id) && sd &&
+				      classify(live, nlive, cur->epoch, sh, id) == M_COUNTED);
+			if (fresh)
+				did = sd ? sd->data_id : 0;
+			if ((ret = dxl_cluster_config_set_data_id(&n, sh->id, id, did)))
+				goto fail;
+		}
 		changed = true;
-		char rem[96], added[96], kd[96];
+		char rem[96], added[96], kd[96], ra[96];
 		list(rem, sizeof(rem), removed, nrem);
 		list(added, sizeof(added), c, nc);
 		list(kd, sizeof(kd), kept_dead, nkd);
-		appendf(why, whycap, "shard %u: primary %u%s%s%s%s%s%s%s%s", sh->id, primary,
+		list(ra, sizeof(ra), readmit, nre);
+		appendf(why, whycap, "shard %u: primary %u%s%s%s%s%s%s%s%s%s%s%s", sh->id, primary,
 			primary != sh->primary ? " (promoted)" : "", nrem ? ", removed " : "", rem,
-			nc ? ", added " : "", added, nkd ? ", kept " : "", kd,
-			nkd ? " (dead, but below cm.min_replicas)" : "");
+			nc ? ", added " : "", added, nre ? ", added again " : "", ra,
+			nre ? " (caught up on a new store)" : "", nkd ? ", kept " : "", kd,
+			nkd ? " (dead or on a new store, but below cm.min_replicas)" : "");
 	}
 	if (!changed) {
 		dxl_cluster_config_clear(&n);

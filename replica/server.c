@@ -53,6 +53,8 @@ struct dxl_replica_server {
 	uint64_t cfg_epoch;             /* its epoch, 0 = none yet */
 	enum dxl_shard_state st[DXL_REPLICA_MAX_SHARDS];
 	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
+	/* the data identity of each shard's copy here (shard_data_id) */
+	uint64_t data_id[DXL_REPLICA_MAX_SHARDS];
 	/* published statistics per shard (fill, newest record, count) */
 	uint32_t fill[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
@@ -428,6 +430,7 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		if (!ret && s->tables[i] && !s->gated[i])
 			ret = dxl_tables_describe(s->tables[i], &d->shards[i]);
 		d->shards[i].state = s->st[i];
+		d->shards[i].data_id = s->data_id[i];
 		d->shards[i].fill_pct = s->fill[i];
 		d->shards[i].last_ts = s->last_ts[i];
 		d->shards[i].records = s->nrec[i];
@@ -536,6 +539,27 @@ static void apply_config(struct dxl_replica_server *s)
 			dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
 		enum dxl_shard_state old = s->st[i];
 		bool primary = sh && sh->primary == s->cfg.node_id;
+		/* the configuration added another copy of this shard than the
+		 * one here (this node restarted on an empty or recreated data
+		 * directory): not a member until it has caught up and been
+		 * added again with this identity (issue 16.3) */
+		uint64_t rec = dxl_cluster_shard_data_id(sh, s->cfg.node_id);
+		bool renewed = in_shard(sh, s->cfg.node_id) && rec && rec != s->data_id[i];
+		if (in_shard(sh, s->cfg.node_id) && !renewed) {
+			/* a node that joins copies the shard from the primary
+			 * once more before it says MEMBER (join_pulls); the
+			 * other shards do not wait for it (issue 16.1) */
+			if (s->st[i] != DXL_SHARD_MEMBER)
+				s->st[i] = primary ? DXL_SHARD_MEMBER : DXL_SHARD_JOINING;
+		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING) {
+			s->st[i] = DXL_SHARD_CATCHING_UP;
+		}
+		if (renewed && old != s->st[i])
+			DXL_WARN("event=store_renewed shard=%u epoch=%" PRIu64 " data_id=0x%" PRIx64
+				 " recorded=0x%" PRIx64 " action=catch_up",
+				 dxl_shard_id(s->shards[i]), c.epoch, s->data_id[i], rec);
+		/* only a MEMBER primary serves the shard's tables */
+		primary = primary && s->st[i] == DXL_SHARD_MEMBER;
 		if (s->tables[i] && primary && !was_primary[i] && !s->gated[i]) {
 			s->gated[i] = true;
 			s->live_ms[i] = 0; /* the live writers as of now */
@@ -546,17 +570,12 @@ static void apply_config(struct dxl_replica_server *s)
 		} else if (!primary && s->gated[i]) {
 			s->gated[i] = false;
 		}
+		/* the table RPCs: closed while gated, and for a shard whose
+		 * copy here is not a member's (on a new store) */
 		if (s->svc)
-			dxl_table_svc_set_gated(s->svc, dxl_shard_id(s->shards[i]), s->gated[i]);
-		if (in_shard(sh, s->cfg.node_id)) {
-			/* a node that joins copies the shard from the primary
-			 * once more before it says MEMBER (join_pulls); the
-			 * other shards do not wait for it (issue 16.1) */
-			if (s->st[i] != DXL_SHARD_MEMBER)
-				s->st[i] = primary ? DXL_SHARD_MEMBER : DXL_SHARD_JOINING;
-		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING) {
-			s->st[i] = DXL_SHARD_CATCHING_UP;
-		}
+			dxl_table_svc_set_gated(s->svc, dxl_shard_id(s->shards[i]),
+						s->gated[i] || (sh && sh->primary == s->cfg.node_id &&
+								s->st[i] != DXL_SHARD_MEMBER));
 		if (old != s->st[i])
 			DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=%s was=%s",
 				 dxl_shard_id(s->shards[i]), s->cfg_epoch,
@@ -996,6 +1015,27 @@ static void gate_step(struct dxl_replica_server *s)
 
 /* ---- lifecycle ---------------------------------------------------------------- */
 
+/*
+ * shard_data_id -- the data identity of this node's copy of shard index i
+ * (docs/replica.md "Data identity"): the random creation ids of its log
+ * region and, with tables, of its store, mixed. Both are chosen when the
+ * file is created, so a store created anew (an empty or recreated data
+ * directory, a deleted file) has another identity; never 0 (= unknown).
+ * A copy that receives the shard's state from another node (catch-up, and
+ * the state transfer of recovery/) keeps its identity: the CM records it
+ * when it adds the node again.
+ */
+static uint64_t shard_data_id(const struct dxl_replica_server *s, uint32_t i)
+{
+	uint64_t id = dxl_region_id(dxl_shard_region(s->shards[i]))->creation_id;
+	if (s->tables[i]) {
+		uint64_t t = dxl_region_id(dxl_store_region(dxl_tables_store(s->tables[i])))
+				     ->creation_id;
+		id ^= t << 1 | t >> 63;
+	}
+	return id ? id : 1;
+}
+
 /* dir_state -- 0: absent, 1: an empty directory, 2: anything else */
 static int dir_state(const char *path)
 {
@@ -1109,6 +1149,9 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			goto fail;
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
+		s->data_id[i] = shard_data_id(s, i);
+		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64, cfg->shards[i],
+			 s->data_id[i]);
 	}
 	/* the table RPC service (its own thread and ctx) */
 	if (cfg->ntables &&

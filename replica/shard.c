@@ -278,6 +278,11 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 		ok = ok && SETN(sh, "ring_stride", json_integer((json_int_t)sd->ring_stride));
 		ok = ok && SETN(sh, "buf_delta", json_integer((json_int_t)sd->buf_delta));
 		ok = ok && SETN(sh, "state", json_string(dxl_shard_state_name(sd->state)));
+		if (sd->data_id) {
+			char did[32];
+			snprintf(did, sizeof(did), "0x%" PRIx64, sd->data_id);
+			ok = ok && SETN(sh, "data_id", json_string(did));
+		}
 		ok = ok && SETN(sh, "fill_pct", json_integer(sd->fill_pct));
 		ok = ok && SETN(sh, "last_ts", json_integer((json_int_t)sd->last_ts));
 		ok = ok && SETN(sh, "records", json_integer((json_int_t)sd->records));
@@ -460,7 +465,7 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 	static const char *const skeys[] = {"id", "region", "nrings", "ring_size",
 					    "ctl_off", "ring_stride", "buf_delta",
 					    "state", "fill_pct", "last_ts", "records",
-					    "tables", NULL};
+					    "tables", "data_id", NULL};
 	char where[64];
 	snprintf(where, sizeof(where), "shards[%u]", i);
 	if (!json_is_object(sh))
@@ -489,6 +494,14 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 			return ret;
 		if (dxl_shard_state_parse(st, &sd->state))
 			return dxl_err_set(DXL_E_CORRUPT, "%s: unknown state '%s'", where, st);
+	}
+	if (json_object_get(sh, "data_id")) { /* optional: since issue 16 */
+		const char *h;
+		if ((ret = get_str(sh, where, "data_id", &h)))
+			return ret;
+		if (dxl_parse_hex64(h, &sd->data_id) || !sd->data_id)
+			return dxl_err_set(DXL_E_CORRUPT, "%s: data_id '%s' is not 0x<1..16 hex digits>, not 0",
+					   where, h);
 	}
 	if (json_object_get(sh, "fill_pct")) {
 		if ((ret = get_u64(sh, where, "fill_pct", 100, &u)))

@@ -124,7 +124,10 @@ static int try_open(struct dxl_log_writer *w)
 				   w->cfg.shard, c.epoch);
 	}
 	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+	uint64_t rec[DXL_CONFIG_MAX_REPLICAS];
 	uint32_t n = dxl_cluster_shard_members(sh, ids);
+	for (uint32_t i = 0; i < n; i++)
+		rec[i] = dxl_cluster_shard_data_id(sh, ids[i]);
 	uint64_t epoch = c.epoch;
 	dxl_cluster_config_clear(&c);
 
@@ -159,6 +162,17 @@ static int try_open(struct dxl_log_writer *w)
 		/* joining (its last copy from the primary is not done), or not
 		 * yet a member as far as it knows: appends would not be on a
 		 * complete copy */
+		/* another copy than the one the configuration added (the member
+		 * restarted on a new data directory): as the repair reference
+		 * it would cut the others' acknowledged records */
+		if (rec[i] && sd->data_id != rec[i]) {
+			ret = dxl_err_set(DXL_E_UNAVAIL,
+					  "member %u of shard %u is on a new store (data id 0x%" PRIx64
+					  ", epoch %" PRIu64 " added 0x%" PRIx64
+					  "): waiting for it to catch up and be added again",
+					  ids[i], w->cfg.shard, sd->data_id, epoch, rec[i]);
+			break;
+		}
 		if (sd->state != DXL_SHARD_MEMBER) {
 			ret = dxl_err_set(DXL_E_UNAVAIL,
 					  "member %u of shard %u is %s, not yet a member (epoch %" PRIu64 ")",

@@ -377,6 +377,14 @@ struct dxl_cluster_shard {
 	uint32_t primary;  /* node id */
 	uint32_t nbackups; /* 0..DXL_CONFIG_MAX_BACKUPS */
 	uint32_t backups[DXL_CONFIG_MAX_BACKUPS];
+	/* the data identity (docs/replica.md) of each member's copy of the
+	 * shard, recorded when it was added: data_id[0] the primary's,
+	 * data_id[1 + i] backups[i]'s; 0 = not recorded. A member whose copy
+	 * has another identity now (restarted on a new data directory) is not
+	 * a member until it has caught up and been added again. Set with
+	 * dxl_cluster_config_set_data_id; dxl_cluster_config_set_shard clears
+	 * them. */
+	uint64_t data_id[DXL_CONFIG_MAX_REPLICAS];
 };
 
 struct dxl_cluster_node {
@@ -416,6 +424,16 @@ int dxl_cluster_config_remove_node(struct dxl_cluster_config *c, uint32_t id);
 int dxl_cluster_config_set_shard(struct dxl_cluster_config *c, uint32_t id,
 				 uint32_t primary, const uint32_t *backups,
 				 uint32_t nbackups);
+
+/* dxl_cluster_shard_data_id -- the data identity recorded for member node
+ * of sh; 0 when none is recorded or node is not a member */
+uint64_t dxl_cluster_shard_data_id(const struct dxl_cluster_shard *sh, uint32_t node);
+
+/* dxl_cluster_config_set_data_id -- record the data identity of member node
+ * of shard (0: forget it). Errors: DXL_E_NOENT (no such shard, or node is
+ * not one of its members). */
+int dxl_cluster_config_set_data_id(struct dxl_cluster_config *c, uint32_t shard,
+				   uint32_t node, uint64_t data_id);
 
 /* dxl_cluster_shard_members -- the shard's members, primary first, into
  * ids[DXL_CONFIG_MAX_REPLICAS]; returns their count (0 when sh is NULL) */

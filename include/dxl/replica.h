@@ -154,6 +154,11 @@ struct dxl_shard_table {
 struct dxl_shard_desc {
 	uint32_t shard;
 	enum dxl_shard_state state;
+	/* the data identity of this node's copy of the shard: changes when
+	 * its store is created anew (an empty or recreated data directory);
+	 * the configuration records it when the node is added (docs/replica.md
+	 * "data identity"). 0 = unknown (a descriptor of an older build). */
+	uint64_t data_id;
 	struct dxl_mr_desc region; /* the registered data area */
 	uint32_t nrings;
 	uint64_t ring_size;

@@ -497,6 +497,19 @@ static void test_config_encode_decode(void **state)
 		{"{\"format\":1,\"epoch\":1,\"nodes\":[{\"id\":1,\"addr\":\"a\"},"
 		 "{\"id\":1,\"addr\":\"b\"}],\"shards\":[]}", "listed twice"},
 		{"{\"format\":1,\"epoch\":1,\"nodes\":[],\"shards\":[]} x", "malformed JSON"},
+		/* data identities (issue 16.3): members only, strict hex, not 0 */
+#define DID(ids) "{\"format\":1,\"epoch\":1,\"nodes\":[{\"id\":1,\"addr\":\"a\"},"       \
+		 "{\"id\":2,\"addr\":\"b\"}],\"shards\":[{\"id\":0,\"primary\":1,"            \
+		 "\"backups\":[],\"data_ids\":" ids "}]}"
+		{DID("{\"2\":\"0x1\"}"), "\"2\" is not a member"},
+		{DID("{\"01\":\"0x1\"}"), "\"01\" is not a member"},
+		{DID("{\"x\":\"0x1\"}"), "\"x\" is not a member"},
+		{DID("{\"1\":\"0x0\"}"), "not 0"},
+		{DID("{\"1\":\"0x-1\"}"), "hex"},
+		{DID("{\"1\":\"0x 1\"}"), "hex"},
+		{DID("{\"1\":\"0x0x1\"}"), "hex"},
+		{DID("{\"1\":1}"), "hex"},
+		{DID("[]"), "\"data_ids\" is not an object"},
 	};
 	for (size_t i = 0; i < DXL_ARRAY_SIZE(corrupt); i++) {
 		int rc = dxl_cluster_config_decode(corrupt[i].json,
@@ -514,6 +527,27 @@ static void test_config_encode_decode(void **state)
 	const char *ok = "{\"format\":1,\"epoch\":1,\"nodes\":[],\"shards\":[]}";
 	assert_int_equal(dxl_cluster_config_decode(ok, strlen(ok), &d), 0);
 	dxl_cluster_config_clear(&d);
+	/* data identities round-trip, follow their members, and are cleared
+	 * by set_shard */
+	const char *ids = DID("{\"1\":\"0xFfFfFfFfFfFfFfFf\"}");
+	assert_int_equal(dxl_cluster_config_decode(ids, strlen(ids), &d), 0);
+	assert_true(dxl_cluster_shard_data_id(&d.shards[0], 1) == UINT64_MAX);
+	assert_int_equal(dxl_cluster_shard_data_id(&d.shards[0], 2), 0);
+	uint32_t two = 2;
+	assert_int_equal(dxl_cluster_config_set_shard(&d, 0, 1, &two, 1), 0);
+	assert_int_equal(dxl_cluster_shard_data_id(&d.shards[0], 1), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&d, 0, 2, 0x2a), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&d, 0, 3, 0x2a), DXL_E_NOENT);
+	assert_int_equal(dxl_cluster_config_set_data_id(&d, 9, 2, 0x2a), DXL_E_NOENT);
+	char *js2 = NULL;
+	assert_int_equal(dxl_cluster_config_encode(&d, &js2, NULL), 0);
+	assert_non_null(strstr(js2, "\"data_ids\":{\"2\":\"0x2a\"}"));
+	dxl_cluster_config_clear(&d);
+	assert_int_equal(dxl_cluster_config_decode(js2, strlen(js2), &d), 0);
+	assert_int_equal(dxl_cluster_shard_data_id(&d.shards[0], 2), 0x2a);
+	free(js2);
+	dxl_cluster_config_clear(&d);
+#undef DID
 }
 
 static void test_config_create_read_cas(void **state)

@@ -5,6 +5,8 @@
  *  - crosswise joins: two nodes each join a shard the other leads, in one
  *    epoch; both must get there (16.1); a node joining a shard whose primary
  *    is gone still publishes and serves its other shards (16.1);
+ *  - a node restarted on an empty data directory is not the member it was:
+ *    it catches up and is added again, nothing acknowledged is lost (16.3);
  *  - more cases are added with their defects.
  *
  * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it); skips otherwise.
@@ -98,12 +100,34 @@ static int case_teardown(void **state)
 	return 0;
 }
 
-/* start -- node `id` hosting shards 0..nshards-1 in this process */
-static void start(uint32_t id, uint32_t nshards)
+/* start_cm -- node `id` hosting shards 0..nshards-1 in this process; cm:
+ * it stands for the CM (min_replicas, replication 2) */
+static void start_cm(uint32_t id, uint32_t nshards, bool cm)
 {
 	struct node *n = &g_n[id];
 	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n%u", g_tmp, g_case, id);
 	dxlt_server_cfg(&n->cfg, id, n->dir, g_zkc, g_cluster, nshards);
+	n->cfg.cm = cm;
+	n->cfg.cm_params.min_replicas = 2;
+	n->cfg.cm_params.replication = 2;
+	int ret = dxlt_server_start(&n->cfg, &n->srv);
+	if (ret)
+		fail_msg("node %u: %s", id, dxl_errmsg());
+}
+
+static void start(uint32_t id, uint32_t nshards)
+{
+	start_cm(id, nshards, false);
+}
+
+/* restart -- the same node again, on its data directory or (wipe) on an
+ * empty one */
+static void restart(uint32_t id, bool wipe)
+{
+	struct node *n = &g_n[id];
+	dxlt_server_stop(&n->srv);
+	if (wipe)
+		assert_int_equal(dxlt_wipe_dir(n->dir), 0);
 	int ret = dxlt_server_start(&n->cfg, &n->srv);
 	if (ret)
 		fail_msg("node %u: %s", id, dxl_errmsg());
@@ -273,11 +297,68 @@ static void test_join_primary_gone(void **state)
 	assert_int_equal(holds(1, 0, ts, 10), 10);
 }
 
+/* ---- 16.3: a node restarted on an empty data directory ----------------------- */
+
+/*
+ * Two members, cm.min_replicas 2: the primary stops, its data directory is
+ * emptied, and it comes back with the same node id while the configuration
+ * still names it primary (the CM could not remove it). Taken for the member
+ * it was, its empty rings were the writers' repair reference: the other
+ * member's acknowledged records were cut. With the data identity it is not
+ * a member: the CM promotes the other one, the restarted node catches up,
+ * is added again with its new identity, joins, and nothing is lost.
+ */
+static void test_restart_on_empty_dir(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start_cm(1, 1, true);
+	start_cm(2, 1, true);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts[40];
+	append(0, 30, ts);
+	assert_int_equal(holds(2, 0, ts, 30), 30);
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_int_equal(dxl_replica_desc_get(g_zk, 1, d), 0);
+	uint64_t old_id = d->shards[0].data_id;
+	assert_true(old_id != 0);
+
+	restart(1, true);
+	/* the next appends: they wait until the shard can be written again, and
+	 * then every record acknowledged is on both */
+	append(0, 10, ts + 30);
+	for (uint32_t node = 2; node >= 1; node--)
+		assert_int_equal(holds(node, 0, ts, 40), 40);
+	/* how: node 1 caught up from node 2 and was added again with its new
+	 * identity, node 2 leads */
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(g_zk, &c, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	assert_non_null(sh);
+	assert_int_equal(sh->primary, 2);
+	assert_int_equal(sh->nbackups, 1);
+	assert_int_equal(sh->backups[0], 1);
+	assert_int_equal(dxl_replica_desc_get(g_zk, 1, d), 0);
+	assert_true(d->shards[0].data_id != old_id); /* a new store */
+	assert_int_equal(dxl_cluster_shard_data_id(sh, 1), d->shards[0].data_id);
+	assert_int_equal(d->shards[0].state, DXL_SHARD_MEMBER);
+	dxl_cluster_config_clear(&c);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_crosswise_joins, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_join_primary_gone, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_restart_on_empty_dir, case_setup,
+						case_teardown),
 	};
 	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
 }

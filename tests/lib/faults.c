@@ -162,16 +162,40 @@ int dxlt_config_put(struct dxl_zk *zk, uint32_t nshards, const uint32_t *shards,
 			break;
 		c.epoch++;
 		for (uint32_t i = 0; !ret && i < nshards; i++) {
+			struct dxl_cluster_shard old = {0};
+			const struct dxl_cluster_shard *o = dxl_cluster_config_shard(&c, shards[i]);
+			if (o)
+				old = *o;
 			ret = dxl_cluster_config_set_shard(&c, shards[i], members[i][0],
 							   members[i] + 1, n[i] - 1);
 			/* a node already listed keeps its address (it may be
-			 * down); a new one is taken from its descriptor */
+			 * down), a member its recorded data identity; a new
+			 * member's are taken from its descriptor (what the CM
+			 * does) */
 			for (uint32_t k = 0; !ret && k < n[i]; k++) {
-				if (dxl_cluster_config_node(&c, members[i][k]))
+				uint32_t id = members[i][k];
+				uint64_t did = o ? dxl_cluster_shard_data_id(&old, id) : 0;
+				bool listed = dxl_cluster_config_node(&c, id) != NULL;
+				bool member = o && old.primary == id;
+				for (uint32_t j = 0; o && j < old.nbackups; j++)
+					member = member || old.backups[j] == id;
+				if (listed && member) {
+					ret = dxl_cluster_config_set_data_id(&c, shards[i], id, did);
 					continue;
-				ret = dxl_replica_desc_get(zk, members[i][k], d);
+				}
+				int r = dxl_replica_desc_get(zk, id, d);
+				if (r && !listed) {
+					ret = r;
+					break;
+				}
+				if (!listed)
+					ret = dxl_cluster_config_set_node(&c, id, d->addr);
+				const struct dxl_shard_desc *sd =
+					r ? NULL : dxl_replica_desc_shard(d, shards[i]);
 				if (!ret)
-					ret = dxl_cluster_config_set_node(&c, members[i][k], d->addr);
+					ret = dxl_cluster_config_set_data_id(&c, shards[i], id,
+									     member ? did :
+									     sd ? sd->data_id : 0);
 			}
 		}
 		/* (nodes of the previous configuration stay listed) */

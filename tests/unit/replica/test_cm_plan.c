@@ -203,6 +203,8 @@ static void assert_same_config(const struct dxl_cluster_config *a,
 		assert_int_equal(t->nbackups, s->nbackups);
 		for (uint32_t j = 0; j < s->nbackups; j++)
 			assert_int_equal(t->backups[j], s->backups[j]);
+		for (uint32_t j = 0; j <= s->nbackups; j++)
+			assert_int_equal(t->data_id[j], s->data_id[j]);
 	}
 }
 
@@ -381,7 +383,7 @@ static void test_below_min_rescued_by_synced(void **state)
 	assert_node_addr(&x->next, 4, true); /* the address it published */
 	assert_why_has(x, "primary 3 (promoted)");
 	assert_why_has(x, "added 4");
-	assert_why_has(x, "kept 1,2 (dead, but below cm.min_replicas)");
+	assert_why_has(x, "kept 1,2 (dead or on a new store, but below cm.min_replicas)");
 	if (strstr(x->why, "removed"))
 		fail_msg("why \"%s\": a candidate counted for min_replicas", x->why);
 	assert_valid_roundtrip(&x->next);
@@ -452,6 +454,114 @@ static void test_only_members_in_sync_promoted(void **state)
 	assert_int_equal(plan(x), 1);
 	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
 	assert_why_has(x, "removed 4");
+}
+
+static uint64_t data_id_of(const struct dxl_cluster_config *c, uint32_t shard,
+			   uint32_t node)
+{
+	return dxl_cluster_shard_data_id(dxl_cluster_config_shard(c, shard), node);
+}
+
+/* issue 16.3: the configuration records each member's data identity; a
+ * member whose copy has another one now (restarted on an empty or recreated
+ * data directory) holds nothing it was added for: it neither counts nor is
+ * promoted, it is removed like a dead one (min_replicas allowing), and once
+ * it has caught up it is added again with its new identity */
+static void test_member_on_new_store(void **state)
+{
+	struct fx *x = *state;
+	std_cfg(x);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 1, 0x11), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 2, 0x22), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 3, 0x33), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 4, 0x44), DXL_E_NOENT);
+	struct dxl_replica_desc *n1 = live1(x, 1, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n2 = live1(x, 2, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
+	n1->shards[0].data_id = 0x11;
+	n2->shards[0].data_id = 0x22;
+	n3->shards[0].data_id = 0x33;
+	assert_int_equal(plan(x), 0); /* all as recorded */
+	assert_untouched(x);
+
+	/* backup 2 restarted on a new store (and says MEMBER): removed */
+	n2->shards[0].data_id = 0x99;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 1, 3u);
+	assert_why_has(x, "removed 2");
+	assert_int_equal(data_id_of(&x->next, 0, 1), 0x11);
+	assert_int_equal(data_id_of(&x->next, 0, 3), 0x33);
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* the primary on a new store: the first backup that counts takes over */
+	n2->shards[0].data_id = 0x22;
+	n1->shards[0].data_id = 0x98;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 2, 1, 3u);
+	assert_why_has(x, "primary 2 (promoted), removed 1");
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* with only two members and min_replicas 2 it cannot be removed: it
+	 * stays, the shard waits, until it has caught up; then it is added
+	 * again with its new identity, as a backup of the member that counts */
+	reset_next(x);
+	dxl_cluster_config_clear(&x->cur);
+	x->cur.epoch = 7;
+	cfg_nodes(&x->cur, 1, 2);
+	cfg_shard(&x->cur, 0, 1, 1, 2u);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 1, 0x11), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 2, 0x22), 0);
+	x->nlive = 0;
+	n1 = live1(x, 1, 0, DXL_SHARD_CATCHING_UP);
+	n1->shards[0].data_id = 0x98;
+	n2 = live1(x, 2, 0, DXL_SHARD_MEMBER);
+	n2->shards[0].data_id = 0x22;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "1 of 2 members alive and in sync, below cm.min_replicas 2");
+	n1->shards[0].state = DXL_SHARD_SYNCED;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 2, 1, 1u);
+	assert_why_has(x, "primary 2 (promoted), added again 1 (caught up on a new store)");
+	assert_int_equal(data_id_of(&x->next, 0, 1), 0x98);
+	assert_int_equal(data_id_of(&x->next, 0, 2), 0x22);
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* nobody else holds the shard: nothing can be done */
+	x->nlive = 0;
+	n1 = live1(x, 1, 0, DXL_SHARD_MEMBER);
+	n1->shards[0].data_id = 0x98;
+	x->p.min_replicas = 1;
+	assert_int_equal(plan(x), 0);
+	assert_why_has(x, "no member alive and in sync (1 of 2 dead, 1 on a new store)");
+}
+
+/* the identities a change records: a candidate's (from its descriptor), and
+ * those of members that count and had none recorded */
+static void test_data_ids_recorded(void **state)
+{
+	struct fx *x = *state;
+	x->cur.epoch = 4;
+	cfg_nodes(&x->cur, 1, 2);
+	cfg_shard(&x->cur, 0, 1, 1, 2u);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 2, 0x22), 0);
+	struct dxl_replica_desc *d;
+	d = live1(x, 1, 0, DXL_SHARD_MEMBER);
+	d->shards[0].data_id = 0x11;
+	d = live1(x, 2, 0, DXL_SHARD_MEMBER);
+	d->shards[0].data_id = 0x22;
+	assert_int_equal(plan(x), 0); /* recording alone is no change */
+	d = live1(x, 3, 0, DXL_SHARD_SYNCED);
+	d->shards[0].data_id = 0x33;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
+	assert_int_equal(data_id_of(&x->next, 0, 1), 0x11);
+	assert_int_equal(data_id_of(&x->next, 0, 2), 0x22);
+	assert_int_equal(data_id_of(&x->next, 0, 3), 0x33);
+	assert_valid_roundtrip(&x->next);
 }
 
 static void test_below_min_even_with_synced(void **state)
@@ -816,6 +926,8 @@ int main(void)
 		T(test_below_min_replicas_unavailable),
 		T(test_below_min_rescued_by_synced),
 		T(test_only_members_in_sync_promoted),
+		T(test_member_on_new_store),
+		T(test_data_ids_recorded),
 		T(test_below_min_even_with_synced),
 		T(test_all_members_dead),
 		T(test_synced_added_when_short),
