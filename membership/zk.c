@@ -62,8 +62,10 @@ struct dxl_zk {
 	_Atomic uint64_t session_epoch;
 	_Atomic uint32_t timeout_ms;     /* negotiated */
 	_Atomic uint32_t lease_ms;
-	/* end of the lease, CLOCK_MONOTONIC ns; 0 = none. Only grows within a
-	 * session (atomic max in renew_done); reset when a session ends. */
+	/* end of the lease, CLOCK_BOOTTIME ns (dxl_boot_ns: it advances while
+	 * the machine or VM is suspended, the server's clock does too); 0 =
+	 * none. Only grows within a session (atomic max in renew_done); reset
+	 * when a session ends. */
 	_Atomic uint64_t lease_until_ns;
 
 	pthread_t ev_thread, lease_thread;
@@ -409,7 +411,7 @@ static int connect_loop(struct dxl_zk *zk, uint64_t epoch)
 		zk->conn = c;
 		pthread_mutex_unlock(&zk->mu);
 
-		uint64_t t0 = dxl_now_ns();
+		uint64_t t0 = dxl_now_ns(), t0_boot = dxl_boot_ns();
 		uint64_t attempt_end = t0 + (uint64_t)cfg->session_timeout_ms * 1000000ull;
 		if (attempt_end > deadline)
 			attempt_end = deadline;
@@ -431,7 +433,7 @@ static int connect_loop(struct dxl_zk *zk, uint64_t epoch)
 			uint32_t to = c->timeout_ms;
 			uint32_t lease = to * cfg->lease_pct / 100;
 			atomic_store(&zk->lease_ms, lease);
-			atomic_store(&zk->lease_until_ns, t0 + (uint64_t)lease * 1000000ull);
+			atomic_store(&zk->lease_until_ns, t0_boot + (uint64_t)lease * 1000000ull);
 			atomic_store(&zk->session_id, c->session_id);
 			pthread_mutex_unlock(&zk->mu);
 			if (to != cfg->session_timeout_ms)
@@ -754,19 +756,19 @@ struct renew_token {
 	struct dxl_zk *zk;
 	uint64_t conn_id;
 	uint64_t seq;
-	uint64_t sent_ns;
+	uint64_t sent_boot_ns; /* dxl_boot_ns() when sent: the lease's clock */
 };
 
 /* renew_done -- ZooKeeper completion thread. A successful sync proves the
- * server saw the session alive after sent_ns, so it cannot expire it before
- * sent_ns + timeout: the lease may run to sent_ns + lease_ms. */
+ * server saw the session alive after sent_boot_ns, so it cannot expire it before
+ * sent_boot_ns + timeout: the lease may run to sent_boot_ns + lease_ms. */
 static void renew_done(int rc, const char *value, const void *data)
 {
 	struct renew_token *t = (struct renew_token *)data;
 	struct dxl_zk *zk = t->zk;
 	pthread_mutex_lock(&zk->mu);
 	if (rc == ZOK && zk->conn && zk->conn->id == t->conn_id) {
-		uint64_t until = t->sent_ns +
+		uint64_t until = t->sent_boot_ns +
 				 (uint64_t)atomic_load(&zk->lease_ms) * 1000000ull;
 		uint64_t old = atomic_load(&zk->lease_until_ns);
 		/* only grows (an older renewal may complete late) */
@@ -812,7 +814,7 @@ static void *lease_main(void *arg)
 		t->zk = zk;
 		t->conn_id = c->id;
 		t->seq = ++zk->renew_seq;
-		t->sent_ns = now;
+		t->sent_boot_ns = dxl_boot_ns();
 		zk->renew_inflight = true;
 		zk->renew_sent_ns = now;
 		c->refs++;
@@ -845,7 +847,7 @@ uint64_t dxl_zk_lease_until_ns(const struct dxl_zk *zk)
 	if (atomic_load(&z->state) != DXL_ZK_CONNECTED)
 		return 0;
 	uint64_t until = atomic_load(&z->lease_until_ns);
-	return dxl_now_ns() < until ? until : 0;
+	return dxl_boot_ns() < until ? until : 0;
 }
 
 uint32_t dxl_zk_lease_ms(const struct dxl_zk *zk)

@@ -349,13 +349,16 @@ static void stop_serving(struct dxl_replica_server *s, const char *why)
 {
 	if (!s->serving)
 		return;
-	/* the table RPCs first: nothing changes the tables from now on */
-	if (s->svc)
-		dxl_table_svc_set_serving(s->svc, false);
+	/* the regions first (one-sided accesses fail from now on); then the
+	 * table RPCs, which waits for a request being served -- a handler
+	 * also checks the lease itself, before it serves and before it
+	 * replies, so a long one cannot hold the fencing back */
 	for (uint32_t i = 0; i < s->nshards; i++) {
 		dxl_shard_deregister(s->shards[i]);
 		dxl_tables_deregister(s->tables[i]);
 	}
+	if (s->svc)
+		dxl_table_svc_set_serving(s->svc, false);
 	s->serving = false;
 	s->published = false;
 	DXL_LOG(strcmp(why, "shutdown") && strcmp(why, "new configuration epoch") ?
@@ -389,6 +392,13 @@ static int start_serving(struct dxl_replica_server *s)
 	return 0;
 }
 
+/* lease_until -- the table RPC service's view of the lease */
+static uint64_t lease_until(void *arg)
+{
+	struct dxl_replica_server *s = arg;
+	return s->zk ? dxl_zk_lease_until_ns(s->zk) : 0;
+}
+
 /* guard_main -- the lease rule, independent of the service loop */
 static void *guard_main(void *arg)
 {
@@ -397,6 +407,8 @@ static void *guard_main(void *arg)
 		usleep(s->cfg.service_ms * 1000);
 		if (dxl_zk_lease_valid(s->zk))
 			continue;
+		/* (tests hold the lease rule here: a guard held up) */
+		DXL_TESTPOINT("replica.lease_rule", s);
 		pthread_mutex_lock(&s->reg_mu);
 		if (!dxl_zk_lease_valid(s->zk))
 			stop_serving(s, "zookeeper lease not valid");
@@ -1163,6 +1175,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	/* 4. ZooKeeper: session, then nodes/<id> */
 	if ((ret = dxl_zk_new(&s->cfg.zk, &s->zk)))
 		goto fail;
+	if (s->svc)
+		dxl_table_svc_set_lease(s->svc, lease_until, s);
 	if ((ret = publish(s, true)))
 		goto fail;
 	/* 5. the lease guard */
@@ -1203,6 +1217,8 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		bool lease = dxl_zk_lease_valid(s->zk);
 		/* the lease rule first: no remote writes without a lease (the
 		 * guard thread applies it too, while this loop waits) */
+		if (!lease)
+			DXL_TESTPOINT("replica.lease_rule", s);
 		pthread_mutex_lock(&s->reg_mu);
 		if (!lease)
 			stop_serving(s, "zookeeper lease not valid");

@@ -177,8 +177,11 @@ enum dxl_zk_state dxl_zk_state(const struct dxl_zk *zk);
  */
 bool dxl_zk_lease_valid(const struct dxl_zk *zk);
 
-/* dxl_zk_lease_until_ns -- CLOCK_MONOTONIC ns (dxl_now_ns) at which the
- * current lease runs out, or 0 when it is not valid now */
+/* dxl_zk_lease_until_ns -- CLOCK_BOOTTIME ns (dxl_boot_ns, common.h) at
+ * which the current lease runs out, or 0 when it is not valid now. The boot
+ * clock keeps running while the machine or its VM is suspended (the
+ * monotonic clock does not): a member resumed after a suspend longer than
+ * its lease finds the lease over. */
 uint64_t dxl_zk_lease_until_ns(const struct dxl_zk *zk);
 
 /* dxl_zk_lease_ms -- the lease length in ms (lease_pct of the negotiated

@@ -7,6 +7,8 @@
  *    is gone still publishes and serves its other shards (16.1);
  *  - a node restarted on an empty data directory is not the member it was:
  *    it catches up and is added again, nothing acknowledged is lost (16.3);
+ *  - a primary whose lease ran out answers no table RPC, even while its
+ *    lease rule is held up; before serving and before replying (16.5);
  *  - more cases are added with their defects.
  *
  * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it); skips otherwise.
@@ -27,6 +29,8 @@
 #include "dxl/log.h"
 #include "dxl/membership.h"
 #include "dxl/replica.h"
+#include "dxl/co.h"
+#include "dxl/rpc.h"
 #include "tests/lib/faults.h"
 #include "tests/lib/proc.h"
 
@@ -352,6 +356,165 @@ static void test_restart_on_empty_dir(void **state)
 	free(d);
 }
 
+/* ---- 16.5: the lease, checked where table RPCs are served --------------------- */
+
+/* a client of the table RPCs (as test_tables does) */
+struct client {
+	struct dxl_fabric *f;
+	struct dxl_ctx *ctx;
+	struct dxl_sched *s;
+	struct dxl_rpc *rpc;
+	struct dxl_qp *qp;
+	char msg[512];
+};
+static struct client g_cl;
+
+static void client_open(const struct dxl_replica_desc *d)
+{
+	memset(&g_cl, 0, sizeof(g_cl));
+	struct dxl_fabric_cfg fc;
+	dxl_fabric_cfg_init(&fc);
+	fc.node_id = 900;
+	assert_int_equal(dxl_fabric_new(&fc, &g_cl.f), 0);
+	assert_int_equal(dxl_ctx_new(g_cl.f, 0, &g_cl.ctx), 0);
+	assert_int_equal(dxl_sched_new(NULL, g_cl.ctx, &g_cl.s), 0);
+	assert_int_equal(dxl_rpc_new(g_cl.s, NULL, &g_cl.rpc), 0);
+	assert_int_equal(dxl_qp_connect(g_cl.ctx, d->addr, d->rpc_ctx, &g_cl.qp), 0);
+}
+
+static void client_close(void)
+{
+	dxl_ctx_delete(&g_cl.ctx);
+	dxl_rpc_delete(&g_cl.rpc);
+	dxl_sched_delete(&g_cl.s);
+	dxl_fabric_delete(&g_cl.f);
+}
+
+struct callarg {
+	uint16_t op;
+	const struct dxl_table_req *req;
+	struct dxl_table_rep *rep;
+	void *val;
+	uint32_t cap;
+	int ret;
+};
+
+static void call_co(void *a)
+{
+	struct callarg *c = a;
+	c->ret = dxl_table_call(g_cl.rpc, g_cl.qp, c->op, c->req, c->rep, c->val, c->cap);
+	snprintf(g_cl.msg, sizeof(g_cl.msg), "%s", c->ret ? dxl_errmsg() : "");
+}
+
+static int call(uint16_t op, const struct dxl_table_req *req, struct dxl_table_rep *rep,
+		void *val, uint32_t cap)
+{
+	struct callarg c = {.op = op, .req = req, .rep = rep, .val = val, .cap = cap};
+	assert_int_equal(dxl_sched_spawn(g_cl.s, call_co, &c, NULL), 0);
+	assert_int_equal(dxl_sched_run(g_cl.s), 0);
+	return c.ret;
+}
+
+/* the lease rule held up (a guard waiting on a long handler or a region
+ * registration): tests hold it at replica.lease_rule while g_hold is set */
+static volatile int g_hold;
+static void hold_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	(void)arg;
+	while (__atomic_load_n(&g_hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
+/* a suspend of the whole machine at the moment a handler has served its
+ * request, before it replies (once) */
+static volatile int g_suspend_once;
+static void suspend_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	(void)arg;
+	if (__atomic_exchange_n(&g_suspend_once, 0, __ATOMIC_ACQ_REL))
+		dxl_clock_inject_suspend_ns(10ull * 1000000000ull);
+}
+
+/*
+ * A primary whose lease ran out must not answer table RPCs, even while the
+ * thread that applies the lease rule every round is held up: a READ served
+ * (or replied to) after the lease may return a value the next primary has
+ * already overwritten. The suspend is the boot clock's (CLOCK_BOOTTIME goes
+ * on across a suspend of the VM; CLOCK_MONOTONIC does not).
+ */
+static void test_table_rpc_lease(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	struct node *n = &g_n[1];
+	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n1", g_tmp, g_case);
+	dxlt_server_cfg(&n->cfg, 1, n->dir, g_zkc, g_cluster, 1);
+	n->cfg.ntables = 1;
+	n->cfg.tables[0] = (struct dxl_table_schema){.id = 1, .value_size = 16, .capacity = 64};
+	if (dxlt_server_start(&n->cfg, &n->srv))
+		fail_msg("node 1: %s", dxl_errmsg());
+	wait_state(1, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	/* its tables are published once its promotion gate is open */
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	uint64_t end = dxl_now_ms() + 10000;
+	while (!(dxl_replica_desc_get(g_zk, 1, d) == 0 && d->shards[0].ntables == 1))
+		assert_true(dxl_now_ms() < end);
+	client_open(d);
+	free(d);
+	char v[16] = "fifteen bytes..", out[16];
+	struct dxl_table_req rq = {.shard = 0, .table = 1, .epoch = ep, .key = 7, .ts = 1,
+				   .value = v, .len = 16};
+	struct dxl_table_rep rp;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &rq, &rp, NULL, 0), 0);
+	struct dxl_table_req rd = {.shard = 0, .table = 1, .epoch = ep, .slot = rp.slot};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out)), 0);
+
+	/* 1. before serving: the lease is over (a suspend), the lease rule is
+	 *    held up -- the node's serving flag still says yes */
+	assert_int_equal(dxl_testpoint_set("replica.lease_rule", hold_cb, NULL), 0);
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	dxl_clock_inject_suspend_ns(10ull * 1000000000ull);
+	assert_false(dxl_zk_lease_valid(dxl_replica_server_zk(n->srv.s)));
+	assert_true(dxl_replica_server_serving(n->srv.s));
+	int ret = call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out));
+	if (ret != DXL_E_UNAVAIL)
+		fail_msg("READ after the lease: %s (%s)", dxl_errname(ret), g_cl.msg);
+	assert_non_null(strstr(g_cl.msg, "lease has run out"));
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+
+	/* the lease comes back with the next renewal; the node serves again */
+	end = dxl_now_ms() + 10000;
+	while ((ret = call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out))) != 0) {
+		if (dxl_now_ms() > end)
+			fail_msg("the node did not serve again: %s", g_cl.msg);
+		usleep(20000);
+	}
+	assert_memory_equal(out, v, 16);
+
+	/* 2. before replying: the lease runs out while the request is served */
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_suspend_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.table_rpc.served", suspend_cb, NULL), 0);
+	memset(out, 0, sizeof(out));
+	ret = call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out));
+	if (ret != DXL_E_UNAVAIL)
+		fail_msg("READ whose lease ran out while served: %s (%s)", dxl_errname(ret),
+			 g_cl.msg);
+	assert_non_null(strstr(g_cl.msg, "ran out while it served"));
+	assert_int_equal(g_suspend_once, 0);
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	dxl_testpoint_clear_all();
+	client_close();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -359,6 +522,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_primary_gone, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_restart_on_empty_dir, case_setup,
 						case_teardown),
+		cmocka_unit_test_setup_teardown(test_table_rpc_lease, case_setup, case_teardown),
 	};
 	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
 }
