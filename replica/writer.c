@@ -130,6 +130,9 @@ static int try_open(struct dxl_log_writer *w)
 		rec[i] = dxl_cluster_shard_data_id(sh, ids[i]);
 	uint64_t epoch = c.epoch;
 	dxl_cluster_config_clear(&c);
+	/* (the configuration and the descriptors are read one after the
+	 * other: tests change the configuration here) */
+	DXL_TESTPOINT("writer.open.config_read", w);
 
 	struct dxl_log_target t[DXL_CONFIG_MAX_REPLICAS];
 	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
@@ -146,10 +149,18 @@ static int try_open(struct dxl_log_writer *w)
 		}
 		if (ret)
 			break;
-		if (d->cfg_epoch < epoch) {
+		/* exactly this epoch: registered for an older one, its rkeys
+		 * are not fenced at this epoch's change yet; for a newer one,
+		 * the member set read is not that epoch's (it may lack a member
+		 * that epoch added: appends acknowledged without it) */
+		if (d->cfg_epoch != epoch) {
 			ret = dxl_err_set(DXL_E_UNAVAIL,
-					  "member %u of shard %u has not registered for epoch %" PRIu64
-					  " yet (at %" PRIu64 ")",
+					  d->cfg_epoch < epoch
+						  ? "member %u of shard %u has not registered for epoch %" PRIu64
+						    " yet (at %" PRIu64 ")"
+						  : "member %u of shard %u: the configuration read (epoch %" PRIu64
+						    ") is older than its registration (epoch %" PRIu64
+						    "): reading it again",
 					  ids[i], w->cfg.shard, epoch, d->cfg_epoch);
 			break;
 		}

@@ -7,6 +7,8 @@
  *    is gone still publishes and serves its other shards (16.1);
  *  - a node restarted on an empty data directory is not the member it was:
  *    it catches up and is added again, nothing acknowledged is lost (16.3);
+ *  - a writer and a coordinator use descriptors of exactly the epoch they
+ *    read, even when it changes between their reads (16.4);
  *  - a primary whose lease ran out answers no table RPC, even while its
  *    lease rule is held up; before serving and before replying (16.5);
  *  - more cases are added with their defects.
@@ -29,6 +31,7 @@
 #include "dxl/log.h"
 #include "dxl/membership.h"
 #include "dxl/replica.h"
+#include "coordinator/coord_internal.h"
 #include "dxl/co.h"
 #include "dxl/rpc.h"
 #include "tests/lib/faults.h"
@@ -356,6 +359,102 @@ static void test_restart_on_empty_dir(void **state)
 	free(d);
 }
 
+/* ---- 16.4: a writer (and a coordinator) takes exactly the epoch it read -------- */
+
+/* the configuration changes between a reader's configuration read and its
+ * descriptor reads: add node 2 to shard 0 (epoch 2), and wait until both
+ * have registered for it, node 2 as a MEMBER (its join pull done) */
+static uint64_t g_next_epoch;
+static volatile int g_change_once;
+static void change_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	const uint32_t (*m)[MAXN + 1] = arg;
+	if (!__atomic_exchange_n(&g_change_once, 0, __ATOMIC_ACQ_REL))
+		return;
+	g_next_epoch = config(1, m);
+	wait_state(1, g_next_epoch, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, g_next_epoch, 0, DXL_SHARD_MEMBER, 10000);
+}
+
+/*
+ * A writer reads epoch 1 (shard 0 = {1}), then -- epoch 2 adds node 2 --
+ * node 1's descriptor, registered for epoch 2. Taking it (registered for
+ * epoch 1 "or later") it appended with epoch 2's rkeys to epoch 1's member
+ * set: acknowledged without node 2, which epoch 2 had added (and which had
+ * done its join pull already): node 2 never got them.
+ */
+static void test_writer_newer_epoch(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	__atomic_store_n(&g_change_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("writer.open.config_read", change_cb, (void *)e2), 0);
+	uint64_t ts[20];
+	append(0, 20, ts);
+	assert_int_equal(g_change_once, 0); /* the change happened in between */
+	assert_int_equal(g_next_epoch, ep + 1);
+	assert_int_equal(holds(1, 0, ts, 20), 20);
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+}
+
+/*
+ * The coordinator's view: the same race. Epoch 1: shard 0 = {1, 2}, node 1
+ * the primary; epoch 2: node 2 the primary. A view of epoch 1 built from
+ * node 1's epoch-2 descriptor would send its one-sided lock CASes and reads
+ * to a backup's tables with valid rkeys.
+ */
+static void test_coord_view_newer_epoch(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	for (uint32_t id = 1; id <= 2; id++) {
+		struct node *n = &g_n[id];
+		snprintf(n->dir, sizeof(n->dir), "%s/c%d-n%u", g_tmp, g_case, id);
+		dxlt_server_cfg(&n->cfg, id, n->dir, g_zkc, g_cluster, 1);
+		n->cfg.ntables = 1;
+		n->cfg.tables[0] = (struct dxl_table_schema){.id = 1, .value_size = 16,
+							     .capacity = 64};
+		if (dxlt_server_start(&n->cfg, &n->srv))
+			fail_msg("node %u: %s", id, dxl_errmsg());
+		wait_state(id, 0, 0, -1, 10000);
+	}
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	static const uint32_t e2[1][MAXN + 1] = {{2, 1}};
+	__atomic_store_n(&g_change_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("coord.view.config_read", change_cb, (void *)e2), 0);
+	struct dxl_coord *c = NULL;
+	assert_int_equal(dxl_coord_new(g_zk, NULL, &c), 0);
+	assert_int_equal(g_change_once, 0);
+	struct view *v = coord_view(c);
+	assert_int_equal(v->epoch, ep);
+	if (v->shards[0].ok)
+		fail_msg("a view of epoch %" PRIu64 " uses node %u's descriptor of epoch %" PRIu64,
+			 ep, v->shards[0].primary, g_next_epoch);
+	assert_non_null(strstr(v->shards[0].why, "read it again"));
+	/* the next refresh takes epoch 2 */
+	assert_int_equal(coord_refresh(c), 0);
+	v = coord_view(c);
+	assert_int_equal(v->epoch, g_next_epoch);
+	assert_int_equal(v->shards[0].primary, 2);
+	dxl_coord_delete(&c);
+}
+
 /* ---- 16.5: the lease, checked where table RPCs are served --------------------- */
 
 /* a client of the table RPCs (as test_tables does) */
@@ -521,6 +620,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_crosswise_joins, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_join_primary_gone, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_restart_on_empty_dir, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_writer_newer_epoch, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_coord_view_newer_epoch, case_setup,
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_table_rpc_lease, case_setup, case_teardown),
 	};
