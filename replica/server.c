@@ -3,6 +3,7 @@
  * (include/dxl/replica.h, docs/replica.md) */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sys/stat.h>
 #include <pthread.h>
@@ -55,6 +56,12 @@ struct dxl_replica_server {
 	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
 	/* the data identity of each shard's copy here (shard_data_id) */
 	uint64_t data_id[DXL_REPLICA_MAX_SHARDS];
+	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
+	 * MEMBER of the shard as of its last configuration (member_mark) */
+	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* a configuration was read (or found absent) on this session: only
+	 * then is nodes/<id> published (issue 16.8) */
+	bool cfg_synced;
 	/* published statistics per shard (fill, newest record, count) */
 	uint32_t fill[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
@@ -451,6 +458,8 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	char *json = NULL;
 	if (!ret)
 		ret = dxl_replica_desc_encode(d, &json);
+	if (!ret)
+		DXL_TESTPOINT("replica.publish", d);
 	free(d);
 	if (ret)
 		return ret;
@@ -479,6 +488,96 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		 (uint64_t)dxl_zk_session_id(s->zk), dxl_zk_session_epoch(s->zk),
 		 s->reg_epoch);
 	return 0;
+}
+
+/* ---- shard states and the member mark ----------------------------------------- */
+
+/*
+ * The member mark, DATADIR/shard-<s>.member, holding the copy's data
+ * identity: written (and made durable) when the shard becomes a MEMBER here,
+ * removed when it stops being one, before a copy rewrites its rings. A node
+ * starts with every shard UNASSIGNED (issue 16.8); a configuration that
+ * names it a member makes a marked shard a MEMBER again at once (it missed
+ * nothing: nothing was acknowledged without it), an unmarked one JOINING --
+ * e.g. a node that was added, then stopped before its join pull was done,
+ * still lacks what was acknowledged before it joined.
+ */
+static void mark_path(const struct dxl_replica_server *s, uint32_t i, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/shard-%u.member", s->cfg.data_dir, dxl_shard_id(s->shards[i]));
+}
+
+static void fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (fsync(fd))
+			DXL_WARN("event=fsync_failed path=%s errno=%d", dir, errno);
+		close(fd);
+	}
+}
+
+/* member_mark -- write (on) or remove (off) the mark of shard index i */
+static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
+{
+	char path[1100], tmp[1110];
+	mark_path(s, i, path, sizeof(path));
+	if (!on) {
+		if (unlink(path) && errno != ENOENT)
+			DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path, errno);
+		fsync_dir(s->cfg.data_dir);
+		s->marked[i] = false;
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	char text[128];
+	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\n", s->data_id[i]);
+	bool ok = fd >= 0 && write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+	if (fd >= 0)
+		close(fd);
+	ok = ok && rename(tmp, path) == 0;
+	if (!ok) {
+		/* without the mark a restart joins again (a copy from the
+		 * primary): slower, never wrong */
+		DXL_WARN("event=member_mark_failed path=%s op=write errno=%d", path, errno);
+		unlink(tmp);
+		return;
+	}
+	fsync_dir(s->cfg.data_dir);
+	s->marked[i] = true;
+}
+
+/* member_mark_read -- the mark of shard index i is there, for this identity
+ * (a mark of another identity is stale: removed) */
+static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
+{
+	char path[1100], text[128] = "";
+	mark_path(s, i, path, sizeof(path));
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool got = fgets(text, sizeof(text), f) != NULL;
+	fclose(f);
+	uint64_t id = 0;
+	text[strcspn(text, "\n")] = 0;
+	if (got && !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
+	    id == s->data_id[i])
+		return true;
+	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " action=remove", path,
+		 s->data_id[i]);
+	member_mark(s, i, false);
+	return false;
+}
+
+/* set_state -- shard index i's state; the member mark follows MEMBER */
+static void set_state(struct dxl_replica_server *s, uint32_t i, enum dxl_shard_state st)
+{
+	if (st == DXL_SHARD_MEMBER && !s->marked[i])
+		member_mark(s, i, true);
+	else if (st != DXL_SHARD_MEMBER && s->marked[i])
+		member_mark(s, i, false);
+	s->st[i] = st;
 }
 
 /* ---- the configuration: epochs and fencing ------------------------------------ */
@@ -513,6 +612,32 @@ static bool in_shard(const struct dxl_cluster_shard *sh, uint32_t id)
 		if (sh->backups[i] == id)
 			return true;
 	return false;
+}
+
+/* sync_config -- read the configuration now, not waiting for the watch: a
+ * newer one than applied goes to apply_config; cfg_synced once it was read
+ * (or is known absent) on this session */
+static void sync_config(struct dxl_replica_server *s)
+{
+	struct dxl_cluster_config c;
+	int ret = dxl_cluster_config_read(s->zk, &c, NULL);
+	if (ret && ret != DXL_E_NOENT) {
+		DXL_DEBUG("event=config_read_failed node=%u msg=\"%s\"", s->cfg.node_id,
+			  dxl_errmsg());
+		return;
+	}
+	if (!ret) {
+		pthread_mutex_lock(&s->mu);
+		if (c.epoch > s->cfg_epoch && (!s->pend_new || c.epoch > s->pend.epoch)) {
+			dxl_cluster_config_clear(&s->pend);
+			s->pend = c;
+			s->pend_new = true;
+		} else {
+			dxl_cluster_config_clear(&c);
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	s->cfg_synced = true;
 }
 
 /* apply_config -- a configuration with a newer epoch: re-register every
@@ -560,11 +685,15 @@ static void apply_config(struct dxl_replica_server *s)
 		if (in_shard(sh, s->cfg.node_id) && !renewed) {
 			/* a node that joins copies the shard from the primary
 			 * once more before it says MEMBER (join_pulls); the
-			 * other shards do not wait for it (issue 16.1) */
+			 * other shards do not wait for it (issue 16.1). A copy
+			 * that was a member when the node stopped (its mark)
+			 * is one at once: nothing was acknowledged without it */
 			if (s->st[i] != DXL_SHARD_MEMBER)
-				s->st[i] = primary ? DXL_SHARD_MEMBER : DXL_SHARD_JOINING;
-		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING) {
-			s->st[i] = DXL_SHARD_CATCHING_UP;
+				set_state(s, i, primary || s->marked[i] ? DXL_SHARD_MEMBER :
+									   DXL_SHARD_JOINING);
+		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING ||
+			   (s->st[i] == DXL_SHARD_UNASSIGNED && (sh || renewed))) {
+			set_state(s, i, DXL_SHARD_CATCHING_UP);
 		}
 		if (renewed && old != s->st[i])
 			DXL_WARN("event=store_renewed shard=%u epoch=%" PRIu64 " data_id=0x%" PRIx64
@@ -712,10 +841,10 @@ static void catch_up(struct dxl_replica_server *s)
 					  shard, src, dxl_errmsg());
 		}
 		if (ret) {
-			s->st[i] = nm ? DXL_SHARD_CATCHING_UP : DXL_SHARD_UNASSIGNED;
+			set_state(s, i, nm ? DXL_SHARD_CATCHING_UP : DXL_SHARD_UNASSIGNED);
 		} else {
-			s->st[i] = changed < s->cfg.sync_bytes ? DXL_SHARD_SYNCED :
-							       DXL_SHARD_CATCHING_UP;
+			set_state(s, i, changed < s->cfg.sync_bytes ? DXL_SHARD_SYNCED :
+								    DXL_SHARD_CATCHING_UP);
 			if (changed)
 				DXL_DEBUG("event=catch_up_pass shard=%u source=%u changed=%" PRIu64,
 					  shard, src, changed);
@@ -751,7 +880,7 @@ static void join_pulls(struct dxl_replica_server *s)
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		if (!sh || sh->primary == s->cfg.node_id) {
-			s->st[i] = sh ? DXL_SHARD_MEMBER : DXL_SHARD_UNASSIGNED;
+			set_state(s, i, sh ? DXL_SHARD_MEMBER : DXL_SHARD_UNASSIGNED);
 			s->published = false;
 			continue;
 		}
@@ -774,7 +903,7 @@ static void join_pulls(struct dxl_replica_server *s)
 					  sh->primary, dxl_errmsg());
 			continue;
 		}
-		s->st[i] = DXL_SHARD_MEMBER;
+		set_state(s, i, DXL_SHARD_MEMBER);
 		s->published = false; /* say MEMBER */
 		DXL_INFO("event=join_pull shard=%u epoch=%" PRIu64 " source=%u changed=%" PRIu64,
 			 shard, s->cfg_epoch, sh->primary, changed);
@@ -875,8 +1004,12 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (s->st[i] != DXL_SHARD_MEMBER)
-			continue; /* a copy in progress: its heads are the source's */
+		/* a member; or a node that never had a configuration (nothing
+		 * copies into it). Not a copy in progress: its heads are the
+		 * source's */
+		if (s->st[i] != DXL_SHARD_MEMBER &&
+		    !(s->cfg_epoch == 0 && s->st[i] == DXL_SHARD_UNASSIGNED))
+			continue;
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		uint64_t keep_from = UINT64_MAX;
 		int cr = s->zk ? dxl_cursor_min(s->zk, dxl_shard_id(s->shards[i]), &keep_from,
@@ -1162,8 +1295,11 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
 		s->data_id[i] = shard_data_id(s, i);
-		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64, cfg->shards[i],
-			 s->data_id[i]);
+		/* no configuration yet: nothing is assigned (issue 16.8) */
+		s->st[i] = DXL_SHARD_UNASSIGNED;
+		s->marked[i] = member_mark_read(s, i);
+		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64 " member_mark=%d",
+			 cfg->shards[i], s->data_id[i], s->marked[i]);
 	}
 	/* the table RPC service (its own thread and ctx) */
 	if (cfg->ntables &&
@@ -1177,6 +1313,9 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		goto fail;
 	if (s->svc)
 		dxl_table_svc_set_lease(s->svc, lease_until, s);
+	/* the configuration before the first publication (states it says) */
+	sync_config(s);
+	apply_config(s);
 	if ((ret = publish(s, true)))
 		goto fail;
 	/* 5. the lease guard */
@@ -1238,10 +1377,14 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		if (lease && dxl_zk_session_epoch(s->zk) != last_epoch) {
 			last_epoch = dxl_zk_session_epoch(s->zk);
 			s->published = false;
+			/* the configuration may have moved on meanwhile: read
+			 * and apply it before publishing anything (issue 16.8) */
+			s->cfg_synced = false;
 			/* the old session's candidacy ended with it */
 			dxl_election_delete(&s->el);
 			DXL_INFO("event=new_session node=%u session_epoch=%" PRIu64,
 				 s->cfg.node_id, last_epoch);
+			DXL_TESTPOINT("replica.session.new", s);
 		}
 		if (lease && !s->serving) {
 			pthread_mutex_lock(&s->reg_mu);
@@ -1251,9 +1394,13 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=register_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease && s->serving)
-			join_pulls(s);
-		if (lease && s->serving && !s->published) {
+		if (lease && !s->cfg_synced)
+			sync_config(s);
+		if (lease)
+			apply_config(s);
+		/* publish what was applied, then the join pulls (a long copy
+		 * does not hold back the other shards' publication) */
+		if (lease && s->serving && !s->published && s->cfg_synced) {
 			int ret = publish(s, true);
 			if (ret == DXL_E_EXIST) {
 				pthread_mutex_lock(&s->reg_mu);
@@ -1265,8 +1412,8 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=publish_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease)
-			apply_config(s);
+		if (lease && s->serving && s->published)
+			join_pulls(s);
 		if (lease && s->cfg.cm && !s->el && dxl_now_ms() - s->last_cand_ms >= 1000) {
 			char data[64];
 			s->last_cand_ms = dxl_now_ms();

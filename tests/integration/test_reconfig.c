@@ -9,6 +9,10 @@
  *    it catches up and is added again, nothing acknowledged is lost (16.3);
  *  - a writer and a coordinator use descriptors of exactly the epoch they
  *    read, even when it changes between their reads (16.4);
+ *  - after a session expiry a node reads and applies the configuration before
+ *    it publishes; it starts with every shard unassigned; a member restarted
+ *    on its data directory is a member at once (its mark), one whose join
+ *    was cut short joins again (16.8);
  *  - a primary whose lease ran out answers no table RPC, even while its
  *    lease rule is held up; before serving and before replying (16.5);
  *  - more cases are added with their defects.
@@ -21,6 +25,8 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +104,7 @@ static int case_setup(void **state)
 static int case_teardown(void **state)
 {
 	(void)state;
+	dxlt_kill_all();
 	dxl_testpoint_clear_all();
 	for (int i = 1; i <= MAXN; i++)
 		if (g_n[i].srv.s)
@@ -455,6 +462,173 @@ static void test_coord_view_newer_epoch(void **state)
 	dxl_coord_delete(&c);
 }
 
+/* ---- 16.8: after a session expiry, the configuration before the publication --- */
+
+static volatile int g_newsess_once, g_pub_armed, g_pub_done;
+static uint64_t g_pub_epoch;
+static int g_pub_state = -1;
+
+/* the CM removed node 1 from shard 0 while its session was gone */
+static void newsess_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	const uint32_t (*m)[MAXN + 1] = arg;
+	if (!__atomic_exchange_n(&g_newsess_once, 0, __ATOMIC_ACQ_REL))
+		return;
+	g_next_epoch = config(1, m);
+	__atomic_store_n(&g_pub_armed, 1, __ATOMIC_RELEASE);
+}
+
+/* the first descriptor node 1 publishes on its new session */
+static void publish_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)arg;
+	const struct dxl_replica_desc *d = ctx;
+	if (d->node_id != 1 || !__atomic_exchange_n(&g_pub_armed, 0, __ATOMIC_ACQ_REL))
+		return;
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, 0);
+	g_pub_epoch = d->cfg_epoch;
+	g_pub_state = sd ? (int)sd->state : -1;
+	__atomic_store_n(&g_pub_done, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * Node 1's session expires; meanwhile shard 0 goes on without it (epoch 2).
+ * On its new session it published fresh rkeys with its old cfg_epoch and
+ * "member" before it applied epoch 2: a descriptor that describes a
+ * configuration that is no more. It must read (and apply) the configuration
+ * first.
+ */
+static void test_expiry_config_first(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{2, 1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	static const uint32_t e2[1][MAXN + 1] = {{2}};
+	__atomic_store_n(&g_newsess_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.session.new", newsess_cb, (void *)e2), 0);
+	assert_int_equal(dxl_testpoint_set("replica.publish", publish_cb, NULL), 0);
+	assert_int_equal(dxl_zk_inject_expiry(dxl_replica_server_zk(g_n[1].srv.s)), 0);
+	uint64_t end = dxl_now_ms() + 20000;
+	while (!__atomic_load_n(&g_pub_done, __ATOMIC_ACQUIRE)) {
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 did not publish on a new session");
+		usleep(5000);
+	}
+	if (g_pub_epoch != g_next_epoch || g_pub_state == DXL_SHARD_MEMBER)
+		fail_msg("node 1's first descriptor on its new session: cfg_epoch %" PRIu64
+			 " (the configuration is at %" PRIu64 "), shard 0 %s",
+			 g_pub_epoch, g_next_epoch,
+			 dxl_shard_state_name((enum dxl_shard_state)g_pub_state));
+	assert_int_equal(g_pub_state, DXL_SHARD_CATCHING_UP);
+}
+
+/*
+ * The member mark: a node that stops as a member and restarts on its data
+ * directory is a member at once -- also when the primary is gone for good,
+ * which a join pull would wait for. (cm.min_replicas 1.)
+ */
+static void test_restart_member_mark(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	for (uint32_t id = 1; id <= 2; id++) {
+		start_cm(id, 1, true);
+		wait_state(id, 0, 0, -1, 10000);
+	}
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts[20];
+	append(0, 10, ts);
+	/* both stop (the CM could not remove either: min_replicas 2) */
+	dxlt_server_stop(&g_n[2].srv);
+	dxlt_server_stop(&g_n[1].srv);
+	/* node 2 comes back alone, with min_replicas 1: it is a member of
+	 * epoch 1 at once, the CM promotes it, the shard is written again */
+	g_n[2].cfg.cm_params.min_replicas = 1;
+	if (dxlt_server_start(&g_n[2].cfg, &g_n[2].srv))
+		fail_msg("node 2: %s", dxl_errmsg());
+	append(0, 10, ts + 10);
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+}
+
+/* the join pull held in a daemon (DXL_TESTPOINTS), then kill -9 */
+static pid_t spawn_node(uint32_t id, const char *dir, const char *logf, const char *pause)
+{
+	static char bin[PATH_MAX];
+	assert_int_equal(dxlt_prog_path("dxl-replica", bin, sizeof(bin)), 0);
+	static const char *const extra[] = {"-o", "zk.session_timeout_ms=1000", "-o",
+					    "replica.pull_ms=50", "-o", "replica.cm=false",
+					    "-o", "replica.exist_wait_ms=10000", NULL};
+	struct dxlt_replica r = {.bin = bin, .logfile = logf, .append = true, .node = id,
+				 .dir = dir, .zk = g_zkc, .cluster = g_cluster, .extra = extra};
+	char spec[600];
+	dxlt_pause_spec(spec, sizeof(spec), "replica.join_pull.copy", pause);
+	pid_t p = dxlt_spawn_env(&r, "DXL_TESTPOINTS", spec);
+	if (p < 0)
+		fail_msg("spawn: %s", dxl_errmsg());
+	return p;
+}
+
+/*
+ * A node added to a shard stops (kill -9) before its join pull is done. It
+ * restarts on its data directory: the configuration names it a member, but
+ * its copy still lacks what was acknowledged before it joined. It must join
+ * again (JOINING, a copy from the primary), not say MEMBER.
+ */
+static void test_join_interrupted(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start(1, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	char dir[256], logf[256], pause[300];
+	snprintf(dir, sizeof(dir), "%s/c%d-d2", g_tmp, g_case);
+	snprintf(logf, sizeof(logf), "%s/c%d-d2.out", g_tmp, g_case);
+	snprintf(pause, sizeof(pause), "%s/c%d-pause", g_tmp, g_case);
+	pid_t p = spawn_node(2, dir, logf, pause);
+	wait_state(2, 0, 0, -1, 15000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 15000);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	if (dxlt_pause_wait(pause, 15000))
+		fail_msg("%s", dxl_errmsg());
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 1000);
+	kill(p, SIGKILL);
+	dxlt_wait_exit(p, 5000);
+	dxlt_pause_rearm(pause);
+	p = spawn_node(2, dir, logf, pause);
+	/* it joins again: paused in its join pull, published JOINING */
+	if (dxlt_pause_wait(pause, 15000)) {
+		struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+		if (dxl_replica_desc_get(g_zk, 2, d) == 0)
+			fail_msg("node 2 restarted without a join pull: cfg_epoch %" PRIu64 ", %s",
+				 d->cfg_epoch, dxl_shard_state_name(d->shards[0].state));
+		fail_msg("%s", dxl_errmsg());
+	}
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 5000);
+	assert_int_equal(dxlt_pause_release(pause), 0);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	kill(p, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
+}
+
 /* ---- 16.5: the lease, checked where table RPCs are served --------------------- */
 
 /* a client of the table RPCs (as test_tables does) */
@@ -625,6 +799,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_coord_view_newer_epoch, case_setup,
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_table_rpc_lease, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_expiry_config_first, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_restart_member_mark, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_join_interrupted, case_setup, case_teardown),
 	};
 	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
 }

@@ -12,6 +12,7 @@
 
 #include "common/common.h"
 #include "tests/lib/faults.h"
+#include "tests/lib/proc.h"
 
 int dxlt_env_add(char **env, size_t cap, const char *name, const char *value)
 {
@@ -35,6 +36,20 @@ void dxlt_env_free(char **env)
 		free(env[i]);
 		env[i] = NULL;
 	}
+}
+
+pid_t dxlt_spawn_env(const struct dxlt_replica *r, const char *name, const char *value)
+{
+	const char *old = getenv(name);
+	char *keep = old ? strdup(old) : NULL;
+	setenv(name, value, 1);
+	pid_t p = dxlt_replica_spawn(r);
+	if (keep)
+		setenv(name, keep, 1);
+	else
+		unsetenv(name);
+	free(keep);
+	return p;
 }
 
 void dxlt_pause_spec(char *buf, size_t cap, const char *point, const char *path)
@@ -140,6 +155,28 @@ int dxlt_zk_raw_delete(const char *connect, const char *path)
 	if (rc == ZNONODE)
 		return dxl_err_set(DXL_E_NOENT, "zookeeper delete %s: no node", path);
 	return rc == ZOK ? 0 : dxl_err_set(DXL_E_IO, "zookeeper delete %s: %s", path, zerror(rc));
+}
+
+int dxlt_zk_raw_delete_children(const char *connect, const char *path)
+{
+	zhandle_t *zh;
+	int ret = raw_open(connect, &zh);
+	if (ret)
+		return ret;
+	struct String_vector v;
+	int rc = zoo_get_children(zh, path, 0, &v);
+	int n = 0;
+	for (int i = 0; rc == ZOK && i < v.count; i++) {
+		char p[700];
+		snprintf(p, sizeof(p), "%s/%s", path, v.data[i]);
+		if (zoo_delete(zh, p, -1) == ZOK)
+			n++;
+	}
+	if (rc == ZOK)
+		deallocate_String_vector(&v);
+	zookeeper_close(zh);
+	return rc == ZOK || rc == ZNONODE ? n : dxl_err_set(DXL_E_IO, "zookeeper children of %s: %s",
+							  path, zerror(rc));
 }
 
 int dxlt_config_put(struct dxl_zk *zk, uint32_t nshards, const uint32_t *shards,

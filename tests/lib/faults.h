@@ -10,7 +10,7 @@
  *    (membership.h); a daemon: DXL_ZK_FAULTS in its environment
  *    (dxlt_env_add);
  *  - a pause at a named test point (DXL_TESTPOINT in the code; the list is in
- *    docs/testing.md): in-process dxl_testpoint_set() (a callback that may
+ *    docs/fault-injection.md): in-process dxl_testpoint_set() (a callback that may
  *    act: change the configuration, stop a server...), a daemon
  *    DXL_TESTPOINTS="point=wait:PATH" -- dxlt_pause_wait() sees it arrive,
  *    dxlt_pause_release() lets it go on;
@@ -43,6 +43,12 @@
 int dxlt_env_add(char **env, size_t cap, const char *name, const char *value);
 void dxlt_env_free(char **env);
 
+/* dxlt_spawn_env -- dxlt_replica_spawn (proc.h) with name=value in the
+ * daemon's environment (DXL_TESTPOINTS, DXL_ZK_FAULTS): set for the fork
+ * only, the test's own environment is restored */
+struct dxlt_replica;
+pid_t dxlt_spawn_env(const struct dxlt_replica *r, const char *name, const char *value);
+
 /* dxlt_pause_spec -- "point=wait:PATH" into buf (for DXL_TESTPOINTS; join
  * several with ',') */
 void dxlt_pause_spec(char *buf, size_t cap, const char *point, const char *path);
@@ -67,6 +73,10 @@ int dxlt_zk_raw_put(const char *connect, const char *path, const char *data);
 /* dxlt_zk_raw_delete -- delete a znode from another session (a candidacy
  * deleted from outside). Errors: DXL_E_NOENT, DXL_E_UNAVAIL, DXL_E_IO. */
 int dxlt_zk_raw_delete(const char *connect, const char *path);
+
+/* dxlt_zk_raw_delete_children -- delete every child of path (e.g. the CM
+ * candidacies); returns how many, or DXL_E_UNAVAIL / DXL_E_IO */
+int dxlt_zk_raw_delete_children(const char *connect, const char *path);
 
 /*
  * dxlt_config_put -- write the next configuration (epoch + 1, or 1 when
