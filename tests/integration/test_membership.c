@@ -956,6 +956,120 @@ static void test_reopen_from_callback(void **state)
 	dxl_zk_delete(&zk);
 }
 
+/* ---- lost replies (issue 16.6) --------------------------------------------------- */
+
+static bool is_leader(void *arg)
+{
+	return dxl_election_is_leader(arg);
+}
+
+/* the children of the cluster's dir `rel`, counted */
+static int count_children(const char *cl, const char *rel)
+{
+	zhandle_t *zh = raw_connect();
+	char path[200];
+	snprintf(path, sizeof(path), "/dxl/%s/%s", cl, rel);
+	struct String_vector v;
+	int rc = zoo_get_children(zh, path, 0, &v);
+	int n = rc == ZOK ? v.count : rc == ZNONODE ? 0 : -1;
+	if (rc == ZOK)
+		deallocate_String_vector(&v);
+	zookeeper_close(zh);
+	return n;
+}
+
+/*
+ * A candidacy's create is applied but its reply lost, and the listing that
+ * should tell whether it landed fails too. Creating again without knowing
+ * left an orphan of the node's own session before its candidacy: no one
+ * ever led. Then: a candidacy whose resignation was lost leaves a znode of
+ * the session; the next candidacy of that session deletes it and leads.
+ */
+static void test_election_lost_reply(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "elost");
+	struct mt_rec rec;
+	mt_rec_init(&rec);
+	struct cand cand = {.rec = &rec, .idx = 0};
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/cm/c-:reply,list:/cm:request:0:2"), 0);
+	struct dxl_election *e = NULL;
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand, &e), 0);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected: %d candidates for one candidacy (predecessor %lld)",
+			 count_children(cl, "cm"), (long long)dxl_election_predecessor(e));
+	assert_int_equal(count_children(cl, "cm"), 1);
+	assert_int_equal(dxl_zk_faults_fired(zk), 3); /* the faults did happen */
+
+	/* the resignation is lost (request lost every time) */
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(dxl_zk_inject_fault(zk, DXL_ZK_OP_DELETE, "/cm/c-", DXL_ZK_LOSE_REQUEST,
+					     0, 0), 0);
+	assert_int_equal(dxl_election_resign(e), DXL_E_UNAVAIL);
+	dxl_election_delete(&e);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(count_children(cl, "cm"), 1); /* the leftover */
+	struct cand cand2 = {.rec = &rec, .idx = 1};
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand2, &e), 0);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected behind the leftover of its own session");
+	assert_int_equal(count_children(cl, "cm"), 1);
+	dxl_election_delete(&e);
+	dxl_zk_delete(&zk);
+}
+
+/*
+ * A writer slot's create is applied, its reply lost: the slot is held by
+ * this session, but no writer has it -- it counted as a live writer (it
+ * held back the backups' appliers and retention) until the session ended.
+ * Now the lease learns that it landed and takes it; a release whose reply
+ * is lost leaves no orphan either.
+ */
+static void test_writer_slot_lost_reply(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "wlost");
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	uint32_t slot = 99;
+	uint64_t mask = 0;
+	/* the reply of the create is lost, and the first look fails too */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/writers/0/0:reply,read:/writers/0/0:request"),
+			 0);
+	int ret = dxl_writer_slot_lease(zk, 0, 4, &slot);
+	uint32_t fired = dxl_zk_faults_fired(zk);
+	dxl_zk_clear_faults(zk);
+	if (ret == 0) {
+		assert_int_equal(slot, 0);
+		assert_int_equal(dxl_writer_slot_release(zk, 0, slot), 0);
+	}
+	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
+	if (mask)
+		fail_msg("lease: %s; slots 0x%llx held by nobody", dxl_errname(ret),
+			 (unsigned long long)mask);
+	assert_int_equal(ret, 0);
+	assert_int_equal(fired, 2);
+	/* the create is lost before it is applied: created again */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/writers/0/0:request"), 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 0, 4, &slot), 0);
+	assert_int_equal(slot, 0);
+	dxl_zk_clear_faults(zk);
+	/* the release's delete is applied, its reply lost; then a release
+	 * whose delete never happened: the next call deletes the orphan */
+	assert_int_equal(dxl_zk_inject_faults(zk, "delete:/writers/0/0:reply"), 0);
+	dxl_writer_slot_release(zk, 0, 0);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
+	assert_int_equal(mask, 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 0, 4, &slot), 0);
+	assert_int_equal(dxl_zk_inject_faults(zk, "delete:/writers/0/0:request:0:0"), 0);
+	assert_int_equal(dxl_writer_slot_release(zk, 0, slot), DXL_E_UNAVAIL);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
+	assert_int_equal(mask, 0);
+	dxl_zk_delete(&zk);
+}
+
 /* ---- cursors ------------------------------------------------------------------ */
 
 static void test_cursors(void **state)
@@ -1051,6 +1165,8 @@ int main(void)
 		cmocka_unit_test_setup(test_expiry_and_reopen, test_setup),
 		cmocka_unit_test_setup(test_reopen_from_callback, test_setup),
 		cmocka_unit_test_setup(test_cursors, test_setup),
+		cmocka_unit_test_setup(test_election_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_writer_slot_lost_reply, test_setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, group_setup,
 					   group_teardown);
