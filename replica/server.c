@@ -753,7 +753,8 @@ static void on_members(void *arg, enum dxl_member_event ev, uint32_t node_id,
 }
 
 /* on_election -- (event thread) only logged: the loop asks
- * dxl_election_is_leader and the lease before every CM round */
+ * dxl_election_is_leader and the lease before every CM round, and stands
+ * again when the candidacy is over (dxl_election_seq < 0) */
 static void on_election(void *arg, enum dxl_election_event ev)
 {
 	struct dxl_replica_server *s = arg;
@@ -1414,6 +1415,13 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		}
 		if (lease && s->serving && s->published)
 			join_pulls(s);
+		/* a candidacy that ended while the session lives (its znode was
+		 * deleted from outside): stand again (issue 16.7) */
+		if (s->el && dxl_election_seq(s->el) < 0 &&
+		    dxl_zk_session_epoch(s->zk) == last_epoch) {
+			DXL_WARN("event=cm_candidacy_lost node=%u action=rejoin", s->cfg.node_id);
+			dxl_election_delete(&s->el);
+		}
 		if (lease && s->cfg.cm && !s->el && dxl_now_ms() - s->last_cand_ms >= 1000) {
 			char data[64];
 			s->last_cand_ms = dxl_now_ms();

@@ -13,6 +13,7 @@
  *    it publishes; it starts with every shard unassigned; a member restarted
  *    on its data directory is a member at once (its mark), one whose join
  *    was cut short joins again (16.8);
+ *  - a replica whose CM candidacy is deleted from outside stands again (16.7);
  *  - a primary whose lease ran out answers no table RPC, even while its
  *    lease rule is held up; before serving and before replying (16.5);
  *  - more cases are added with their defects.
@@ -629,6 +630,43 @@ static void test_join_interrupted(void **state)
 	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
 }
 
+/* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
+
+/*
+ * The CM's candidacy znode is deleted while its session lives (an operator,
+ * a tool, a bug elsewhere): the replica must stand again -- it only logged
+ * the loss, and with no candidate left no failure was ever handled.
+ */
+static void test_candidacy_deleted(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start_cm(1, 1, true);
+	struct dxl_replica_server *s1 = g_n[1].srv.s;
+	uint64_t end = dxl_now_ms() + 10000;
+	while (!dxl_replica_server_is_cm(s1))
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 never became the CM");
+		else
+			usleep(10000);
+	char dir[200];
+	snprintf(dir, sizeof(dir), "%s/cm", dxl_zk_root(g_zk));
+	assert_int_equal(dxlt_zk_raw_delete_children(g_zkc, dir), 1);
+	end = dxl_now_ms() + 5000;
+	while (dxl_replica_server_is_cm(s1))
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 did not notice its candidacy was gone");
+		else
+			usleep(5000);
+	end = dxl_now_ms() + 10000;
+	while (!dxl_replica_server_is_cm(s1))
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 did not stand again");
+		else
+			usleep(10000);
+}
+
 /* ---- 16.5: the lease, checked where table RPCs are served --------------------- */
 
 /* a client of the table RPCs (as test_tables does) */
@@ -804,6 +842,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restart_member_mark, case_setup,
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_join_interrupted, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_candidacy_deleted, case_setup, case_teardown),
 	};
 	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
 }
