@@ -14,6 +14,9 @@
  *    on its data directory is a member at once (its mark), one whose join
  *    was cut short joins again (16.8);
  *  - a replica whose CM candidacy is deleted from outside stands again (16.7);
+ *  - a second failure during a join pull: the primary stops while the new
+ *    member is still joining (held in its join pull, behind by what it did
+ *    not copy); the CM does not promote it (16.2);
  *  - a primary whose lease ran out answers no table RPC, even while its
  *    lease rule is held up; before serving and before replying (16.5);
  *  - more cases are added with their defects.
@@ -91,6 +94,19 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/* hold_cb -- a test point that holds its thread while g_hold is set (the
+ * lease rule held up by a long handler or a region registration; a join
+ * pull that takes long) */
+static volatile int g_hold;
+static void hold_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	(void)arg;
+	while (__atomic_load_n(&g_hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
 static int case_setup(void **state)
 {
 	(void)state;
@@ -106,6 +122,7 @@ static int case_teardown(void **state)
 {
 	(void)state;
 	dxlt_kill_all();
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE); /* a failed case's pause */
 	dxl_testpoint_clear_all();
 	for (int i = 1; i <= MAXN; i++)
 		if (g_n[i].srv.s)
@@ -630,6 +647,85 @@ static void test_join_interrupted(void **state)
 	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
 }
 
+/* ---- 16.2: a second failure during a join pull ------------------------------------ */
+
+static volatile int g_skip_catchup;
+static void skip_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)arg;
+	if (__atomic_load_n(&g_skip_catchup, __ATOMIC_ACQUIRE))
+		*(bool *)ctx = true;
+}
+
+/*
+ * Shard 0 = {1}; node 2 hosts it but has stopped catching up (a copy that
+ * takes long), so records acknowledged by node 1 are not on node 2. The
+ * next epoch adds node 2: it publishes JOINING and starts its join pull,
+ * held there; then node 1 stops. Counted as alive because it listed the
+ * shard, node 2 was promoted and the acknowledged records it lacked were
+ * lost. It must not count before its join pull: the shard waits for node
+ * 1, which comes back and gives node 2 everything.
+ */
+static void test_second_failure_during_join(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start(1, 1);
+	start(2, 1);
+	/* the CM: node 3, hosting another shard only; it adds nobody itself */
+	struct node *n3 = &g_n[3];
+	snprintf(n3->dir, sizeof(n3->dir), "%s/c%d-n3", g_tmp, g_case);
+	dxlt_server_cfg(&n3->cfg, 3, n3->dir, g_zkc, g_cluster, 1);
+	n3->cfg.shards[0] = 5;
+	n3->cfg.cm = true;
+	n3->cfg.cm_params.min_replicas = 1;
+	n3->cfg.cm_params.replication = 1;
+	if (dxlt_server_start(&n3->cfg, &n3->srv))
+		fail_msg("node 3: %s", dxl_errmsg());
+	for (uint32_t id = 1; id <= 3; id++)
+		wait_state(id, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
+	__atomic_store_n(&g_skip_catchup, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.catch_up.pass", skip_cb, NULL), 0);
+	usleep(300000); /* a pass in flight is over */
+	uint64_t ts[30];
+	append(0, 20, ts);
+	assert_int_equal(holds(2, 0, ts, 20), 0); /* node 2 is behind */
+
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.copy", hold_cb, NULL), 0);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 10000);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	assert_true(dxl_testpoint_hits("replica.join_pull.copy") >= 1);
+	/* the second failure, inside the join window */
+	dxlt_server_stop(&g_n[1].srv);
+	/* the CM runs rounds (every 100 ms, and at once on the leave): it
+	 * must not promote node 2 */
+	usleep(1500000);
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(g_zk, &c, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	if (c.epoch != ep || sh->primary != 1)
+		fail_msg("epoch %" PRIu64 ": shard 0 primary %u -- a member still joining was promoted",
+			 c.epoch, sh->primary);
+	dxl_cluster_config_clear(&c);
+	/* node 1 comes back on its data directory: node 2 joins from it */
+	if (dxlt_server_start(&g_n[1].cfg, &g_n[1].srv))
+		fail_msg("node 1: %s", dxl_errmsg());
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 15000);
+	append(0, 10, ts + 20);
+	assert_int_equal(holds(1, 0, ts, 30), 30);
+	assert_int_equal(holds(2, 0, ts, 30), 30);
+}
+
 /* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
 
 /*
@@ -726,17 +822,6 @@ static int call(uint16_t op, const struct dxl_table_req *req, struct dxl_table_r
 	return c.ret;
 }
 
-/* the lease rule held up (a guard waiting on a long handler or a region
- * registration): tests hold it at replica.lease_rule while g_hold is set */
-static volatile int g_hold;
-static void hold_cb(const char *name, void *ctx, void *arg)
-{
-	(void)name;
-	(void)ctx;
-	(void)arg;
-	while (__atomic_load_n(&g_hold, __ATOMIC_ACQUIRE))
-		usleep(1000);
-}
 
 /* a suspend of the whole machine at the moment a handler has served its
  * request, before it replies (once) */
@@ -843,6 +928,8 @@ int main(void)
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_join_interrupted, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_candidacy_deleted, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_second_failure_during_join, case_setup,
+						case_teardown),
 	};
 	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
 }
