@@ -139,7 +139,7 @@ static inline void dxl_cpu_relax(void)
  * A test point is a named place in the code where a test may pause a thread
  * or act (change the configuration, stop a server...) at an exact moment:
  * DXL_TESTPOINT("writer.open.config_read", w). Unarmed, it costs one relaxed
- * atomic load. Names are "<module>.<what>" (docs/testing.md lists them).
+ * atomic load. Names are "<module>.<what>" (docs/fault-injection.md lists them).
  *
  * Armed either in-process, by dxl_testpoint_set (the callback runs on the
  * thread that reaches the point, with the point's ctx), or for a whole
