@@ -19,7 +19,7 @@ extern "C" {
  *
  *   /dxl/<cluster>/nodes/<id>              ephemeral: one per live process
  *   /dxl/<cluster>/config                  {epoch, shards, node addresses}
- *   /dxl/<cluster>/cm/c-<session>-<seq>    ephemeral sequential: CM election
+ *   /dxl/<cluster>/cm/c-<session>-<nonce>-<seq> ephemeral sequential: CM election
  *   /dxl/<cluster>/cursors/<group>/<shard> tail cursors (next timestamp)
  *
  * Threads. Every function may be called from any thread, except
@@ -551,11 +551,16 @@ struct dxl_election;
 /*
  * dxl_election_new -- join election `name` (DXL_ELECTION_CM, or another
  * [A-Za-z0-9_.-] name: a directory under the cluster root) as a candidate:
- * creates the ephemeral sequential znode <name>/c-<session>-<seq> holding
- * data (text, e.g. JSON naming this candidate; may be NULL). The candidate
- * with the lowest sequence number leads; every other one watches only its
- * predecessor (no herd effect when the leader goes). cb reports ELECTED and
- * LOST on the event thread.
+ * creates the ephemeral sequential znode <name>/c-<session>-<nonce>-<seq>
+ * holding data (text, e.g. JSON naming this candidate; may be NULL). The
+ * candidate with the lowest sequence number leads; every other one watches
+ * only its predecessor (no herd effect when the leader goes). cb reports
+ * ELECTED and LOST on the event thread. A create whose reply was lost is
+ * resolved before anything is created again (its znode is adopted if it
+ * landed), and znodes of this session that no live candidacy of the process
+ * owns are deleted (docs/membership.md "Lost replies"). When the candidacy
+ * ends while the session lives (its znode deleted from outside),
+ * dxl_election_seq returns -1: join again with a new candidacy.
  *
  * Being the leader in ZooKeeper is not enough to act: the leader must also
  * hold a valid lease (dxl_zk_lease_valid), since while disconnected it

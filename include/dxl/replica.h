@@ -182,9 +182,10 @@ struct dxl_replica_desc {
 	uint32_t ctx;        /* the ctx index writers connect to */
 	uint64_t reg_epoch;  /* grows with every re-registration of regions */
 	uint64_t cfg_epoch;  /* the configuration epoch these registrations
-				were made for (0: none seen yet). Writers of
-				epoch E use a descriptor only once cfg_epoch
-				>= E: older rkeys are fenced off. */
+				were made for (0: none seen yet). Writers and
+				coordinators that read epoch E use a descriptor
+				only when cfg_epoch == E: older rkeys are fenced
+				off, a newer epoch may have other members. */
 	enum dxl_durability durability;
 	/* the ctx serving the table RPCs (DXL_REPLICA_RPC_CTX); 0 = none (no
 	 * tables; "rpc_ctx" absent in JSON) */
