@@ -703,7 +703,13 @@ static void test_second_failure_during_join(void **state)
 	ep = config(1, e2);
 	wait_state(2, ep, 0, DXL_SHARD_JOINING, 10000);
 	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
-	assert_true(dxl_testpoint_hits("replica.join_pull.copy") >= 1);
+	/* node 2 reaches its copy once node 1 says MEMBER for the epoch */
+	uint64_t end = dxl_now_ms() + 10000;
+	while (dxl_testpoint_hits("replica.join_pull.copy") < 1)
+		if (dxl_now_ms() > end)
+			fail_msg("node 2 did not start its join pull");
+		else
+			usleep(5000);
 	/* the second failure, inside the join window */
 	dxlt_server_stop(&g_n[1].srv);
 	/* the CM runs rounds (every 100 ms, and at once on the leave): it
