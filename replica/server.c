@@ -78,6 +78,8 @@ struct dxl_replica_server {
 	uint64_t last_cand_ms;
 	struct dxl_member_watch *mw;  /* nodes/: wakes the CM at once */
 	atomic_bool members_changed;
+	atomic_bool is_cm; /* leads the election with a valid lease (set by
+			      the loop; read by any thread) */
 	/* the lease guard: enforces the lease rule every service_ms even
 	 * while the loop waits in a ZooKeeper call (reg_mu guards serving,
 	 * reg_epoch and the registrations) */
@@ -1357,7 +1359,7 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 			   volatile sig_atomic_t *stop)
 {
 	uint64_t last_epoch = dxl_zk_session_epoch(s->zk);
-	while (!*stop) {
+	while (!__atomic_load_n(stop, __ATOMIC_RELAXED)) { /* (also set by other threads: tests) */
 		bool lease = dxl_zk_lease_valid(s->zk);
 		/* the lease rule first: no remote writes without a lease (the
 		 * guard thread applies it too, while this loop waits) */
@@ -1444,6 +1446,7 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 			s->last_pull_ms = now;
 			catch_up(s);
 		}
+		atomic_store(&s->is_cm, lease && s->el && dxl_election_is_leader(s->el));
 		if (lease && s->el && dxl_election_is_leader(s->el) &&
 		    (now - s->last_cm_ms >= s->cfg.cm_check_ms ||
 		     atomic_exchange(&s->members_changed, false))) {
@@ -1495,7 +1498,7 @@ int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
 
 bool dxl_replica_server_is_cm(const struct dxl_replica_server *s)
 {
-	return s->el && dxl_election_is_leader(s->el) && dxl_zk_lease_valid(s->zk);
+	return atomic_load(&((struct dxl_replica_server *)s)->is_cm);
 }
 
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s)

@@ -727,7 +727,8 @@ uint64_t dxl_replica_server_cfg_epoch(const struct dxl_replica_server *s);
 /* the state of a hosted shard (DXL_E_NOENT if not hosted) */
 int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
 				   uint32_t shard, enum dxl_shard_state *st);
-/* this process is the elected CM with a valid lease */
+/* this process is the elected CM with a valid lease (as of the service
+ * loop's last round; any thread) */
 bool dxl_replica_server_is_cm(const struct dxl_replica_server *s);
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s);
 struct dxl_zk *dxl_replica_server_zk(const struct dxl_replica_server *s);

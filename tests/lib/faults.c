@@ -322,7 +322,7 @@ int dxlt_server_start(const struct dxl_replica_cfg *cfg, struct dxlt_server *srv
 void dxlt_server_stop(struct dxlt_server *srv)
 {
 	if (srv->running) {
-		srv->stop = 1;
+		__atomic_store_n(&srv->stop, 1, __ATOMIC_RELAXED);
 		pthread_join(srv->th, NULL);
 		srv->running = false;
 	}
