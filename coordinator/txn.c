@@ -1513,7 +1513,8 @@ static int log_phase(struct dxl_txn *t)
 
 /* ---- C: write back and unlock --------------------------------------------------- */
 
-static int commit_one(struct dxl_txn *t, struct op *o)
+/* retry: an earlier commit_one of o failed (its outcome is unknown) */
+static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 {
 	const struct view_shard *vs = &t->v->shards[o->shard];
 	enum dxl_txn_mode mode = t->w->c->cfg.mode;
@@ -1531,32 +1532,49 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
-		uint32_t nwr = dxl_record_wb_nwr(ss);
-		if (nb + 64 > COORD_SCRATCH || nwr + 1 > 256)
+		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;
+		if (nb + 64 > COORD_SCRATCH || nwr > 258)
 			return dxl_err_set(DXL_E_INTERNAL, "write-back of %u bytes does not fit", nb);
 		struct dxl_qp *qp;
 		if ((ret = node_qp(t->w, vs, &qp)))
 			return ret;
+		uint64_t *res = (uint64_t *)t->scr; /* [0] flush READ, [1] unlock CAS */
+		uint64_t lock_addr = o->vt->st.t.locks.addr + 8 * o->slot;
+		if (retry) {
+			/* the last attempt's outcome is unknown. Its unlock took
+			 * effect: then its write-back was durable before (the
+			 * chain below) and the record may be another holder's
+			 * by now: write nothing. Else that attempt never
+			 * executes any more (a failed QP's requests do not run
+			 * after a newer connection's: docs/fabric.md), so write
+			 * again. */
+			struct dxl_wr rd;
+			wr_read(&rd, res, lkey(t), 8, lock_addr, o->vt->st.t.locks.rkey, true);
+			if ((ret = co_post_wait(qp, &rd, 1, "write-back: lock check")))
+				return ret;
+			if (*(volatile uint64_t *)res != t->id) {
+				o->locked = false;
+				return 0;
+			}
+		}
 		uint8_t *wb = t->scr + 64;
 		struct dxl_record r = {.version = o->new_version, .ts = o->rec_ts, .key = o->key,
 				       .inc = o->inc, .len = o->wlen, .live = true};
 		if ((ret = dxl_record_wb_build(wb, ss, o->lock_version, &r, t->arena + o->woff,
 					       NULL)))
 			return ret;
-		struct dxl_wr wr[257];
-		int n = dxl_record_wb_chain(wb, ss, lkey(t),
-					    o->vt->st.t.records.addr + o->slot * ss,
-					    o->vt->st.t.records.rkey, wr, 256);
+		/* the record, a flush READ (H9: durable), then the unlock CAS
+		 * (the NIC owns lock words), on one QP in that order: a free
+		 * lock word means a durable record (docs/engine.md) */
+		struct dxl_wr wr[258];
+		int n = dxl_record_wb_unlock_chain(wb, ss, lkey(t),
+						   o->vt->st.t.records.addr + o->slot * ss,
+						   o->vt->st.t.records.rkey, lock_addr,
+						   o->vt->st.t.locks.rkey, t->id, res, wr, 258);
 		if (n < 0)
 			return n;
 		for (int i = 0; i < n; i++)
 			wr[i].wr_id = dxl_co_wrid(0);
-		/* unlock: the lock word back to 0, after the record on the same
-		 * QP (a CAS from our id: the NIC owns lock words) */
-		uint64_t *res = (uint64_t *)t->scr;
-		wr_cas(&wr[n], res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, t->id, 0, true);
-		wr[n - 1].next = &wr[n];
 		ret = co_post_wait(qp, wr, 1, "write-back");
 		if (!ret)
 			o->locked = false;
@@ -1583,7 +1601,7 @@ static void commit_phase(struct dxl_txn *t)
 		if (!o->wop || !o->locked)
 			continue;
 		uint32_t locked_at = t->v->shards[o->shard].primary;
-		int ret = commit_one(t, o);
+		int ret = commit_one(t, o, false);
 		/* past the commit point: the log has it. The same primary with a
 		 * new epoch (new rkeys) still holds the lock: write back again
 		 * with the new view. A new primary applied it (decided) before
@@ -1604,7 +1622,7 @@ static void commit_phase(struct dxl_txn *t)
 				break;
 			t->v = v;
 			o->vt = vt;
-			ret = commit_one(t, o);
+			ret = commit_one(t, o, true);
 		}
 		if (ret)
 			settle_new_primary(t, o, locked_at, true);

@@ -1,5 +1,6 @@
 /* store.c -- the record store: tables of slots in a persistent region, DRAM lock words, key map, free lists */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,7 +66,13 @@ struct dxl_store {
 	uint64_t *locks; /* every table's lock words, page-aligned DRAM */
 	size_t locks_bytes;
 	struct dxl_store_cfg cfg;
+	/* reg_lock (read: using them; write: (de)registering) guards the MRs
+	 * and the lock agent: a write-back made durable by the CPU tells the
+	 * fabric's power-failure model through rec_mr (put_record), NIC-mode
+	 * lock words change through the agent and lock_mr's rkey */
+	pthread_rwlock_t reg_lock;
 	struct dxl_mr *rec_mr, *lock_mr;
+	struct dxl_lock_agent *agent;
 };
 
 void dxl_store_cfg_init(struct dxl_store_cfg *cfg)
@@ -342,6 +349,7 @@ static void free_tables(struct dxl_store *s)
 	}
 	free(s->t);
 	free(s->locks);
+	pthread_rwlock_destroy(&s->reg_lock);
 }
 
 /* build the DRAM state of table t by scanning its slots */
@@ -442,6 +450,7 @@ static int setup(struct dxl_region *r, const struct dxl_store_cfg *cfg,
 	if (!s)
 		return dxl_err_set(DXL_E_NOMEM, "store: out of memory");
 	s->r = r;
+	pthread_rwlock_init(&s->reg_lock, NULL);
 	if (cfg)
 		s->cfg = *cfg;
 	else
@@ -687,6 +696,14 @@ static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 	DXL_ASSERTF(ret == 0, "table %u slot %llu: %s", t->sc.id,
 		    (unsigned long long)slot, dxl_errmsg());
 	dxl_region_persist(s->r, p, t->slot_size);
+	/* the CPU made the slot durable: so the fabric must know, or its
+	 * power-failure model still holds the pre-image of an earlier remote
+	 * write-back of these lines and a simulated failure would bring it
+	 * back over this durable write (docs/fabric-tcp.md) */
+	pthread_rwlock_rdlock(&s->reg_lock);
+	if (s->rec_mr)
+		dxl_mr_mark_durable(s->rec_mr, p, t->slot_size);
+	pthread_rwlock_unlock(&s->reg_lock);
 	max_version_raise(t, v);
 	if (version)
 		*version = v;
@@ -696,6 +713,83 @@ static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 static uint32_t fresh_inc(uint32_t inc)
 {
 	return inc ? inc : 1;
+}
+
+/* ---- lock words: who may touch them ------------------------------------------------ */
+
+/*
+ * The one CPU store to a lock word: only where the CPU owns lock words. In
+ * NIC mode a CPU store is not atomic against the NIC's atomics (a stale
+ * coordinator's CAS on the same word can be lost or win over it).
+ */
+static void lock_store_cpu(const struct dxl_store *s, uint64_t *w, uint64_t v)
+{
+	DXL_ASSERTF(s->cfg.lock_mode == DXL_LOCKS_CPU,
+		    "store: a CPU store to a NIC-owned lock word at %p", (void *)w);
+	__atomic_store_n(w, v, __ATOMIC_RELEASE);
+}
+
+/*
+ * lock_cas -- the word of slot: cmp -> swp; *old = the old value. CPU mode:
+ * a CPU CAS; NIC mode: a fabric CAS through the lock agent (the owner goes
+ * through its own NIC like any coordinator). Any thread; t->mu may be held.
+ */
+static int lock_cas(struct dxl_store *s, struct table *t, uint64_t slot,
+		    uint64_t cmp, uint64_t swp, uint64_t *old)
+{
+	uint64_t *w = &t->locks[slot];
+	if (s->cfg.lock_mode == DXL_LOCKS_CPU) {
+		uint64_t exp = cmp;
+		/* acq_rel: as dxl_store_lock (acquire) and _unlock (release) */
+		__atomic_compare_exchange_n(w, &exp, swp, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
+		*old = exp;
+		return 0;
+	}
+	pthread_rwlock_rdlock(&s->reg_lock);
+	int ret;
+	if (!s->agent || !s->lock_mr) {
+		ret = dxl_err_set(DXL_E_STATE,
+				  "table %u slot %llu: lock words are NIC-owned and the store has no %s: "
+				  "the lock word was not changed",
+				  t->sc.id, (unsigned long long)slot,
+				  !s->agent ? "lock agent (dxl_store_set_lock_agent)"
+					    : "registration (dxl_store_register)");
+	} else {
+		struct dxl_mr_desc d;
+		dxl_mr_desc(s->lock_mr, &d);
+		ret = dxl_lock_agent_cas(s->agent, (uint64_t)(uintptr_t)w, d.rkey, cmp,
+					 swp, old);
+		if (ret)
+			dxl_err_prefix("table %u slot %llu", t->sc.id,
+				       (unsigned long long)slot);
+	}
+	pthread_rwlock_unlock(&s->reg_lock);
+	return ret;
+}
+
+/* lock_set -- the word := v whatever it holds (a CAS loop in NIC mode) */
+static int lock_set(struct dxl_store *s, struct table *t, uint64_t slot, uint64_t v)
+{
+	if (s->cfg.lock_mode == DXL_LOCKS_CPU) {
+		lock_store_cpu(s, &t->locks[slot], v);
+		return 0;
+	}
+	uint64_t cur = __atomic_load_n(&t->locks[slot], __ATOMIC_ACQUIRE);
+	for (;;) {
+		uint64_t old;
+		int ret = lock_cas(s, t, slot, cur, v, &old);
+		if (ret || old == cur)
+			return ret;
+		cur = old; /* changed meanwhile by a peer: again */
+	}
+}
+
+void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a)
+{
+	pthread_rwlock_wrlock(&s->reg_lock);
+	s->agent = a;
+	pthread_rwlock_unlock(&s->reg_lock);
 }
 
 /* take a free slot for key and make it live with version v (mutex held) */
@@ -708,10 +802,26 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 	int ret = fq_pop(t, &si);
 	if (ret)
 		return ret;
-	/* an owned insert: the lock word is set before the index can name
-	 * the slot (fq_pop passed over slots whose lock word is not 0) */
-	if (owner)
-		__atomic_store_n(&t->locks[si], owner, __ATOMIC_RELEASE);
+	/* an owned insert: the lock word is taken before the index can name
+	 * the slot. fq_pop passed over slots whose lock word is not 0, but a
+	 * peer holding a stale location may CAS a free slot's word at any
+	 * moment: a CAS 0 -> owner (through the NIC when it owns the words),
+	 * and a slot such a peer got first is left to it (it sees "not my
+	 * key" and unlocks). */
+	for (uint64_t tries = t->fq_len + 1; owner; tries--) {
+		uint64_t was = 0;
+		if ((ret = lock_cas(s, t, si, 0, owner, &was))) {
+			fq_push_front(t, si);
+			return ret;
+		}
+		if (was == 0)
+			break;
+		fq_push(t, si);
+		if (!tries || (ret = fq_pop(t, &si)))
+			return ret ? ret : dxl_err_set(DXL_E_FULL,
+						       "table %u: every free slot is locked",
+						       t->sc.id);
+	}
 	struct dxl_record old;
 	dxl_record_peek(slot_at(t, si), &old);
 	uint32_t inc = fresh_inc(old.inc);
@@ -720,8 +830,16 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			    even_up(old.version)) + 2;
 	if (s->cfg.hooks.insert &&
 	    (ret = s->cfg.hooks.insert(s->cfg.hooks.arg, t->sc.id, key, si, inc))) {
-		if (owner)
-			__atomic_store_n(&t->locks[si], 0, __ATOMIC_RELEASE);
+		if (owner) {
+			uint64_t was;
+			char msg[256];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+			if (lock_cas(s, t, si, owner, 0, &was))
+				DXL_WARN("table %u slot %llu: insert refused but its lock "
+					 "word not released: %s", t->sc.id,
+					 (unsigned long long)si, dxl_errmsg());
+			dxl_err_set(ret, "%s", msg);
+		}
 		fq_push_front(t, si);
 		return ret;
 	}
@@ -919,8 +1037,7 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 	int ret = get_slot(s, table, slot, &t);
 	if (ret)
 		return ret;
-	__atomic_store_n(&t->locks[slot], word, __ATOMIC_RELEASE);
-	return 0;
+	return lock_set(s, t, slot, word);
 }
 
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
@@ -929,11 +1046,15 @@ int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
 	for (uint32_t i = 0; i < s->nt; i++) {
 		struct table *t = &s->t[i];
 		for (uint64_t k = 0; k < t->sc.capacity; k++) {
+			/* a CPU read to find them (reads are any mode's) */
 			uint64_t w = __atomic_load_n(&t->locks[k], __ATOMIC_ACQUIRE);
-			if (w && (w >> 48) == coord &&
-			    __atomic_compare_exchange_n(&t->locks[k], &w, 0, false,
-							__ATOMIC_RELEASE, __ATOMIC_RELAXED))
-				n++;
+			if (!w || (w >> 48) != coord)
+				continue;
+			uint64_t was;
+			int ret = lock_cas(s, t, k, w, 0, &was);
+			if (ret)
+				return ret;
+			n += was == w;
 		}
 	}
 	return n;
@@ -948,6 +1069,7 @@ int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 	if (ret)
 		return ret;
 	uint64_t exp = 0;
+	DXL_ASSERT(s->cfg.lock_mode == DXL_LOCKS_CPU); /* lock_args checked it */
 	/* acquire: the record the new holder reads is the last holder's */
 	if (__atomic_compare_exchange_n(&t->locks[slot], &exp, owner, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -967,6 +1089,7 @@ int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 	if (ret)
 		return ret;
 	uint64_t exp = owner;
+	DXL_ASSERT(s->cfg.lock_mode == DXL_LOCKS_CPU); /* lock_args checked it */
 	/* release: the record written under the lock is visible to the next holder */
 	if (__atomic_compare_exchange_n(&t->locks[slot], &exp, 0, false,
 					__ATOMIC_RELEASE, __ATOMIC_RELAXED))
@@ -990,30 +1113,32 @@ uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 
 int dxl_store_register(struct dxl_store *s, struct dxl_fabric *f)
 {
-	if (s->rec_mr)
-		return dxl_err_set(DXL_E_EXIST, "store: already registered");
-	int ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r),
-			     DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
-				     DXL_MR_PERSISTENT,
-			     &s->rec_mr);
+	pthread_rwlock_wrlock(&s->reg_lock);
+	int ret;
+	if (s->rec_mr) {
+		ret = dxl_err_set(DXL_E_EXIST, "store: already registered");
+		goto out;
+	}
+	ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r),
+			 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT,
+			 &s->rec_mr);
 	if (ret)
-		return ret;
-	if ((ret = dxl_region_bind_mr(s->r, s->rec_mr)))
-		goto err;
-	ret = dxl_mr_reg(f, s->locks, s->locks_bytes,
-			 DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ, &s->lock_mr);
-	if (ret)
-		goto err;
-	return 0;
-err:
-	dxl_mr_dereg(&s->rec_mr);
+		goto out;
+	if ((ret = dxl_region_bind_mr(s->r, s->rec_mr)) ||
+	    (ret = dxl_mr_reg(f, s->locks, s->locks_bytes,
+			      DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ, &s->lock_mr)))
+		dxl_mr_dereg(&s->rec_mr);
+out:
+	pthread_rwlock_unlock(&s->reg_lock);
 	return ret;
 }
 
 void dxl_store_deregister(struct dxl_store *s)
 {
+	pthread_rwlock_wrlock(&s->reg_lock);
 	dxl_mr_dereg(&s->lock_mr);
 	dxl_mr_dereg(&s->rec_mr);
+	pthread_rwlock_unlock(&s->reg_lock);
 }
 
 struct dxl_mr *dxl_store_records_mr(const struct dxl_store *s)

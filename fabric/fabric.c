@@ -411,6 +411,11 @@ struct dxl_ctx *dxl_fabric_ctx_lookup(struct dxl_fabric *f, uint32_t idx)
 	return c;
 }
 
+uint32_t dxl_ctx_qp_count(struct dxl_ctx *c)
+{
+	return c->f->ops->qp_count(c);
+}
+
 uint32_t dxl_ctx_idx(const struct dxl_ctx *c)
 {
 	return c->idx;

@@ -90,6 +90,8 @@ struct dxl_fabric_ops {
 	int (*post_recv)(struct dxl_ctx *c, void *buf, uint32_t len,
 			 uint32_t lkey, uint64_t wr_id);
 	int (*poll)(struct dxl_ctx *c, struct dxl_wc *wc, int n);
+	/* qp_count: QPs the ctx holds (active, passive, handed over) */
+	uint32_t (*qp_count)(struct dxl_ctx *c);
 	int (*wait)(struct dxl_ctx *c, int timeout_ms);
 };
 

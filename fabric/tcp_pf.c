@@ -241,6 +241,26 @@ void tcp_pf_run_persist(struct tcp_fab *tf)
 	tf->npend = 0;
 }
 
+void tcp_pf_drain_persist_locked(struct tcp_fab *tf, const struct dxl_mr *mr)
+{
+	uintptr_t base = (uintptr_t)mr->addr, end = base + mr->len;
+	size_t k = 0;
+	if (!tf->npend)
+		return;
+	for (size_t i = 0; i < tf->npend; i++) {
+		struct tcp_persist_pend p = tf->pend[i];
+		if (p.fn == mr->persist_fn && p.arg == mr->persist_arg &&
+		    p.lo >= base && p.hi <= end) {
+			/* a flush READ promised it: keep the promise now, while
+			 * the region is still there */
+			p.fn(p.arg, (const void *)p.lo, p.hi - p.lo);
+			continue;
+		}
+		tf->pend[k++] = p;
+	}
+	tf->npend = k;
+}
+
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	struct tcp_pf_dirty *d = &conn->dirty;

@@ -83,6 +83,11 @@ struct dxl_appender {
 	 * passes it either (UINT64_MAX: none) */
 	uint64_t hold;
 	uint64_t ring_size;
+	/* tailing (issue 19.3): the largest watermark of the shard's rings
+	 * when this appender claimed a closed or unused ring (0: it did not),
+	 * and whether dxl_appender_close closed it */
+	uint64_t shard_floor;
+	int closed;
 };
 
 void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg)
@@ -144,6 +149,7 @@ struct ring_view {
 	uint64_t end_pos, end_seq; /* where the valid content ends */
 	uint64_t last_ts;          /* the last record's commit ts, else the head's */
 	uint64_t wmark;            /* 0: none */
+	int was_free;              /* the claim found the owner word 0 */
 };
 
 /* claim target t's ring, read its control block and ring into buf
@@ -171,6 +177,7 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	if (ret)
 		return ret;
 	memset(v, 0, sizeof(*v));
+	v->was_free = owner == 0;
 	if ((ret = dxl_ring_head_decode(hb, &v->head)))
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
@@ -394,6 +401,74 @@ static void ringbuf_free(struct ringbuf *b)
 }
 
 /*
+ * shard_floor -- the largest watermark of any ring of target t's log (read
+ * with one-sided READs into buf, at least 1 KiB of registered memory), each
+ * taken at most DXL_HLC_MAX_AHEAD_MS ahead of this host's clock.
+ *
+ * Why (tailing, issue 19.3): a ring whose owner word is 0 (closed by its
+ * last holder, or never used) holds no tailer back, so a tailer's cursor
+ * may be anywhere up to the largest watermark of the rings -- and this
+ * appender's records, appended below it, would never be delivered. The
+ * claim (owner 0 -> us) came first on this QP, so these READs execute after
+ * it: a tailer that still saw the owner 0 in its second control-block READ
+ * read every watermark before these READs did (docs/log.md, "Tailing").
+ * A watermark further ahead than the bound came from a clock that jumped
+ * forward: the tailers do not resolve past their clock + half the bound, so
+ * starting at ours + the bound is enough.
+ */
+static int shard_floor(struct dxl_appender *a, struct target *t, uint8_t *buf,
+		       uint32_t lkey, uint64_t *floor)
+{
+	struct dxl_fatptr fp = data_fp(t);
+	const uint64_t rs = t->t.ring_size, stride = DXL_RING_CTL_SIZE + rs;
+	int ret = dxl_rdpma_read(t->qp, &fp, 0, buf, 64, lkey);
+	if (ret)
+		return ret;
+	/* the log header (ring.c): nrings at 16, ring size at 24 */
+	uint32_t nrings = dxl_get_le32(buf + 16);
+	if (nrings < 1 || nrings > DXL_RING_MAX || dxl_get_le64(buf + 24) != rs ||
+	    t->t.ctl_off != DXL_LOG_HDR_SIZE + (uint64_t)t->t.ring * stride ||
+	    DXL_LOG_HDR_SIZE + (uint64_t)nrings * stride > t->t.data.len)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "ring %u at %s: the log header does not describe this ring (%u rings of %llu bytes)",
+				   t->t.ring, t->t.addr, nrings,
+				   (unsigned long long)dxl_get_le64(buf + 24));
+	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_AHEAD_MS, 0);
+	struct dxl_wr w[64];
+	for (uint32_t j0 = 0; j0 < nrings; j0 += 64) {
+		uint32_t m = DXL_MIN(64u, nrings - j0);
+		memset(w, 0, sizeof(w));
+		for (uint32_t k = 0; k < m; k++) {
+			w[k] = (struct dxl_wr){.wr_id = 0x464c4f4f52ull /* FLOOR */,
+					       .op = DXL_WR_READ,
+					       .local = buf + k * DXL_RING_WMARK_SIZE,
+					       .len = DXL_RING_WMARK_SIZE, .lkey = lkey,
+					       .remote_addr = fp.addr + DXL_LOG_HDR_SIZE +
+							      (uint64_t)(j0 + k) * stride +
+							      DXL_RING_WMARK_OFF,
+					       .rkey = fp.rkey};
+			w[k].next = k + 1 < m ? &w[k + 1] : NULL;
+		}
+		w[m - 1].flags = DXL_WR_SIGNALED;
+		if ((ret = dxl_log_post_wait(t->qp, w, w[0].wr_id)))
+			return ret;
+		for (uint32_t k = 0; k < m; k++) {
+			uint64_t wm = dxl_ring_wmark_decode(buf + k * DXL_RING_WMARK_SIZE);
+			if (wm > bound) {
+				DXL_WARN("appender (writer %u): ring %u at %s has watermark %llu, %llu ms ahead of this host's clock: a writer's clock jumped forward; starting at %llu",
+					 a->cfg.writer_id, j0 + k, t->t.addr,
+					 (unsigned long long)wm,
+					 (unsigned long long)(DXL_HLC_PHYS(wm) - dxl_wall_ms()),
+					 (unsigned long long)bound);
+				wm = bound;
+			}
+			*floor = DXL_MAX(*floor, wm);
+		}
+	}
+	return 0;
+}
+
+/*
  * find_tail -- discover every target's ring. Without repair they must all
  * end at the same place. With repair, target 0 is the reference: every
  * other target is checked and planned against it first, and only when all
@@ -418,6 +493,7 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	a->ref_last_ts = rv.last_ts;
 	a->ref_wmark = rv.wmark;
 	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
+	int was_free = rv.was_free;
 	for (unsigned i = 1; i < a->n; i++) {
 		const struct dxl_log_target *ti = &a->tg[i].t;
 		if ((ret = discover(a, &a->tg[i], tb.p, dxl_mr_lkey(tb.mr), &tv))) {
@@ -428,6 +504,7 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		 * acknowledged records only, which the reference has): never
 		 * append below it */
 		a->last_ts = DXL_MAX(a->last_ts, tv.wmark);
+		was_free |= tv.was_free;
 		if (!a->cfg.repair) {
 			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
 				ret = dxl_err_set(DXL_E_STALE,
@@ -471,6 +548,18 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			 (unsigned long long)a->tail_seq, p->records,
 			 p->action == REPAIR_COPY ? "copied" : "dropped");
 	}
+	/* a closed or unused ring (on some target): tailers may have passed
+	 * every watermark of the shard; start above them all. A ring we
+	 * found owned was holding every tailer at its watermark meanwhile. */
+	for (unsigned i = 0; i < a->n && was_free; i++) {
+		if ((ret = shard_floor(a, &a->tg[i], rb.p, dxl_mr_lkey(rb.mr),
+				       &a->shard_floor))) {
+			dxl_err_prefix("appender (writer %u): reading the watermarks of the log at %s",
+				       a->cfg.writer_id, a->tg[i].t.addr);
+			goto out;
+		}
+	}
+	a->last_ts = DXL_MAX(a->last_ts, a->shard_floor);
 out:
 	ringbuf_free(&tb);
 	ringbuf_free(&rb);
@@ -596,6 +685,11 @@ uint64_t dxl_appender_open_watermark(const struct dxl_appender *a)
 uint64_t dxl_appender_min_ts(const struct dxl_appender *a)
 {
 	return a->last_ts;
+}
+
+uint64_t dxl_appender_shard_floor(const struct dxl_appender *a)
+{
+	return a->shard_floor;
 }
 
 void dxl_appender_repair_stats(const struct dxl_appender *a,
@@ -872,6 +966,8 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 {
 	if (!a || !rec)
 		return dxl_err_set(DXL_E_INVAL, "append: NULL argument");
+	if (a->closed)
+		return dxl_err_set(DXL_E_STATE, "append: ring %u is closed", a->tg[0].t.ring);
 	if (rec->payload_len == 0 && rec->nparts == 0)
 		return dxl_err_set(DXL_E_INVAL,
 				   "append: empty record (no payload, no participants)");
@@ -1009,6 +1105,8 @@ int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts)
 {
 	if (!a)
 		return dxl_err_set(DXL_E_INVAL, "heartbeat: NULL appender");
+	if (a->closed)
+		return dxl_err_set(DXL_E_STATE, "heartbeat: ring %u is closed", a->tg[0].t.ring);
 	if (ts < a->last_ts)
 		return dxl_err_set(DXL_E_INVAL,
 				   "heartbeat: watermark %llu is below the last timestamp %llu",
@@ -1080,4 +1178,83 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 		}
 		dxl_appender_wait(a, 100);
 	}
+}
+
+/*
+ * dxl_appender_close -- see log.h. The final watermark is written and
+ * acknowledged by every target before any owner word is cleared: a tailer
+ * that sees the owner 0 (and so no longer holds its resolved timestamp at
+ * this ring) reads a watermark above every record of the ring.
+ */
+int dxl_appender_close(struct dxl_appender *a, uint64_t ts)
+{
+	if (!a)
+		return dxl_err_set(DXL_E_INVAL, "close: NULL appender");
+	if (a->closed)
+		return 0;
+	int ret = progress(a);
+	if (ret < 0)
+		return ret;
+	/* heartbeats that completed leave nothing to report */
+	while (a->done_token < a->next_token) {
+		struct slot *d = &a->slots[a->done_token % a->cfg.max_inflight];
+		if (!d->done || !d->heartbeat)
+			break;
+		d->used = 0;
+		a->done_token++;
+	}
+	if (dxl_appender_inflight(a))
+		return dxl_err_set(DXL_E_BUSY,
+				   "close: %u appends of ring %u in flight or not polled yet",
+				   dxl_appender_inflight(a), a->tg[0].t.ring);
+	if (a->failed_floor != UINT64_MAX || dxl_appender_failed_targets(a))
+		return dxl_err_set(DXL_E_STATE,
+				   "close: ring %u has appends of unknown outcome (a target failed): left open for the next holder's repair",
+				   a->tg[0].t.ring);
+	uint64_t final = DXL_MAX(ts, a->last_ts + 1);
+	if (a->hold < final)
+		return dxl_err_set(DXL_E_BUSY,
+				   "close: ring %u holds records not confirmed yet (hold %llu)",
+				   a->tg[0].t.ring, (unsigned long long)a->hold);
+	if ((ret = dxl_appender_heartbeat(a, final)))
+		return ret;
+	uint64_t hb = a->next_token - 1;
+	struct slot *s = &a->slots[hb % a->cfg.max_inflight];
+	while (!s->done) {
+		if ((ret = progress(a)) < 0)
+			return ret;
+		if (!s->done)
+			dxl_ctx_wait(a->ctx, 10);
+	}
+	if (s->failed)
+		return dxl_err_set(s->err ? s->err : DXL_E_UNREACHABLE,
+				   "close: the final watermark of ring %u did not reach every target (failed %#x): left open",
+				   a->tg[0].t.ring, s->failed);
+	uint64_t me = (uint64_t)a->cfg.writer_id + 1;
+	uint8_t *scratch = s->heads;
+	s->used = 0; /* the only request: nothing to report */
+	a->done_token++;
+	a->closed = 1;
+	for (unsigned i = 0; i < a->n; i++) {
+		struct target *t = &a->tg[i];
+		struct dxl_fatptr fp = data_fp(t);
+		uint64_t owner = 0;
+		ret = dxl_rdpma_cas(t->qp, fp.addr + t->t.ctl_off + DXL_RING_OWNER_OFF,
+				    fp.rkey, me, 0, &owner, scratch, dxl_mr_lkey(a->mr));
+		/* the READ after the CAS on this QP makes it durable (H9) */
+		if (!ret)
+			ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, scratch,
+					     HEADS_READ, dxl_mr_lkey(a->mr));
+		if (!ret && owner != me)
+			ret = dxl_err_set(DXL_E_STALE,
+					  "close: ring %u at %s is owned by %llu, not writer %u",
+					  t->t.ring, t->t.addr, (unsigned long long)owner,
+					  a->cfg.writer_id);
+		if (ret) {
+			dxl_err_prefix("close: ring %u at %s (the other targets' copies stay open or closed as they are: both are safe)",
+				       t->t.ring, t->t.addr);
+			return ret;
+		}
+	}
+	return 0;
 }

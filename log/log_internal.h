@@ -10,6 +10,12 @@
 /* dxl_fsync_parent -- fsync the directory holding path (after a rename) */
 void dxl_fsync_parent(const char *path);
 
+/* tests: called with the directory each dxl_fsync_parent fsyncs (NULL =
+ * none), and an errno for the region's posix_fallocate to fail with
+ * instead of being called (0 = call it) */
+extern void (*dxl_test_fsync_dir_hook)(const char *dir);
+extern int dxl_test_fallocate_err;
+
 /* dxl_region_sb_decode -- check and decode a region superblock (fuzzed) */
 int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
 			 enum dxl_durability *mode, struct dxl_region_id *id,
@@ -44,5 +50,20 @@ int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
  */
 typedef void (*dxl_pull_hook_fn)(uint32_t attempt, void *arg);
 void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
+
+/*
+ * dxl_tail_set_test_hook -- fault injection for tests: while set, a
+ * tailer's poll posts its READs one at a time and calls fn(stage, ring,
+ * arg) after each has completed (stage: which pass it belongs to), so a
+ * test can append, move a head or claim a ring between any two of them.
+ * NULL = none (one chain). Set and clear it from the thread that polls.
+ */
+enum dxl_tail_stage {
+	DXL_TAIL_STAGE_CTL = 1,   /* a control block, before the windows */
+	DXL_TAIL_STAGE_WINDOW,    /* (a piece of) a ring's window */
+	DXL_TAIL_STAGE_CTL_AGAIN, /* a control block, after the windows */
+};
+typedef void (*dxl_tail_hook_fn)(enum dxl_tail_stage stage, uint32_t ring, void *arg);
+void dxl_tail_set_test_hook(dxl_tail_hook_fn fn, void *arg);
 
 #endif /* DXL_LOG_INTERNAL_H */

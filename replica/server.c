@@ -70,6 +70,9 @@ struct dxl_replica_server {
 	uint64_t cursor_warn_ms[DXL_REPLICA_MAX_SHARDS]; /* last unreadable-cursor warning */
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
+	/* engine.lock_mode=nic: the node's own lock-word changes go through
+	 * its NIC (ctx DXL_REPLICA_LOCK_CTX, a loopback QP; engine.h) */
+	struct dxl_lock_agent *lock_agent;
 	struct dxl_replica_desc *src_desc; /* the source of a copy (loop only;
 					      too big for the stack) */
 	/* the configuration manager */
@@ -1271,6 +1274,9 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	    (ret = dxl_ctx_new(s->f, 0, &s->ctx)) ||
 	    (ret = dxl_ctx_new(s->f, 1, &s->pull_ctx)))
 		goto fail;
+	if (cfg->ntables && cfg->lock_mode == DXL_LOCKS_NIC &&
+	    (ret = dxl_lock_agent_new(s->f, DXL_REPLICA_LOCK_CTX, &s->lock_agent)))
+		goto fail;
 	/* 3. the shards (registered: ready to serve once published) */
 	for (uint32_t i = 0; i < cfg->nshards; i++) {
 		struct dxl_shard_cfg sc = {
@@ -1294,6 +1300,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			.durability = cfg->durability,
 			.create = cfg->create,
 			.lock_mode = cfg->lock_mode,
+			.lock_agent = s->lock_agent,
 			.tables = cfg->tables,
 			.ntables = cfg->ntables,
 		};
@@ -1549,6 +1556,7 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 		dxl_shard_close(&s->shards[i]);
 		dxl_tables_close(&s->tables[i]);
 	}
+	dxl_lock_agent_delete(&s->lock_agent);
 	dxl_ctx_delete(&s->pull_ctx);
 	dxl_ctx_delete(&s->ctx);
 	dxl_fabric_delete(&s->f);

@@ -35,6 +35,13 @@ struct applier {
 	uint64_t last_warn_ms;
 };
 
+/* the primary's retention bound per ring: records before (pos, seq) have
+ * their effects durable in the store (dxl_tables_applied_pos) */
+struct durable_mark {
+	uint64_t pos, seq;
+	bool valid;
+};
+
 struct dxl_tables {
 	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
 	uint32_t shard;
@@ -43,6 +50,7 @@ struct dxl_tables {
 	struct tab t[DXL_REPLICA_MAX_TABLES];
 	bool registered;
 	struct applier ap;
+	struct durable_mark dm[DXL_RING_MAX]; /* retention's thread only */
 };
 
 static struct tab *find_tab(const struct dxl_tables *t, uint32_t id)
@@ -232,6 +240,8 @@ int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
 		goto fail;
 	if ((ret = check_schema(t, cfg, path)) || (ret = rebuild(t)))
 		goto fail;
+	/* NIC-owned lock words: the node's own changes go through its NIC */
+	dxl_store_set_lock_agent(t->st, cfg->lock_agent);
 	*out = t;
 	return 0;
 fail:
@@ -630,7 +640,10 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 				uint64_t slot;
 				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot))
 					continue; /* an insert in doubt: nothing to hold */
-				if (!dxl_store_lock_set(t->st, e[k].table, slot, rec.txn_id))
+				int r2 = dxl_store_lock_set(t->st, e[k].table, slot, rec.txn_id);
+				if (r2 && r2 != DXL_E_NOENT)
+					return r2; /* NIC-owned words and no fabric path now */
+				if (!r2)
 					nl++;
 			}
 			DXL_INFO("event=txn_in_doubt shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64
@@ -657,9 +670,120 @@ bool dxl_tables_applying(const struct dxl_tables *t)
 	return t && t->ap.active;
 }
 
-uint64_t dxl_tables_applied_pos(const struct dxl_tables *t, uint32_t ring)
+static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *aborted,
+			  bool *present);
+
+/*
+ * entry_durable -- is the effect of a committed write-set entry of
+ * transaction txn durable in the store? The key's lock word is not txn's
+ * (the transaction's write-back and unlock are done: a write-back's flush
+ * precedes its unlock, dxl_record_wb_unlock_chain; RPC write-backs and
+ * deletes are persisted by the CPU before the RPC unlocks; inserts before
+ * the record is even logged), and the store holds the key at the entry's
+ * version or later, or no longer holds it (deleted by this entry or a later
+ * one, persisted before the key left the map). A torn or half-written
+ * record is not durable yet.
+ */
+static bool entry_durable(struct dxl_store *st, uint64_t txn,
+			  const struct dxl_ws_entry *e)
 {
-	if (!t || !t->ap.active || ring >= t->ap.nrings)
+	uint64_t slot;
+	if (dxl_store_find(st, e->table, e->key, &slot))
+		return true; /* gone: deleted (a CPU write, persisted) */
+	if (dxl_store_lock_word(st, e->table, slot) == txn)
+		return false; /* still its transaction's: write-back not done */
+	struct dxl_record r;
+	if (dxl_store_read(st, e->table, slot, &r, NULL, 0))
+		return false; /* being written, torn, or reused meanwhile */
+	if (r.key != e->key)
+		return false; /* the slot moved on meanwhile: look again later */
+	return r.version >= e->version;
+}
+
+/* rec_durable -- are all of rec's effects on this store durable? */
+static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec)
+{
+	if (!is_writeset(rec))
+		return true; /* no effect on the tables */
+	struct dxl_ws_entry e[64], *v = e;
+	int n = dxl_writeset_decode(rec->payload, rec->payload_len, e, 64);
+	if (n < 0)
+		return true; /* nothing any replay could apply either */
+	if (n > 64) {
+		v = malloc((size_t)n * sizeof(*v));
+		if (!v || dxl_writeset_decode(rec->payload, rec->payload_len, v,
+					      (uint32_t)n) != n) {
+			free(v);
+			return false;
+		}
+	}
+	bool ok = true;
+	for (int k = 0; k < n && ok; k++)
+		ok = find_tab(t, v[k].table) == NULL || /* not hosted: not ours */
+		     entry_durable(t->st, rec->txn_id, &v[k]);
+	if (v != e)
+		free(v);
+	if (!ok && t->ls) {
+		/* an aborted transaction has no effect to wait for */
+		bool aborted, present;
+		collect_aborts(t->ls, rec->txn_id, &aborted, &present);
+		ok = aborted;
+	}
+	return ok;
+}
+
+/*
+ * durable_pos -- on the primary (the applier is off: coordinators write its
+ * store): the position of the first record of ring below its watermark
+ * whose effects are not durable in the store yet. Retention must not pass
+ * it (docs/engine.md: "a ring's head may pass a record only once its
+ * effects are persistent in the store"); after a power failure nothing
+ * would replay it. Records at or past the watermark are not looked at
+ * (retention stops there anyway). The position reached is remembered, as
+ * durability never goes back.
+ */
+static uint64_t durable_pos(struct dxl_tables *t, uint32_t ring)
+{
+	const struct dxl_logstore *ls = t->ls;
+	if (!ls || ring >= dxl_logstore_nrings(ls) || ring >= DXL_RING_MAX)
+		return 0; /* cannot tell: keep everything */
+	struct durable_mark *m = &t->dm[ring];
+	struct dxl_ring_iter it;
+	struct dxl_ring_head h;
+	if (dxl_logstore_head(ls, ring, &h))
+		return 0;
+	if (!m->valid || m->pos < h.pos) {
+		if (dxl_ring_iter_init(&it, ls, ring))
+			return 0;
+	} else if (dxl_ring_iter_init_at(&it, ls, ring, m->pos, m->seq)) {
+		m->valid = false;
+		return 0;
+	}
+	uint64_t wm = dxl_logstore_watermark(ls, ring);
+	struct dxl_rec rec;
+	uint64_t at;
+	uint64_t pos = it.pos, seq = it.seq;
+	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+		if (rec.commit_ts >= wm || !rec_durable(t, &rec))
+			break;
+		pos = it.pos;
+		seq = it.seq;
+	}
+	m->pos = pos;
+	m->seq = seq;
+	m->valid = true;
+	return pos;
+}
+
+uint64_t dxl_tables_applied_pos(struct dxl_tables *t, uint32_t ring)
+{
+	if (!t)
+		return UINT64_MAX; /* no tables: nothing in the log has effects */
+	if (!t->ap.active)
+		return durable_pos(t, ring);
+	for (uint32_t r = 0; r < DXL_RING_MAX; r++)
+		t->dm[r].valid = false; /* the applier writes the store now */
+	if (ring >= t->ap.nrings)
 		return UINT64_MAX;
 	return t->ap.pos[ring];
 }
@@ -861,7 +985,10 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
 		if (fwd < 0)
 			return fwd;
-		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
+		int nun = dxl_store_unlock_coord(t->st, (uint32_t)r->key);
+		if (nun < 0)
+			return nun;
+		rep->slot = (uint64_t)nun;
 		rep->holder = (uint64_t)fwd;
 		if (rep->slot || fwd)
 			DXL_INFO("event=coord_locks_released shard=%u coord=%" PRIu64 " locks=%" PRIu64
@@ -947,8 +1074,8 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	}
 	if (ret)
 		return ret;
-	if (have && w == r->owner)
-		dxl_store_lock_set(st, r->table, slot, 0);
+	if (have && w == r->owner && (ret = dxl_store_lock_set(st, r->table, slot, 0)))
+		return ret;
 	if (dxl_store_find(st, r->table, r->key, &slot) == 0)
 		read_fields(st, r->table, slot, rep);
 	return 0;

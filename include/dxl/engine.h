@@ -182,6 +182,28 @@ int dxl_record_wb_chain(const void *buf, uint32_t slot_size, uint32_t lkey,
 			uint32_t nwr);
 
 /*
+ * dxl_record_wb_unlock_chain -- a lock holder's whole commit of one record
+ * on ONE QP: the write-back (dxl_record_wb_chain), then a flush READ of the
+ * slot's first 8 bytes, then the unlock: a CAS of the lock word at
+ * lock_raddr/lock_rkey from owner to 0. Only the CAS is signalled.
+ *
+ * The order is the rule "durable before unlocked": the READ, executed
+ * after the WRITEs on the same QP, makes them durable at the target (H9,
+ * 000 L665-675) before the CAS can free the word, so whoever sees the lock
+ * word free (a new lock holder, the log's retention) sees a record that a
+ * power failure keeps (docs/engine.md "When a write-back is durable").
+ *
+ * scratch: 16 bytes, 8-aligned, in the region of lkey: [0] receives the
+ * READ, [1] the CAS's old value (== owner when the unlock took effect).
+ * Returns the number of requests (dxl_record_wb_nwr + 2), or DXL_E_INVAL.
+ */
+#define DXL_RECORD_WB_UNLOCK_EXTRA 2
+int dxl_record_wb_unlock_chain(const void *buf, uint32_t slot_size, uint32_t lkey,
+			       uint64_t raddr, uint32_t rkey, uint64_t lock_raddr,
+			       uint32_t lock_rkey, uint64_t owner, uint64_t *scratch,
+			       struct dxl_wr *wr, uint32_t nwr);
+
+/*
  * dxl_record_wb_onesided_ok -- 1 if the provider places the WRITEs of one
  * QP in posting order, so dxl_record_wb_chain is safe against concurrent
  * one-sided readers (tcp), else 0 (verbs: write back through the owner).
@@ -352,10 +374,12 @@ int dxl_store_insert(struct dxl_store *s, uint32_t table, uint64_t key,
  * dxl_store_insert_owned -- dxl_store_insert, with the new record's lock
  * word set to owner (!= 0) before the record becomes live or the index
  * names it: a transaction's insert, held until its commit (write-back not
- * needed, unlock) or abort (delete, unlock). The owner's CPU writes that
- * lock word even with NIC-owned locks: the slot was free, passed over if
- * its lock word was not 0, and no peer can name it before the insert
- * hook ran (docs/transactions.md "Inserts"). owner 0 = dxl_store_insert.
+ * needed, unlock) or abort (delete, unlock). The word is taken with a CAS
+ * 0 -> owner (NIC mode: through the lock agent): a peer with a stale
+ * location may CAS the word of a free slot at any moment, and a slot it
+ * holds is left to it (the next free slot is tried). owner 0 =
+ * dxl_store_insert. Errors: as dxl_store_insert; NIC mode: see "Who
+ * changes a lock word" below (nothing changed).
  */
 int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 			   uint64_t ts, const void *value, uint32_t len,
@@ -416,19 +440,59 @@ int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 		     uint64_t owner);
 /*
- * dxl_store_lock_set -- set the lock word of a slot to word (0 = free) with
- * the CPU, in either lock mode: ONLY while no peer can reach the lock words
- * (not registered, or registered but not yet published: a promoted primary
- * recovering the locks of transactions in doubt before it serves,
- * docs/transactions.md "Failures"). Errors: DXL_E_NOENT (table, slot).
+ * Who changes a lock word (docs/engine.md "Lock words: who may touch
+ * them"): in DXL_LOCKS_CPU mode the owner's CPU (atomics); in
+ * DXL_LOCKS_NIC mode only the NIC: a peer's fabric CAS, or the owner's own
+ * change sent through the fabric by its lock agent (a loopback QP,
+ * dxl_store_set_lock_agent), never a CPU store or CPU CAS (RDMA atomics are
+ * not atomic against them). A CPU write of a NIC-owned word is a broken
+ * invariant (DXL_ASSERT). Reads (dxl_store_lock_word) are fine in any mode.
+ * In NIC mode the calls below that change a word need the store registered
+ * and an agent, else DXL_E_STATE; a failed fabric CAS is DXL_E_UNREACHABLE
+ * or DXL_E_ACCESS.
+ */
+struct dxl_lock_agent;
+/*
+ * dxl_lock_agent_new -- an agent on fabric f: a ctx with index ctx_idx (free
+ * at f) and a QP connected to it at f's own address. Any thread may use it
+ * (one at a time: a mutex). Errors: those of dxl_ctx_new, dxl_mr_reg and
+ * dxl_qp_connect.
+ */
+int dxl_lock_agent_new(struct dxl_fabric *f, uint32_t ctx_idx,
+		       struct dxl_lock_agent **out);
+/* dxl_lock_agent_delete -- after every store using it stopped; *a = NULL */
+void dxl_lock_agent_delete(struct dxl_lock_agent **a);
+/*
+ * dxl_lock_agent_cas -- CAS the 8-byte word at raddr (rkey) from cmp to swp
+ * with a fabric atomic; *old receives the word's old value (the CAS took
+ * effect iff *old == cmp). Reconnects a failed loopback first.
+ * Errors: DXL_E_ACCESS (rkey, bounds), DXL_E_UNREACHABLE, dxl_qp_connect's.
+ */
+int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
+		       uint64_t cmp, uint64_t swp, uint64_t *old);
+/* dxl_lock_agent_ops -- CASes it has executed (for tests) */
+uint64_t dxl_lock_agent_ops(struct dxl_lock_agent *a);
+/* dxl_store_set_lock_agent -- the agent of a DXL_LOCKS_NIC store (NULL:
+ * none); set before the store serves. Ignored in DXL_LOCKS_CPU mode. */
+void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a);
+
+/*
+ * dxl_store_lock_set -- set the lock word of a slot to word (0 = free),
+ * whatever it held (a promoted primary recovering the locks of transactions
+ * in doubt before it serves, docs/transactions.md "Failures"; a resolved
+ * transaction's lock): CPU atomics in DXL_LOCKS_CPU mode, fabric CASes
+ * through the lock agent in DXL_LOCKS_NIC mode.
+ * Errors: DXL_E_NOENT (table, slot); NIC mode: see above.
  */
 int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 		       uint64_t word);
 /*
  * dxl_store_unlock_coord -- release every lock word held by a transaction
- * of coordinator `coord` (DXL_LOCK_OWNER's top 16 bits), in every table:
- * the CPU does it in either mode, for a coordinator that is gone and whose
- * transactions were resolved (docs/transactions.md). Returns the count.
+ * of coordinator `coord` (DXL_LOCK_OWNER's top 16 bits), in every table,
+ * for a coordinator that is gone and whose transactions were resolved
+ * (docs/transactions.md): a CAS holder -> 0 per word, by the CPU or (NIC
+ * mode) through the lock agent. Returns the count, or a negative DXL_E_*
+ * (NIC mode: see above) with the words released so far released.
  */
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord);
 /* the current lock word (an acquire load; any mode); 0 if out of range */

@@ -51,6 +51,22 @@ extern "C" {
  * dxl_errmsg() saying what failed. Failed remote operations are reported as
  * completions with a status, never by a crash or a hang: a dead or stuck
  * peer turns into DXL_WC_PEER_UNREACHABLE within cfg.timeout_ms.
+ *
+ * What a failed QP's completions mean (both providers; docs/fabric.md
+ * "Failures: what a completion in error means"): the first outstanding
+ * request carries the cause, every later one DXL_WC_FLUSHED.
+ *  - After a remote error (REM_ACCESS_ERR, REM_OP_ERR first): the failed
+ *    request and every FLUSHED one did not execute.
+ *  - After a timeout or a lost connection (PEER_UNREACHABLE first): each
+ *    request completed PEER_UNREACHABLE or FLUSHED may have executed before
+ *    the failure was detected (its outcome is unknown, as with a peer that
+ *    dies), but it does not execute after the target learns of the
+ *    failure, and never after a request the same fabric posts on a QP it
+ *    connects to that node afterwards. A caller retrying after a failure on
+ *    a new QP therefore never races with the failed attempt; it must only
+ *    allow for the attempt having taken effect.
+ * A request still outstanding when its QP is deleted (dxl_qp_delete) may
+ * or may not execute: the QP closes in order (tcp) / disconnects (verbs).
  */
 
 struct dxl_fabric;
@@ -233,6 +249,16 @@ int dxl_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out);
 /* dxl_ctx_delete -- destroy the ctx and all its QPs (active and passive) */
 void dxl_ctx_delete(struct dxl_ctx **c);
 
+/*
+ * dxl_ctx_qp_count -- the QPs this ctx holds now: active ones, passive ones
+ * the user has seen, and passive ones not freed yet (owner thread only).
+ * Passive QPs are freed by the provider once they are down if the user
+ * never saw them (no RECV named them); a passive QP the user has seen is
+ * the user's to delete with dxl_qp_delete once it is DXL_QP_ERR (the RPC
+ * layer does). So a ctx that serves reconnecting peers stays bounded.
+ */
+uint32_t dxl_ctx_qp_count(struct dxl_ctx *c);
+
 uint32_t dxl_ctx_idx(const struct dxl_ctx *c);
 struct dxl_fabric *dxl_ctx_fabric(const struct dxl_ctx *c);
 
@@ -249,7 +275,12 @@ int dxl_qp_connect(struct dxl_ctx *c, const char *remote_addr,
 		   uint32_t remote_ctx, struct dxl_qp **out);
 
 /* dxl_qp_delete -- close the QP (active or passive); *qp = NULL. Completions
- * of its outstanding requests are dropped. */
+ * of its outstanding requests are dropped, except received messages: a
+ * receive buffer holding a message for the QP that was not polled yet comes
+ * back as a DXL_WC_RECV completion with status DXL_WC_FLUSHED, its wr_id,
+ * byte_len 0 and qp NULL (post it again). Passive QPs: the provider frees
+ * the ones the user never saw once they are down; the ones a RECV named are
+ * the user's to delete (see dxl_ctx_qp_count). */
 void dxl_qp_delete(struct dxl_qp **qp);
 
 enum dxl_qp_state {
@@ -331,7 +362,14 @@ enum dxl_wc_status {
 	DXL_WC_PEER_UNREACHABLE = 2, /* peer died, disconnected or timed out */
 	DXL_WC_LOCAL_ERR = 3,        /* local failure (e.g. RECV buffer too small) */
 	DXL_WC_REM_OP_ERR = 4,       /* remote could not take a SEND (too large) */
-	DXL_WC_FLUSHED = 5,          /* not executed: the QP entered the error state */
+	DXL_WC_FLUSHED = 5,          /* the QP entered the error state before this
+					request completed: not executed after a
+					remote error; after a timeout or a lost
+					connection, executed before the failure
+					or never (see "What a failed QP's
+					completions mean" above). A RECV: the
+					buffer comes back unused (its QP was
+					deleted), qp NULL */
 };
 
 enum dxl_wc_opcode {

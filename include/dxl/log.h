@@ -20,23 +20,38 @@ extern "C" {
  * since the Unix epoch, then 16 logical bits (000 L1973-2005: DST's scalar
  * timestamp). Timestamps from one clock strictly increase, even if the wall
  * clock steps back; dxl_hlc_observe() folds in a timestamp seen from another
- * node so causally later events get larger timestamps.
+ * node so causally later events get larger timestamps -- but never one
+ * further ahead of this host's physical clock than max_ahead_ms: a clock
+ * that jumped forward on one node must not drag every other clock (and
+ * every later holder of its writer slot) with it.
  */
 #define DXL_HLC_LOGICAL_BITS 16
 #define DXL_HLC_PHYS(ts) ((ts) >> DXL_HLC_LOGICAL_BITS)
 #define DXL_HLC_LOGICAL(ts) ((ts) & ((1u << DXL_HLC_LOGICAL_BITS) - 1))
 #define DXL_HLC_MAKE(ms, l) (((uint64_t)(ms) << DXL_HLC_LOGICAL_BITS) | (uint64_t)(l))
+/* how far ahead of the physical clock an observed timestamp may be */
+#define DXL_HLC_MAX_AHEAD_MS 60000u
 
 struct dxl_hlc {
 	uint64_t last; /* accessed with atomics: any thread may call */
 	uint64_t (*wall_ms)(void); /* NULL = CLOCK_REALTIME; tests inject */
+	uint32_t max_ahead_ms; /* 0 = DXL_HLC_MAX_AHEAD_MS */
 };
 
 void dxl_hlc_init(struct dxl_hlc *c);
 /* dxl_hlc_now -- a timestamp larger than every one this clock returned or observed */
 uint64_t dxl_hlc_now(struct dxl_hlc *c);
-/* dxl_hlc_observe -- remember ts (e.g. from a received message) */
-void dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
+/*
+ * dxl_hlc_observe -- remember ts (e.g. from a received message, a ring's
+ * watermark): later dxl_hlc_now values are above it. A ts more than
+ * max_ahead_ms ahead of this host's physical clock is not taken: the clock
+ * goes only as far as dxl_hlc_max_ts(), a warning is logged, and the call
+ * returns DXL_E_INVAL (the caller then knows its timestamps stay below ts).
+ * Returns 0 otherwise. Never aborts, whatever ts is.
+ */
+int dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
+/* dxl_hlc_max_ts -- the largest timestamp dxl_hlc_observe accepts now */
+uint64_t dxl_hlc_max_ts(const struct dxl_hlc *c);
 
 /* ---- log records ---------------------------------------------------------- */
 
@@ -801,6 +816,27 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts);
 
 /*
+ * dxl_appender_close -- the writer is done with its ring: write the final
+ * watermark max(ts, the last timestamp + 1) to every target, wait until
+ * every target has it, then clear the ring's owner word (CAS 1 + writer ->
+ * 0, made durable by a READ) on every target. A tailer then no longer holds
+ * its resolved timestamp at this ring (docs/log.md, "Tailing"): nothing in
+ * it can change below the final watermark. Only when every append was
+ * acknowledged and polled and no hold keeps records unconfirmed; otherwise
+ * the ring is left open (owner set), and tailers wait for the next holder
+ * of the slot, whose repair confirms or drops what is in doubt. After a
+ * successful close, appends and heartbeats are refused (DXL_E_STATE); the
+ * appender is still to be deleted. Closing twice is 0. Only the writer
+ * that still holds the ring's writer id (e.g. its ZooKeeper slot) may
+ * close: a new holder of the id owns the ring with the same owner word.
+ * Errors: DXL_E_BUSY (appends in flight or not polled, or a hold below the
+ * final watermark), DXL_E_STATE (a target failed: appends of unknown
+ * outcome), the heartbeat's and the READs' errors (then the ring may be
+ * closed on some targets and open on others: both are safe).
+ */
+int dxl_appender_close(struct dxl_appender *a, uint64_t ts);
+
+/*
  * dxl_appender_set_hold -- the watermarks written from now on (inline with
  * appends, heartbeats) stay at or below ts, whatever is acknowledged:
  * records at or above ts are not "confirmed" for tailers and appliers yet
@@ -829,11 +865,23 @@ uint64_t dxl_appender_last_ts(const struct dxl_appender *a);
 
 /*
  * dxl_appender_min_ts -- the smallest commit timestamp the next append (or
- * heartbeat) may carry: the largest of the previous append's, last_ts and
- * every target's watermark. A writer whose clock is behind observes it
- * (dxl_hlc_observe) before taking timestamps.
+ * heartbeat) may carry: the largest of the previous append's, last_ts,
+ * every target's watermark of this ring and, when this appender claimed a
+ * ring that was closed or never used (its owner word 0 on some target),
+ * the shard floor (dxl_appender_shard_floor). A writer whose clock is
+ * behind observes it (dxl_hlc_observe) before taking timestamps.
  */
 uint64_t dxl_appender_min_ts(const struct dxl_appender *a);
+
+/*
+ * dxl_appender_shard_floor -- 0, or, when this appender claimed a ring that
+ * was closed or never used: the largest watermark of every ring of the
+ * shard on every target, read after the claim (each at most
+ * DXL_HLC_MAX_AHEAD_MS ahead of this host's clock). Tailers may have
+ * passed every timestamp below it while the ring was closed; no append of
+ * this appender goes below it.
+ */
+uint64_t dxl_appender_shard_floor(const struct dxl_appender *a);
 
 /* dxl_appender_open_watermark -- the reference ring's watermark when the
  * appender opened it (0: none); records above it (dxl_appender_last_ts >
@@ -931,28 +979,39 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 /*
  * A tailer reads one replica's log of a shard with one-sided READs only
  * (the replica's CPU is not involved): each poll READs every ring's control
- * block (head, owner, watermark) and then a window of new ring content on
- * the same QP, so every record below the watermark it read is in the data
- * it reads after. It merges the rings by (commit timestamp, writer) and
- * delivers exactly the records with cursor <= ts < resolved, where resolved
- * is the smallest watermark of the rings that have an owner (or of the rings
- * in live_mask when given): what every writer has acknowledged and will not
- * append below. The cursor then becomes `resolved`: it is "the next
- * position to read", a commit timestamp. Delivery is at-least-once across
- * restarts (resume from the last cursor you stored), exactly once within a
- * tailer, in commit-timestamp order.
+ * block (head, owner, watermark), then a window of new ring content, then
+ * every control block again, on one QP, so every record below a watermark
+ * it read is in the data it reads after, and only bytes above the later
+ * head (not reused by the writer meanwhile) are trusted. It merges the
+ * rings by (commit timestamp, writer) and delivers exactly the records with
+ * cursor <= ts < resolved. resolved is the smallest watermark of the rings
+ * that hold it: every ring whose owner word is set (a live writer, a
+ * crashed one whose records above its watermark the next holder may still
+ * confirm, or a new holder) and every ring in live_mask when given. A ring
+ * whose owner word is 0 was closed by its last holder
+ * (dxl_appender_close) or never used: it holds nobody back and its records
+ * below its own watermark are delivered; when no ring holds, resolved is
+ * the largest watermark. resolved never goes beyond this host's clock +
+ * DXL_HLC_MAX_AHEAD_MS / 2. Every record below resolved is final: no
+ * writer appends, resends or repairs a record below it (a new holder of a
+ * ring starts above every ring's watermark: dxl_appender_new). The cursor
+ * then becomes `resolved`: it is "the next position to read", a commit
+ * timestamp. Delivery is at-least-once across restarts (resume from the
+ * last cursor you stored), exactly once within a tailer, in
+ * commit-timestamp order; a record reclaimed before it was delivered is
+ * DXL_E_STALE, never skipped.
  */
 struct dxl_tailer;
 
 struct dxl_tail_cfg {
 	uint64_t from_ts;     /* cursor: deliver records with ts >= from_ts;
 				 0 = from the earliest record still retained */
-	/* the rings whose writers are alive (e.g. hold their ZooKeeper writer
-	 * slot): they bound `resolved`. A ring not in the set (its writer
-	 * crashed or left) does not hold the others back, and only its records
-	 * below its own watermark are delivered: the rest were never confirmed
-	 * and wait for recovery. Used when live_given is set (then 0 = nobody
-	 * is writing); otherwise every ring whose owner word is set is live. */
+	/* rings whose writers are alive (e.g. hold their ZooKeeper writer
+	 * slot): they bound `resolved` even before their writer claims the
+	 * ring. Used when live_given is set. A ring outside the set still
+	 * holds resolved while its owner word is set: its writer may have
+	 * crashed with records above its watermark that the next holder of
+	 * the slot confirms. */
 	uint64_t live_mask;   /* bit i = ring i (rings 0..63) */
 	int live_given;
 	uint32_t window;      /* the most bytes READ per ring per poll (default
@@ -960,6 +1019,7 @@ struct dxl_tail_cfg {
 				 doubles while the ring has more than it
 				 fetched and halves while it uses less than a
 				 quarter */
+	uint64_t (*wall_ms)(void); /* NULL = CLOCK_REALTIME; tests inject */
 };
 
 /*
@@ -1009,6 +1069,14 @@ int dxl_tailer_caught_up(const struct dxl_tailer *t);
  * later. What a DXL_E_STALE error is about.
  */
 uint64_t dxl_tailer_reclaimed_ts(const struct dxl_tailer *t);
+
+/*
+ * dxl_tailer_holding -- how many rings held the resolved timestamp at the
+ * last poll (owner word set, or live). 0: every ring was closed or never
+ * used -- nothing below the cursor can still appear, and a writer that
+ * claims a ring later starts above it.
+ */
+unsigned dxl_tailer_holding(const struct dxl_tailer *t);
 
 /* dxl_tailer_set_live -- from the next poll on, the live rings are `mask`
  * (as dxl_tail_cfg.live_mask with live_given set), e.g. refreshed from the

@@ -45,8 +45,10 @@ struct dxl_shard;
 
 /*
  * dxl_shard_open -- open DIR/shard-<cfg.shard>.log, or (cfg.create) create
- * and format it if absent; then, if f != NULL, register its data area with f
- * and bind it. An existing region keeps its own geometry (nrings, ring_size
+ * and format it if absent -- or if its creation was interrupted (the region
+ * exists but its log header does not, and everything outside cfg's control
+ * blocks is zero); then, if f != NULL, register its data area with f and
+ * bind it. An existing region keeps its own geometry (nrings, ring_size
  * from its log header); a different cfg geometry is only logged.
  * Errors: DXL_E_NOENT (absent and !create), the errors of dxl_region_open /
  * dxl_region_create (DXL_E_STALE: another cluster/node; DXL_E_CONFIG:
@@ -312,6 +314,8 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * has not rewritten it yet). A refused request changes nothing.
  */
 #define DXL_REPLICA_RPC_CTX 2 /* ctx 0: writers and tailers, 1: catch-up */
+#define DXL_REPLICA_LOCK_CTX 3 /* engine.lock_mode=nic: the node's own lock-word
+				  CASes (a loopback QP, engine.h lock agent) */
 #define DXL_TABLE_REQ_SIZE 64
 #define DXL_TABLE_REP_SIZE 64
 #define DXL_TABLE_REP_LIVE 1u

@@ -245,6 +245,50 @@ static void test_hlc_monotonic(void **state)
 	assert_int_equal(DXL_HLC_LOGICAL(f), 0);
 }
 
+/*
+ * A clock takes from outside nothing further ahead of its physical clock
+ * than max_ahead_ms (issue 19.7): a peer whose clock jumped an hour forward
+ * does not drag this clock along, and a timestamp near the largest value
+ * (garbage, or a ring's watermark written by such a clock) neither jumps it
+ * nor makes a later dxl_hlc_now abort on overflow.
+ */
+static void test_hlc_observe_is_bounded(void **state)
+{
+	(void)state;
+	struct dxl_hlc c;
+	dxl_hlc_init(&c);
+	c.wall_ms = fake_wall;
+	fake_ms = 1000000;
+	assert_int_equal(dxl_hlc_max_ts(&c),
+			 DXL_HLC_MAKE(1000000 + DXL_HLC_MAX_AHEAD_MS, 0xffff));
+	/* within the bound: taken as before */
+	assert_int_equal(dxl_hlc_observe(&c, DXL_HLC_MAKE(1000000 + 5000, 7)), 0);
+	assert_int_equal(dxl_hlc_now(&c), DXL_HLC_MAKE(1005000, 8));
+	/* an hour ahead: not taken; the clock goes no further than the bound */
+	assert_int_equal(dxl_hlc_observe(&c, DXL_HLC_MAKE(1000000 + 3600000, 0)),
+			 DXL_E_INVAL);
+	assert_non_null(strstr(dxl_errmsg(), "ahead of this host's clock"));
+	uint64_t t = dxl_hlc_now(&c);
+	assert_true(DXL_HLC_PHYS(t) <= 1000000 + DXL_HLC_MAX_AHEAD_MS + 1);
+	/* the largest values: no abort, still bounded, still increasing */
+	assert_int_equal(dxl_hlc_observe(&c, UINT64_MAX), DXL_E_INVAL);
+	assert_int_equal(dxl_hlc_observe(&c, UINT64_MAX - 1), DXL_E_INVAL);
+	uint64_t u = dxl_hlc_now(&c);
+	assert_true(u > t);
+	assert_true(DXL_HLC_PHYS(u) <= 1000000 + DXL_HLC_MAX_AHEAD_MS + 1);
+	/* a per-clock bound */
+	struct dxl_hlc d;
+	dxl_hlc_init(&d);
+	d.wall_ms = fake_wall;
+	d.max_ahead_ms = 100;
+	assert_int_equal(dxl_hlc_observe(&d, DXL_HLC_MAKE(1000000 + 100, 5)), 0);
+	assert_int_equal(dxl_hlc_observe(&d, DXL_HLC_MAKE(1000000 + 101, 0)), DXL_E_INVAL);
+	assert_int_equal(dxl_hlc_now(&d), DXL_HLC_MAKE(1000101, 0));
+	/* the physical clock catches up: the same timestamp is taken */
+	fake_ms = 1000000 + 3600000;
+	assert_int_equal(dxl_hlc_observe(&c, DXL_HLC_MAKE(1000000 + 3600000, 0)), 0);
+}
+
 #define HLC_THREADS 2
 #define HLC_PER 50000
 static struct dxl_hlc shared_clock;
@@ -298,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_encode_rejects_bad_input),
 		cmocka_unit_test(test_crc32c_known_vector),
 		cmocka_unit_test(test_hlc_monotonic),
+		cmocka_unit_test(test_hlc_observe_is_bounded),
 		cmocka_unit_test(test_hlc_unique_across_threads),
 	};
 	return cmocka_run_group_tests_name("log records and clock", tests, NULL, NULL);
