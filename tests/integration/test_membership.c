@@ -1070,6 +1070,58 @@ static void test_writer_slot_lost_reply(void **state)
 	dxl_zk_delete(&zk);
 }
 
+/*
+ * Versioned sets and registrations whose reply is lost: the caller gets
+ * DXL_E_UNAVAIL ("may or may not have been applied") and learns the
+ * outcome by reading; a retry is safe -- a CAS retried with the old version
+ * is refused (DXL_E_STALE) instead of applied twice, a registration retried
+ * by its session just rewrites its own znode.
+ */
+static void test_versioned_set_lost_reply(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "vlost");
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	struct dxl_cluster_config c;
+	dxl_cluster_config_init(&c);
+	c.epoch = 1;
+	assert_int_equal(dxl_cluster_config_set_node(&c, 1, "a:1"), 0);
+	assert_int_equal(dxl_cluster_config_set_shard(&c, 0, 1, NULL, 0), 0);
+	int32_t v = -9;
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, DXL_ZK_VERSION_NONE, &v), 0);
+	c.epoch = 2;
+	assert_int_equal(dxl_zk_inject_faults(zk, "set:/config:reply"), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v, NULL), DXL_E_UNAVAIL);
+	assert_int_equal(dxl_zk_faults_fired(zk), 1);
+	struct dxl_cluster_config r;
+	int32_t v2 = -9;
+	assert_int_equal(dxl_cluster_config_read(zk, &r, &v2), 0);
+	assert_int_equal(r.epoch, 2); /* it was applied */
+	dxl_cluster_config_clear(&r);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v, NULL), DXL_E_STALE);
+	/* a lost request: not applied, the retry applies it */
+	c.epoch = 3;
+	assert_int_equal(dxl_zk_inject_faults(zk, "set:/config:request"), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v2, NULL), DXL_E_UNAVAIL);
+	assert_int_equal(dxl_cluster_config_read(zk, &r, NULL), 0);
+	assert_int_equal(r.epoch, 2);
+	dxl_cluster_config_clear(&r);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v2, NULL), 0);
+	dxl_cluster_config_clear(&c);
+	/* nodes/<id>: a create and then a set that lose their replies */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/nodes/5:reply"), 0);
+	assert_int_equal(dxl_member_register(zk, 5, "{\"v\":1}"), DXL_E_UNAVAIL);
+	assert_int_equal(dxl_member_register(zk, 5, "{\"v\":2}"), 0); /* ours: updated */
+	assert_int_equal(dxl_zk_inject_faults(zk, "set:/nodes/5:reply"), 0);
+	assert_int_equal(dxl_member_update(zk, 5, "{\"v\":3}"), DXL_E_UNAVAIL);
+	char *payload = NULL;
+	assert_int_equal(dxl_member_get(zk, 5, &payload, NULL), 0);
+	assert_non_null(strstr(payload, "\"v\":3"));
+	free(payload);
+	assert_int_equal(dxl_zk_faults_fired(zk), 4);
+	dxl_zk_delete(&zk);
+}
+
 /* ---- cursors ------------------------------------------------------------------ */
 
 static void test_cursors(void **state)
@@ -1167,6 +1219,7 @@ int main(void)
 		cmocka_unit_test_setup(test_cursors, test_setup),
 		cmocka_unit_test_setup(test_election_lost_reply, test_setup),
 		cmocka_unit_test_setup(test_writer_slot_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_versioned_set_lost_reply, test_setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, group_setup,
 					   group_teardown);
