@@ -112,15 +112,16 @@ bench-rdma: all
 	DXL_BUILD=$(O) scripts/rdma-bench.sh --timeout 600
 
 # longer randomized schedules than CI runs (crash tests)
-# crash schedules with thousands of seeds, and a 150-step randomized fault
-# schedule on a local cluster (its own throw-away ZooKeeper; ~6 min)
+# 3000 log crash schedules (~9 min), a 150-step randomized fault schedule on
+# a local cluster (its own throw-away ZooKeeper; ~6 min), and a 200-step
+# SmallBank crash schedule (~35 min)
 test-long: all
-	DXL_CRASH_SEEDS=3000 scripts/run-tests.sh $(O)/tests test_log_crash
+	DXL_CRASH_SEEDS=3000 DXL_TEST_TIMEOUT=3600 scripts/run-tests.sh $(O)/tests test_log_crash
 	zkd=$$(mktemp -d /tmp/dxl-zk-long.XXXXXX) && \
 	export DXL_TEST_ZK=$$(scripts/zk.sh start $$zkd) && \
 	DXL_FAULT_STEPS=$${DXL_FAULT_STEPS:-150} DXL_TEST_FILTER=test_random_faults \
 		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover && \
-	DXL_TXN_CRASH_STEPS=$${DXL_TXN_CRASH_STEPS:-30} DXL_TEST_TIMEOUT=2400 \
+	DXL_TXN_CRASH_STEPS=$${DXL_TXN_CRASH_STEPS:-200} DXL_TEST_TIMEOUT=4800 \
 		scripts/run-tests.sh $(O)/tests test_txn_crash; \
 	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 

@@ -72,6 +72,8 @@ struct dxl_fabric_ops {
 	void (*mr_dereg)(struct dxl_mr *mr);
 	void (*mr_mark_durable)(struct dxl_mr *mr, const void *addr, size_t len);
 	int (*power_fail)(struct dxl_fabric *f, enum dxl_pf_policy p, uint64_t seed);
+	int (*power_fail_arm)(struct dxl_fabric *f, enum dxl_pf_policy p,
+			      uint64_t seed, uint32_t steps, uint32_t idle_ms);
 	size_t (*pending_lines)(struct dxl_fabric *f);
 
 	/* ctx_new: allocate a provider ctx, set ->f and ->idx; fabric.c then

@@ -425,6 +425,7 @@ const struct dxl_fabric_ops dxl_fabric_tcp_ops = {
 	.mr_dereg = tcp_mr_dereg,
 	.mr_mark_durable = tcp_pf_mark_durable,
 	.power_fail = tcp_pf_power_fail,
+	.power_fail_arm = tcp_pf_arm_request,
 	.pending_lines = tcp_pf_pending_lines,
 	.ctx_new = tcp_ctx_new,
 	.ctx_delete = tcp_ctx_delete,

@@ -103,6 +103,14 @@ struct tcp_pf_journal {
 	size_t n;  /* lines */
 };
 
+/* an armed power failure: strikes after `steps` NIC steps or `idle_ms` */
+struct tcp_pf_arm {
+	enum dxl_pf_policy policy;
+	uint64_t seed;
+	uint32_t steps;
+	uint32_t idle_ms;
+};
+
 /* per-conn list of lines it dirtied (NIC thread only) */
 struct tcp_pf_dirty {
 	uintptr_t *v;
@@ -165,6 +173,7 @@ struct tcp_conn {
 	uint8_t w_flags;
 	uint32_t w_seq, w_rkey, w_left;
 	uint64_t w_addr;
+	uint64_t w_line; /* armed power failure: last line of it counted */
 	struct tcp_pf_dirty dirty;
 	struct tcp_conn *next, *prev; /* in the NIC's list */
 	struct tcp_conn *closed_next;
@@ -298,6 +307,16 @@ struct tcp_fab {
 	struct tcp_persist_pend *pend;
 	size_t npend, cappend;
 	atomic_bool pf_dead; /* power failed: execute nothing more */
+	/* a power failure that strikes after some steps (tcp_pf.c): a
+	 * request from another thread (under pf_lock, then pf_fd), taken by
+	 * the NIC thread, which alone counts the steps */
+	bool pf_req;                 /* under pf_lock */
+	struct tcp_pf_arm pf_req_arm; /* under pf_lock */
+	atomic_bool pf_armed_ack;    /* the NIC took the request */
+	bool pf_armed;               /* NIC thread only, from here on */
+	struct tcp_pf_arm pf_arm;
+	uint64_t pf_deadline_ns;
+	uint64_t pf_rng;             /* lines placed at a strike inside a WRITE */
 
 	/* this fabric's identity in handshakes (random, != 0) */
 	uint64_t nonce;
@@ -443,6 +462,36 @@ void tcp_pf_drain_persist_locked(struct tcp_fab *tf, const struct dxl_mr *mr);
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn);
 void tcp_pf_drop_range(struct tcp_fab *tf, uintptr_t addr, size_t len);
 void tcp_pf_mark_durable(struct dxl_mr *mr, const void *addr, size_t len);
+/*
+ * The armed power failure (NIC thread): tcp_pf_take_arm takes a pending
+ * request or, for the pf_signal, arms with cfg's policy and seed (steps
+ * below TCP_PF_WINDOW, from the seed; TCP_PF_IDLE_MS). tcp_pf_tick counts
+ * one step and returns true when the failure strikes at it; the failure
+ * also strikes once no step came for idle_ms. tcp_pf_strike
+ * fails the power with what was placed until now (never returns);
+ * pf_locked: the caller holds pf_lock. tcp_pf_coin draws the seeded coin
+ * that decides whether a line of a struck WRITE was placed.
+ */
+#define TCP_PF_WINDOW DXL_PF_STRIKE_WINDOW
+#define TCP_PF_IDLE_MS DXL_PF_IDLE_MS
+void tcp_pf_take_arm(struct tcp_fab *tf);
+static inline bool tcp_pf_tick(struct tcp_fab *tf)
+{
+	if (!tf->pf_armed)
+		return false;
+	if (!tf->pf_arm.steps)
+		return true;
+	tf->pf_arm.steps--;
+	/* idle_ms counts from the last step: under slow traffic it still
+	 * strikes in the traffic, at its step */
+	tf->pf_deadline_ns = dxl_now_ns() + (uint64_t)tf->pf_arm.idle_ms * 1000000ull;
+	return false;
+}
+bool tcp_pf_coin(struct tcp_fab *tf);
+void tcp_pf_strike(struct tcp_fab *tf, const char *where, bool pf_locked,
+		   uint32_t write_lines, uint32_t placed);
+int tcp_pf_arm_request(struct dxl_fabric *f, enum dxl_pf_policy p,
+		       uint64_t seed, uint32_t steps, uint32_t idle_ms);
 int tcp_pf_power_fail(struct dxl_fabric *f, enum dxl_pf_policy p,
 		      uint64_t seed);
 size_t tcp_pf_pending_lines(struct dxl_fabric *f);

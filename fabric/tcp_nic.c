@@ -390,6 +390,7 @@ static void nic_write_begin(struct tcp_fab *tf, struct tcp_conn *conn,
 	conn->w_left = fr->len;
 	conn->w_ok = true;
 	conn->w_active = true;
+	conn->w_line = UINT64_MAX;
 	if (!fr->len) { /* zero length: no rkey check, nothing placed */
 		nic_write_end(tf, conn);
 		return;
@@ -399,6 +400,55 @@ static void nic_write_begin(struct tcp_fab *tf, struct tcp_conn *conn,
 	conn->w_ok = tcp_mr_find_locked(tf, fr->rkey, fr->raddr, fr->len,
 					DXL_MR_REMOTE_WRITE) != NULL;
 	pthread_mutex_unlock(&tf->mr_lock);
+}
+
+/*
+ * place_armed -- place n arrived bytes of conn's WRITE into persistent mr
+ * while a power failure is armed: line by line, each line a step
+ * (tcp_pf_tick) counted once per WRITE (a line split over two pieces
+ * counts once). When it strikes at a line, each remaining line of this
+ * piece is placed or not by a seeded coin, then the power fails. Caller
+ * holds mr_lock and pf_lock. A journal without memory refuses the WRITE.
+ */
+static void place_armed(struct tcp_fab *tf, struct tcp_conn *conn,
+			struct dxl_mr *mr, size_t n)
+{
+	const uint8_t *src = tcp_buf_data(&conn->in);
+	uint64_t addr = conn->w_addr, end = conn->w_addr + n;
+	while (addr < end) {
+		uint64_t line = addr & ~63ull;
+		uint64_t seg = DXL_MIN(end, line + 64) - addr;
+		if (line != conn->w_line) {
+			conn->w_line = line;
+			if (tcp_pf_tick(tf)) {
+				uint32_t lines = 0, placed = 0;
+				for (; addr < end; addr = line + 64, line = addr) {
+					seg = DXL_MIN(end, line + 64) - addr;
+					lines++;
+					if (!tcp_pf_coin(tf) ||
+					    tcp_pf_before_write_locked(tf, conn, mr,
+								       addr, seg))
+						continue;
+					TCP_DMA_BEGIN();
+					memcpy((void *)(uintptr_t)addr,
+					       src + (addr - conn->w_addr), seg);
+					TCP_DMA_END();
+					placed++;
+				}
+				tcp_pf_strike(tf, "inside", true, lines, placed);
+			}
+		}
+		if (tcp_pf_before_write_locked(tf, conn, mr, addr, seg)) {
+			DXL_WARN("fabric tcp: no memory for the power-failure "
+				 "journal: WRITE refused");
+			conn->w_ok = false;
+			return;
+		}
+		TCP_DMA_BEGIN();
+		memcpy((void *)(uintptr_t)addr, src + (addr - conn->w_addr), seg);
+		TCP_DMA_END();
+		addr += seg;
+	}
 }
 
 /*
@@ -421,8 +471,11 @@ static bool nic_write_payload(struct tcp_fab *tf, struct tcp_conn *conn)
 			conn->w_ok = false;
 		} else if (mr->access & DXL_MR_PERSISTENT) {
 			pthread_mutex_lock(&tf->pf_lock);
-			if (tcp_pf_before_write_locked(tf, conn, mr, conn->w_addr,
-						       n)) {
+			if (tf->pf_armed) {
+				/* never returns if the power fails in it */
+				place_armed(tf, conn, mr, n);
+			} else if (tcp_pf_before_write_locked(tf, conn, mr,
+							      conn->w_addr, n)) {
 				DXL_WARN("fabric tcp: no memory for the power-failure "
 					 "journal: WRITE refused");
 				conn->w_ok = false;
@@ -670,6 +723,8 @@ static enum parse_stop nic_parse(struct tcp_fab *tf, struct tcp_conn *conn)
 				}
 				return PARSE_INPUT;
 			}
+			if (conn->dirty.n && tcp_pf_tick(tf))
+				tcp_pf_strike(tf, "between requests", false, 0, 0);
 			if (!nic_send(tf, conn, &fr))
 				return PARSE_INPUT; /* parked */
 			continue;
@@ -679,6 +734,12 @@ static enum parse_stop nic_parse(struct tcp_fab *tf, struct tcp_conn *conn)
 			nic_resp(conn, &fr);
 			continue;
 		}
+		/* an armed power failure may strike before any request of a QP
+		 * with un-flushed lines: e.g. between a record's WRITE and its
+		 * flush READ. (Before a request of a QP with none, a strike
+		 * would find what the next counted step finds: not counted) */
+		if (conn->dirty.n && tcp_pf_tick(tf))
+			tcp_pf_strike(tf, "between requests", false, 0, 0);
 		conn->rx_seq++;
 		switch (fr.op) {
 		case TCP_OP_READ:
@@ -1012,8 +1073,9 @@ void *tcp_nic_main(void *arg)
 				drain_fd(tf->kick_fd);
 				nic_retry_parked(tf);
 			} else if (p == &tf->pf_fd) {
+				/* the pf_signal or dxl_fabric_power_fail_arm */
 				drain_fd(tf->pf_fd);
-				tcp_pf_power_fail(tf->f, cfg->pf_policy, cfg->pf_seed);
+				tcp_pf_take_arm(tf);
 			} else {
 				struct tcp_conn *conn = p;
 				if (conn->state == TCP_CONN_CLOSED)
@@ -1040,7 +1102,11 @@ void *tcp_nic_main(void *arg)
 			pthread_mutex_lock(&tf->pf_lock);
 			pthread_mutex_unlock(&tf->pf_lock);
 		}
+		if (tf->pf_armed && now >= tf->pf_deadline_ns)
+			tcp_pf_strike(tf, "idle", false, 0, 0);
 		next_dl = nic_deadlines(tf, now);
+		if (tf->pf_armed)
+			next_dl = DXL_MIN(next_dl, tf->pf_deadline_ns);
 		if (tf->accept_resume_ns) {
 			if (now >= tf->accept_resume_ns) {
 				struct epoll_event ev = {.events = EPOLLIN,

@@ -1093,6 +1093,8 @@ static void apply_backups(struct dxl_replica_server *s)
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		bool backup = s->st[i] == DXL_SHARD_MEMBER && sh &&
 			      sh->primary != s->cfg.node_id;
+		if (s->st[i] == DXL_SHARD_MEMBER) /* tombstones (issue 20) */
+			dxl_tables_reclaim(s->tables[i], dxl_shard_logstore(s->shards[i]));
 		if (!backup) {
 			dxl_tables_apply_stop(s->tables[i]);
 			s->live_ms[i] = 0;
@@ -1105,6 +1107,9 @@ static void apply_backups(struct dxl_replica_server *s)
 		dxl_tables_apply(s->tables[i], dxl_shard_logstore(s->shards[i]),
 				 s->live_mask[i], 4096);
 	}
+	/* what was in doubt when a promotion gate opened and is decided now */
+	if (s->svc)
+		dxl_table_svc_settle(s->svc);
 }
 
 /*

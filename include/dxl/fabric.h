@@ -109,13 +109,19 @@ struct dxl_fabric_cfg {
 	uint8_t port;
 	int gid_index;
 	/* tcp only: the power-failure model. When pf_signal != 0, receiving that
-	 * signal makes the process simulate a power failure with pf_policy and
-	 * pf_seed (see dxl_fabric_power_fail). Default 0 (off). The
-	 * environment variable DXL_FABRIC_PF="SIG:POLICY[:SEED]" (e.g.
-	 * "USR2:random:42") sets these three fields in dxl_fabric_cfg_init. */
+	 * signal arms a simulated power failure with pf_policy and pf_seed
+	 * that strikes within the next DXL_PF_STRIKE_WINDOW steps of the NIC
+	 * (a step count drawn from pf_seed) or after DXL_PF_IDLE_MS without
+	 * any (see dxl_fabric_power_fail_arm). Default 0 (off). The
+	 * environment variable DXL_FABRIC_PF="SIG:POLICY[:SEED[:IDLE_MS]]"
+	 * (e.g. "USR2:random:42") sets these fields in dxl_fabric_cfg_init.
+	 * pf_idle_ms: strike after this long without a step (0 =
+	 * DXL_PF_IDLE_MS); a node with slow traffic needs more to be struck
+	 * in it. */
 	int pf_signal;
 	enum dxl_pf_policy pf_policy;
 	uint64_t pf_seed;
+	uint32_t pf_idle_ms;
 };
 
 /* dxl_fabric_cfg_init -- fill cfg with the defaults above (and DXL_FABRIC_PF) */
@@ -233,6 +239,32 @@ void dxl_mr_set_persist_fn(struct dxl_mr *mr, dxl_mr_persist_fn fn, void *arg);
  */
 int dxl_fabric_power_fail(struct dxl_fabric *f, enum dxl_pf_policy policy,
 			  uint64_t seed);
+
+/*
+ * dxl_fabric_power_fail_arm -- arm a simulated power failure that strikes
+ * in the middle of the NIC's work (tcp provider): once the NIC has executed
+ * `steps` more steps, a step being one 64-byte line of a WRITE into a
+ * persistent region, or one request (READ, WRITE, atomic, SEND) of a QP
+ * that has un-flushed lines (elsewhere a strike would find what the next
+ * counted step finds). So it can strike
+ * between any two requests of a chain (after a record's WRITE, before its
+ * flush READ) or inside a WRITE, where each remaining line of the piece at
+ * hand is placed or not by a coin drawn from seed (a NIC's DMA places the
+ * lines of a WRITE in any order). If no step comes for idle_ms (counted
+ * from the arming, then from each step), it strikes then. Either way: as dxl_fabric_power_fail (the policy picks the
+ * un-flushed lines lost; the process is SIGKILLed). Returns 0 once the NIC
+ * counts steps (what the caller posts afterwards is counted); the first
+ * armed failure stands. With DXL_FABRIC_PF_REPORT=FILE in the environment
+ * every power failure appends one line to FILE: "pf node=N policy=P
+ * seed=S lost=L pending=U struck=now|idle|between requests|inside
+ * write_lines=W placed=K" (W lines of the WRITE it struck in, K of them
+ * placed). Errors: DXL_E_NOTSUP (verbs), DXL_E_INVAL, DXL_E_TIMEDOUT (the
+ * NIC thread did not take it within 5 s).
+ */
+#define DXL_PF_STRIKE_WINDOW 64 /* pf_signal: steps drawn below this */
+#define DXL_PF_IDLE_MS 20       /* pf_signal: strike after this without steps */
+int dxl_fabric_power_fail_arm(struct dxl_fabric *f, enum dxl_pf_policy policy,
+			      uint64_t seed, uint32_t steps, uint32_t idle_ms);
 
 /* dxl_fabric_pending_lines -- lines that a power failure could lose now */
 size_t dxl_fabric_pending_lines(struct dxl_fabric *f);
