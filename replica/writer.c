@@ -127,9 +127,15 @@ static int try_open(struct dxl_log_writer *w)
 				   w->cfg.shard, c.epoch);
 	}
 	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+	uint64_t rec[DXL_CONFIG_MAX_REPLICAS];
 	uint32_t n = dxl_cluster_shard_members(sh, ids);
+	for (uint32_t i = 0; i < n; i++)
+		rec[i] = dxl_cluster_shard_data_id(sh, ids[i]);
 	uint64_t epoch = c.epoch;
 	dxl_cluster_config_clear(&c);
+	/* (the configuration and the descriptors are read one after the
+	 * other: tests change the configuration here) */
+	DXL_TESTPOINT("writer.open.config_read", w);
 
 	struct dxl_log_target t[DXL_CONFIG_MAX_REPLICAS];
 	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
@@ -146,10 +152,18 @@ static int try_open(struct dxl_log_writer *w)
 		}
 		if (ret)
 			break;
-		if (d->cfg_epoch < epoch) {
+		/* exactly this epoch: registered for an older one, its rkeys
+		 * are not fenced at this epoch's change yet; for a newer one,
+		 * the member set read is not that epoch's (it may lack a member
+		 * that epoch added: appends acknowledged without it) */
+		if (d->cfg_epoch != epoch) {
 			ret = dxl_err_set(DXL_E_UNAVAIL,
-					  "member %u of shard %u has not registered for epoch %" PRIu64
-					  " yet (at %" PRIu64 ")",
+					  d->cfg_epoch < epoch
+						  ? "member %u of shard %u has not registered for epoch %" PRIu64
+						    " yet (at %" PRIu64 ")"
+						  : "member %u of shard %u: the configuration read (epoch %" PRIu64
+						    ") is older than its registration (epoch %" PRIu64
+						    "): reading it again",
 					  ids[i], w->cfg.shard, epoch, d->cfg_epoch);
 			break;
 		}
@@ -157,6 +171,26 @@ static int try_open(struct dxl_log_writer *w)
 		if (!sd) {
 			ret = dxl_err_set(DXL_E_UNAVAIL, "member %u does not host shard %u", ids[i],
 					  w->cfg.shard);
+			break;
+		}
+		/* joining (its last copy from the primary is not done), or not
+		 * yet a member as far as it knows: appends would not be on a
+		 * complete copy */
+		/* another copy than the one the configuration added (the member
+		 * restarted on a new data directory): as the repair reference
+		 * it would cut the others' acknowledged records */
+		if (rec[i] && sd->data_id != rec[i]) {
+			ret = dxl_err_set(DXL_E_UNAVAIL,
+					  "member %u of shard %u is on a new store (data id 0x%" PRIx64
+					  ", epoch %" PRIu64 " added 0x%" PRIx64
+					  "): waiting for it to catch up and be added again",
+					  ids[i], w->cfg.shard, sd->data_id, epoch, rec[i]);
+			break;
+		}
+		if (sd->state != DXL_SHARD_MEMBER) {
+			ret = dxl_err_set(DXL_E_UNAVAIL,
+					  "member %u of shard %u is %s, not yet a member (epoch %" PRIu64 ")",
+					  ids[i], w->cfg.shard, dxl_shard_state_name(sd->state), epoch);
 			break;
 		}
 		if (w->slot >= sd->nrings) {

@@ -210,7 +210,9 @@ struct dxl_region_id {
 	char cluster[DXL_CLUSTER_NAME_MAX];
 	uint32_t node_id;
 	uint32_t kind;           /* what the data area holds (a DXL_REGION_*) */
-	uint64_t creation_epoch; /* configuration epoch when it was created */
+	uint64_t creation_id;    /* chosen at random by dxl_region_create when 0:
+				    tells this region from one recreated under
+				    the same name (a data identity) */
 };
 
 struct dxl_region;

@@ -38,7 +38,7 @@ static int teardown(void **state)
 }
 
 static const struct dxl_region_id ID = {.cluster = "alpha", .node_id = 3,
-					.kind = 1, .creation_epoch = 9};
+					.kind = 1, .creation_id = 9};
 
 static void path_of(char *buf, size_t cap, const char *name)
 {
@@ -86,7 +86,7 @@ static void test_create_write_reopen(void **state)
 		d = dxl_region_data(r);
 		assert_memory_equal(d + 100, "hello", 5);
 		assert_memory_equal(d + 8192, big, sizeof(big));
-		assert_int_equal(dxl_region_id(r)->creation_epoch, 9);
+		assert_int_equal(dxl_region_id(r)->creation_id, 9);
 		dxl_region_close(&r);
 	}
 }
@@ -303,6 +303,32 @@ static void test_datadir_refuses_foreign_and_dax_less_dirs(void **state)
 	assert_int_equal(dxl_durability_parse("flash", &m), DXL_E_INVAL);
 }
 
+/* a region created without a creation id gets a random one: a region
+ * recreated under the same name is told from the old one (the data
+ * identity of replica shards, issue 16.3) */
+static void test_creation_id(void **state)
+{
+	char p[512];
+	path_of(p, sizeof(p), "ident.region");
+	struct dxl_region_id id = ID;
+	id.creation_id = 0;
+	uint64_t seen[4];
+	for (int i = 0; i < 4; i++) {
+		struct dxl_region *r = NULL;
+		assert_int_equal(dxl_region_create(p, 4096, DXL_DUR_PROCESS, &id, &r), 0);
+		seen[i] = dxl_region_id(r)->creation_id;
+		assert_true(seen[i] != 0);
+		dxl_region_close(&r);
+		/* the id is the file's: the same on every open */
+		assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &id, &r), 0);
+		assert_true(dxl_region_id(r)->creation_id == seen[i]);
+		dxl_region_close(&r);
+		assert_int_equal(unlink(p), 0);
+		for (int j = 0; j < i; j++)
+			assert_true(seen[j] != seen[i]);
+	}
+}
+
 /* a region owns every block of its file from creation on (issue 19.8) */
 static void test_region_blocks_allocated(void **state)
 {
@@ -404,6 +430,7 @@ int main(void)
 		cmocka_unit_test(test_persist_outside_data_area_is_a_bug),
 		cmocka_unit_test(test_datadir),
 		cmocka_unit_test(test_datadir_refuses_foreign_and_dax_less_dirs),
+		cmocka_unit_test(test_creation_id),
 		cmocka_unit_test(test_region_blocks_allocated),
 		cmocka_unit_test(test_region_on_full_filesystem),
 	};
