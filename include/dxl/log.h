@@ -745,7 +745,8 @@ struct dxl_appender;
  * (position, sequence, type, length, checksum, commit timestamp); any
  * difference is DXL_E_STALE "diverged" (a bug or a foreign ring, never
  * silently repaired). Every target is checked before any is changed: an
- * error leaves every ring as it was. Watermarks are left as they are (a
+ * error leaves every ring as it was but for its owner word (the claim
+ * stands: the ring is this writer id's new holder's). Watermarks are left as they are (a
  * watermark above the reference's still holds: it only covers
  * acknowledged records, which the reference has; the appender does not
  * append below it). The previous appender of this writer must be gone
