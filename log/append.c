@@ -26,8 +26,8 @@
  */
 
 #define HEADS_READ (2 * DXL_RING_HEAD_SLOT_SIZE)
-/* discovery reads the control block up to the watermark's end */
-#define CTL_READ (DXL_RING_WMARK_OFF + DXL_RING_WMARK_SIZE)
+/* discovery reads the control block up to the incarnation slots' end */
+#define CTL_READ DXL_RING_CTL_READ
 #define CHUNK (1u << 20) /* largest single READ/WRITE of ring bytes */
 
 struct target {
@@ -77,6 +77,7 @@ struct dxl_appender {
 	uint64_t last_ts;
 	uint64_t ref_last_ts; /* dxl_appender_last_ts */
 	uint64_t ref_wmark;   /* the reference's watermark at open */
+	uint32_t inc;         /* this appender's incarnation of the ring */
 	struct dxl_repair_stats repair;
 	/* the commit timestamp of the first append that was not acknowledged:
 	 * the watermark never passes it (UINT64_MAX: none failed) */
@@ -91,7 +92,13 @@ struct dxl_appender {
 	uint64_t shard_floor;
 	int closed;      /* the final watermark is on every target: no more appends */
 	int close_done;  /* and every target's owner word is cleared */
+	bool test_wmark_after_flush; /* dxl_appender_test_wmark_after_flush */
 };
+
+void dxl_appender_test_wmark_after_flush(struct dxl_appender *a, bool on)
+{
+	a->test_wmark_after_flush = on;
+}
 
 void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg)
 {
@@ -139,7 +146,7 @@ static struct dxl_fatptr data_fp(const struct target *t)
 static void note_head(struct target *t, const uint8_t *slots)
 {
 	struct dxl_ring_head h;
-	if (dxl_ring_head_decode(slots, &h) == 0 && h.gen > t->head_gen) {
+	if (dxl_ring_head_decode_durable(slots, &h) == 0 && h.gen > t->head_gen) {
 		t->head_gen = h.gen;
 		t->head_pos = h.pos;
 	}
@@ -153,6 +160,8 @@ struct ring_view {
 	uint64_t last_ts;          /* the last record's commit ts, else the head's */
 	uint64_t wmark;            /* 0: none */
 	int was_free;              /* the claim found the owner word 0 */
+	uint32_t inc;              /* highest incarnation of its slots and records */
+	int inc_slot;              /* the slot holding the highest (-1: none) */
 };
 
 /* claim target t's ring, read its control block and ring into buf
@@ -201,9 +210,17 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 		return ret;
 	memset(v, 0, sizeof(*v));
 	v->was_free = DXL_RING_OWNER_HOLDER(owner) == 0;
-	if ((ret = dxl_ring_head_decode(hb, &v->head)))
+	if ((ret = dxl_ring_head_decode_durable(hb, &v->head)))
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
+	v->inc = dxl_ring_inc_decode(hb);
+	v->inc_slot = -1;
+	for (int i = 0; i < 2 && v->inc; i++) {
+		uint8_t slot[16];
+		dxl_ring_inc_encode(slot, v->inc);
+		if (!memcmp(hb + DXL_RING_INC_OFF + i * DXL_RING_INC_SLOT, slot, 16))
+			v->inc_slot = i;
+	}
 	t->head_gen = v->head.gen;
 	t->head_pos = v->head.pos;
 	v->last_ts = v->head.last_ts;
@@ -216,13 +233,16 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	struct dxl_ring_iter it;
 	dxl_ring_iter_init_buf(&it, buf, t->t.ring_size, v->head.pos, v->head.seq);
 	struct dxl_rec rec;
-	while (dxl_ring_iter_next(&it, &rec, NULL)) {
+	uint64_t at;
+	while (dxl_ring_iter_step(&it, &rec, &at)) {
 		if (rec.writer != a->cfg.writer_id)
 			return dxl_err_set(DXL_E_STALE,
 					   "ring %u at %s holds records of writer %u, not %u",
 					   t->t.ring, t->t.addr, rec.writer,
 					   a->cfg.writer_id);
-		if (rec.commit_ts > v->last_ts)
+		if (rec.incarnation > v->inc)
+			v->inc = rec.incarnation;
+		if (rec.type == DXL_REC_DATA && rec.commit_ts > v->last_ts)
 			v->last_ts = rec.commit_ts;
 	}
 	v->end_pos = it.pos;
@@ -239,6 +259,9 @@ struct repair_plan {
 	uint64_t from, to;  /* copy [from, to); truncate at to */
 	int zero_line;      /* zero the line at `to` */
 	uint32_t records;   /* data records copied or dropped */
+	/* truncate: the first data record dropped with the lowest commit
+	 * timestamp (UINT64_MAX: none), checked against every watermark */
+	uint64_t drop_min_ts, drop_min_txn, drop_min_pos;
 };
 
 static uint32_t rec_crc(const uint8_t *buf, uint64_t size, uint64_t pos)
@@ -277,6 +300,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 {
 	const uint64_t size = a->ring_size;
 	memset(p, 0, sizeof(*p));
+	p->drop_min_ts = UINT64_MAX;
 	if (tv->end_pos < rv->head.pos)
 		return dxl_err_set(DXL_E_STALE,
 				   "replica at %s is too far behind (ends at %llu, the reference's head is at %llu): it must be caught up first (dxl_logstore_pull)",
@@ -310,6 +334,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 		if (ra != qa || r.type != q.type || r.total_len != q.total_len ||
 		    r.seq != q.seq || r.writer != q.writer ||
 		    r.commit_ts != q.commit_ts || r.txn_id != q.txn_id ||
+		    r.incarnation != q.incarnation ||
 		    rec_crc(rbuf, size, ra) != rec_crc(tbuf, size, qa))
 			return diverged(t, ra, "another record");
 	}
@@ -326,9 +351,16 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 		/* tv->end_pos - tv->head.pos <= size: the line at `to` is the
 		 * target's own first record past the reference's end */
 		p->zero_line = 1;
-		while (dxl_ring_iter_step(&ti, &q, &qa))
-			if (q.type == DXL_REC_DATA)
-				p->records++;
+		while (dxl_ring_iter_step(&ti, &q, &qa)) {
+			if (q.type != DXL_REC_DATA)
+				continue;
+			p->records++;
+			if (q.commit_ts < p->drop_min_ts) {
+				p->drop_min_ts = q.commit_ts;
+				p->drop_min_txn = q.txn_id;
+				p->drop_min_pos = qa;
+			}
+		}
 		return 0;
 	}
 	p->action = REPAIR_COPY;
@@ -377,6 +409,46 @@ static int exec_repair(struct dxl_appender *a, struct target *t,
 		return ret;
 	note_head(t, hb);
 	return 0;
+}
+
+/*
+ * open_incarnation -- before this appender's first append, on target t:
+ * record its incarnation (in the slot not holding the target's highest, so
+ * that one stays readable if this WRITE tears: inc_slot) and zero the line
+ * at the tail, where
+ * the first append goes, so that no member's scan goes past the end this
+ * appender starts from (the reference included: repair zeroes it on the
+ * others). Then one flush READ (H9): both are durable before any record of
+ * the new incarnation is written. head_pos is the target's head at
+ * discovery: the line at the tail holds no live record only while the ring
+ * is not full.
+ */
+static int open_incarnation(struct dxl_appender *a, struct target *t,
+			    uint64_t head_pos, int inc_slot)
+{
+	const uint64_t size = a->ring_size;
+	struct dxl_fatptr fp = data_fp(t);
+	/* a->mem starts with the first staging slot, unused so far */
+	uint8_t *b = a->mem;
+	memset(b, 0, 2 * DXL_REC_MIN_SIZE);
+	dxl_ring_inc_encode(b, a->inc);
+	int ret = dxl_rdpma_write(t->qp, &fp,
+				  t->t.ctl_off + DXL_RING_INC_OFF +
+					  (inc_slot == 0 ? 1 : 0) * DXL_RING_INC_SLOT,
+				  b, 16, dxl_mr_lkey(a->mr));
+	if (!ret && a->tail_pos - head_pos < size)
+		ret = dxl_rdpma_write(t->qp, &fp,
+				      t->t.buf_off + a->tail_pos % size,
+				      b + DXL_REC_MIN_SIZE, DXL_REC_MIN_SIZE,
+				      dxl_mr_lkey(a->mr));
+	/* H9: 000 L665 -- the READ after the WRITEs on this QP persists them */
+	uint8_t *hb = a->slots[0].heads;
+	if (!ret)
+		ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+				     dxl_mr_lkey(a->mr));
+	if (!ret)
+		note_head(t, hb);
+	return ret;
 }
 
 static int check_cfg(const struct dxl_appender_cfg *c, unsigned n)
@@ -522,6 +594,14 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	a->ref_wmark = rv.wmark;
 	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
 	int was_free = rv.was_free;
+	uint32_t max_inc = rv.inc;
+	uint64_t head_pos[DXL_APPEND_MAX_TARGETS];
+	int inc_slot[DXL_APPEND_MAX_TARGETS];
+	head_pos[0] = rv.head.pos;
+	inc_slot[0] = rv.inc_slot;
+	/* the highest watermark of any target, and whose it is */
+	uint64_t wmax = rv.wmark;
+	unsigned wmax_at = 0;
 	for (unsigned i = 1; i < a->n; i++) {
 		const struct dxl_log_target *ti = &a->tg[i].t;
 		if ((ret = discover(a, &a->tg[i], tb.p, dxl_mr_lkey(tb.mr), &tv))) {
@@ -533,6 +613,13 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		 * append below it */
 		a->last_ts = DXL_MAX(a->last_ts, tv.wmark);
 		was_free |= tv.was_free;
+		max_inc = DXL_MAX(max_inc, tv.inc);
+		if (tv.wmark > wmax) {
+			wmax = tv.wmark;
+			wmax_at = i;
+		}
+		head_pos[i] = tv.head.pos;
+		inc_slot[i] = tv.inc_slot;
 		if (!a->cfg.repair) {
 			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
 				ret = dxl_err_set(DXL_E_STALE,
@@ -550,6 +637,27 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			dxl_err_prefix("appender (writer %u, repair)", a->cfg.writer_id);
 			goto out;
 		}
+	}
+	/*
+	 * A watermark W proves every record below W acknowledged: on every
+	 * member. A record below the highest watermark of any target that only
+	 * a target holds past the reference's end proves the reference lost
+	 * it: repair would spread that loss to every member. Refuse, before
+	 * anything is written, and never truncate below a watermark.
+	 */
+	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
+		const struct repair_plan *p = &plan[i];
+		if (p->action != REPAIR_TRUNCATE || p->drop_min_ts >= wmax)
+			continue;
+		ret = dxl_err_set(DXL_E_STALE,
+				  "appender (writer %u, repair): the reference %s is behind: it lacks acknowledged records of ring %u that %s holds past the reference's end (txn %llu, commit ts %llu at position %llu, below the watermark %llu of %s); repair it from a member that holds them (promote it or dxl_logstore_pull)",
+				  a->cfg.writer_id, t0->addr, t0->ring,
+				  a->tg[i].t.addr,
+				  (unsigned long long)p->drop_min_txn,
+				  (unsigned long long)p->drop_min_ts,
+				  (unsigned long long)p->drop_min_pos,
+				  (unsigned long long)wmax, a->tg[wmax_at].t.addr);
+		goto out;
 	}
 	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
 		const struct repair_plan *p = &plan[i];
@@ -588,6 +696,22 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		}
 	}
 	a->last_ts = DXL_MAX(a->last_ts, a->shard_floor);
+	if (max_inc == UINT32_MAX) {
+		ret = dxl_err_set(DXL_E_STALE,
+				  "appender: ring %u has used up its incarnations (%u)",
+				  t0->ring, max_inc);
+		goto out;
+	}
+	a->inc = max_inc + 1;
+	for (unsigned i = 0; i < a->n; i++) {
+		if ((ret = open_incarnation(a, &a->tg[i], head_pos[i],
+					    inc_slot[i]))) {
+			dxl_err_prefix("appender (writer %u): opening ring %u at %s",
+				       a->cfg.writer_id, a->tg[i].t.ring,
+				       a->tg[i].t.addr);
+			goto out;
+		}
+	}
 out:
 	ringbuf_free(&tb);
 	ringbuf_free(&rb);
@@ -705,6 +829,11 @@ uint64_t dxl_appender_last_ts(const struct dxl_appender *a)
 	return a->ref_last_ts;
 }
 
+uint32_t dxl_appender_incarnation(const struct dxl_appender *a)
+{
+	return a->inc;
+}
+
 uint64_t dxl_appender_open_watermark(const struct dxl_appender *a)
 {
 	return a->ref_wmark;
@@ -812,10 +941,15 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 		return ret;
 	pair[1].len = HEADS_READ; /* read both head slots: flush + free space */
 	w[k++] = pair[0];
-	w[k++] = wmw;
+	/* the watermark before the flush READ: as durable as the record when
+	 * the append is acknowledged (a tailer may deliver below it at once) */
+	if (!a->test_wmark_after_flush)
+		w[k++] = wmw;
 	switch (a->cfg.mode) {
 	case DXL_PWRITE_H9:
 		w[k++] = pair[1];
+		if (a->test_wmark_after_flush) /* the broken order, for tests */
+			w[k++] = wmw;
 		break;
 	case DXL_PWRITE_STRAWMAN:
 	case DXL_PWRITE_NOFLUSH:
@@ -914,6 +1048,7 @@ int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
 		res[k].status = s->failed ? (s->err ? s->err : DXL_E_UNREACHABLE) : 0;
 		res[k].seq = s->seq;
 		res[k].pos = s->pos;
+		res[k].wmark = s->wmark;
 		s->used = 0;
 		a->done_token++;
 		k++;
@@ -1060,6 +1195,7 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	r.writer = a->cfg.writer_id;
 	r.epoch = a->cfg.epoch;
 	r.seq = p.rec_seq;
+	r.incarnation = a->inc;
 	int n = dxl_rec_encode(&r, parts, s->rec, a->cfg.max_record);
 	if (n < 0)
 		return n;
@@ -1068,8 +1204,9 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	s->skip_len = p.skip_len;
 	s->skip_off = p.skip_off;
 	if (p.skip_len) {
-		int m = dxl_rec_encode_skip(a->cfg.writer_id, a->cfg.epoch, p.skip_seq,
-					    p.skip_len, s->skip, a->cfg.max_record);
+		int m = dxl_rec_encode_skip_inc(a->cfg.writer_id, a->cfg.epoch,
+						a->inc, p.skip_seq, p.skip_len,
+						s->skip, a->cfg.max_record);
 		if (m < 0)
 			return m;
 	}

@@ -281,6 +281,7 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 		return dxl_err_set(DXL_E_NOMEM, "writer queue");
 	}
 	dxl_hlc_init(&w->clk);
+	w->clk.wall_ms = cfg->wall_ms;
 	w->info.shard = cfg->shard;
 	/* which members, how many rings: the slot must exist on all */
 	struct dxl_cluster_config c;
@@ -741,6 +742,11 @@ int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts)
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w)
 {
 	return hold_ts(w);
+}
+
+void dxl_log_writer_observe(struct dxl_log_writer *w, uint64_t ts)
+{
+	dxl_hlc_observe(&w->clk, ts);
 }
 
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w)

@@ -61,9 +61,9 @@ uint64_t dxl_hlc_max_ts(const struct dxl_hlc *c);
 /*
  * A record is self-describing; every integer is little-endian:
  *
- *   offset  size  header (48 bytes)
+ *   offset  size  header (56 bytes)
  *        0     4  magic "DXLR" (0x524c5844)
- *        4     1  format version (1)
+ *        4     1  format version (2)
  *        5     1  type: 1 = data, 2 = skip (padding up to the ring's end)
  *        6     2  number of participant shards (nparts)
  *        8     4  payload length in bytes
@@ -73,11 +73,12 @@ uint64_t dxl_hlc_max_ts(const struct dxl_hlc *c);
  *       24     8  per-writer sequence number
  *       32     8  transaction id
  *       40     8  commit timestamp (HLC)
- *       48  4*np  participant shard ids (u32)
+ *       48     4  incarnation: the ring's incarnation its appender wrote in
+ *       52     4  reserved, 0
+ *       56  4*np  participant shard ids (u32)
  *        .     .  payload
  *        .     .  zero padding
- *   tot-16    16  trailer: total length (u32), CRC32C (u32, = header's),
- *                 sequence number (u64, = header's)
+ *    tot-8     8  trailer: total length (u32), CRC32C (u32, = header's)
  *
  * The total length is aligned and padded to 64 bytes (H6), or to 256 bytes
  * once it reaches 256 (H5) (000 L623-649). The smallest record is 64 bytes.
@@ -86,11 +87,19 @@ uint64_t dxl_hlc_max_ts(const struct dxl_hlc *c);
  * (003 §5), so a record whose header and trailer arrived but whose middle did
  * not is caught by the checksum, and a stale record from an earlier lap of a
  * ring by its sequence number.
+ *
+ * The incarnation makes a record follow only the record it was written
+ * after: every appender that opens a ring takes a new incarnation, higher
+ * than any the ring ever had, and a scan stops at a record whose
+ * incarnation is lower than its predecessor's (DXL_RING_END_GHOST). Without
+ * it, a record k+1 that survived a crash behind a torn record k (never
+ * acknowledged) would come back to life once a later appender rewrote
+ * position k with a record of the same size.
  */
 #define DXL_REC_MAGIC 0x524c5844u
-#define DXL_REC_VERSION 1
-#define DXL_REC_HDR_SIZE 48
-#define DXL_REC_TRL_SIZE 16
+#define DXL_REC_VERSION 2
+#define DXL_REC_HDR_SIZE 56
+#define DXL_REC_TRL_SIZE 8
 #define DXL_REC_MIN_SIZE 64
 #define DXL_REC_MAX_PARTS 1024
 #define DXL_REC_MAX_PAYLOAD (16u << 20)
@@ -108,6 +117,7 @@ struct dxl_rec {
 	uint64_t seq;
 	uint64_t txn_id;
 	uint64_t commit_ts;
+	uint32_t incarnation; /* the ring's incarnation (an appender sets it) */
 	uint16_t nparts;
 	const uint8_t *parts; /* nparts little-endian u32; use dxl_rec_part() */
 	const void *payload;
@@ -127,7 +137,8 @@ uint32_t dxl_rec_size(unsigned nparts, uint32_t payload_len);
 
 /*
  * dxl_rec_encode -- write record r (its type, writer, epoch, seq, txn_id,
- * commit_ts, nparts, parts, payload, payload_len; total_len is ignored) into
+ * commit_ts, incarnation, nparts, parts, payload, payload_len; total_len is
+ * ignored) into
  * buf. `parts` here may be any array of u32 in host order: pass them with
  * dxl_rec_encode_parts. Returns the total length, or DXL_E_TOOBIG (over the
  * limits), DXL_E_INVAL (NULL pointers, bad type, cap too small).
@@ -137,10 +148,14 @@ int dxl_rec_encode(const struct dxl_rec *r, const uint32_t *parts, void *buf,
 
 /*
  * dxl_rec_encode_skip -- a skip record of exactly `total` bytes (a multiple
- * of 64, >= 64) telling readers to continue at the ring's start.
+ * of 64, >= 64) telling readers to continue at the ring's start, of
+ * incarnation 0; dxl_rec_encode_skip_inc gives it the ring's incarnation.
  */
 int dxl_rec_encode_skip(uint32_t writer, uint32_t epoch, uint64_t seq,
 			uint32_t total, void *buf, size_t cap);
+int dxl_rec_encode_skip_inc(uint32_t writer, uint32_t epoch,
+			    uint32_t incarnation, uint64_t seq, uint32_t total,
+			    void *buf, size_t cap);
 
 /*
  * dxl_rec_decode -- validate and decode the record at buf, of which `avail`
@@ -319,6 +334,15 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  * timestamp. Tailers take the minimum over the live writers' rings as the
  * resolved timestamp and deliver only records below it.
  *
+ * Control block offsets 256 and 320 (one line each) hold the ring's
+ * incarnation in two slots {I, I ^ DXL_RING_INC_MAGIC} (writer-written):
+ * every appender that opens the ring takes I = one more than the highest
+ * incarnation any target's slots or records show, writes it on every
+ * target into the slot that does not hold that target's highest, and
+ * flushes it before its first append; its records carry I. A torn slot
+ * leaves the other one readable, so a target's incarnation never goes
+ * back. The highest valid slot is the ring's incarnation.
+ *
  * Positions are 64-bit logical byte offsets that only grow; a record at
  * position p lives at buffer offset p % size. Records never straddle the
  * end of the buffer: the writer fills the rest with a skip record first.
@@ -346,6 +370,11 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
 #define DXL_RING_OWNER_HOLDER(w) ((uint32_t)(w)) /* 0, or 1 + writer id */
 #define DXL_RING_WMARK_OFF 192     /* watermark {ts, ts ^ magic}, own line */
 #define DXL_RING_WMARK_SIZE 16
+#define DXL_RING_INC_OFF 256       /* incarnation slots, one line each */
+#define DXL_RING_INC_SLOT 64       /* slot i at DXL_RING_INC_OFF + i * 64 */
+/* what an appender READs of a control block at open: up to the second
+ * incarnation slot's words */
+#define DXL_RING_CTL_READ (DXL_RING_INC_OFF + DXL_RING_INC_SLOT + 16)
 
 struct dxl_logstore;
 
@@ -388,10 +417,20 @@ struct dxl_ring_head {
 /*
  * dxl_ring_head_decode -- the valid head slot with the highest generation
  * among the two slots of a control block (as read locally or by a remote
- * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes). DXL_E_CORRUPT if neither
- * slot is valid.
+ * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes): the head the replica set
+ * last. What the replica itself and a restart (everything left is durable)
+ * read. DXL_E_CORRUPT if neither slot is valid.
+ *
+ * dxl_ring_head_decode_durable -- the head a reader of a RUNNING replica may
+ * rely on: the older of two valid slots (else the only valid one).
+ * dxl_logstore_set_head stores a new head into both slots in turn and
+ * persists each before storing the next, so the newer slot may be visible
+ * before it is durable, the older never. A writer reuses space only below
+ * this head: reusing space below a head that a power failure can take back
+ * overwrites records the replica still needs after its restart.
  */
 int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out);
+int dxl_ring_head_decode_durable(const void *slots, struct dxl_ring_head *out);
 
 int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 		      struct dxl_ring_head *out);
@@ -399,7 +438,10 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 /*
  * dxl_logstore_set_head -- persist a new head for ring: pos, seq and the
  * commit timestamp of the last record before pos (none may go backwards:
- * DXL_E_INVAL). Replica side only (CPU-owned words, H8).
+ * DXL_E_INVAL). Replica side only (CPU-owned words, H8). The head is
+ * written into both slots, one after the other, each persisted before the
+ * next (two persists): writers, which trust the older slot
+ * (dxl_ring_head_decode_durable), see it only once it is durable.
  */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq, uint64_t last_ts);
@@ -415,6 +457,19 @@ uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring);
 
 /* dxl_ring_wmark_decode -- the same, from 16 bytes read remotely */
 uint64_t dxl_ring_wmark_decode(const void *buf);
+
+#define DXL_RING_INC_MAGIC 0x434e49524c58444eull /* "NDXLRINC" */
+
+/*
+ * dxl_ring_inc_decode -- the incarnation recorded in a control block (as
+ * read locally or remotely, at least DXL_RING_CTL_READ bytes): the highest
+ * of the two slots whose words agree, 0 if none does (never opened).
+ */
+uint32_t dxl_ring_inc_decode(const void *ctl);
+/* dxl_ring_inc_encode -- slot bytes (16) for incarnation inc */
+void dxl_ring_inc_encode(void *slot, uint32_t inc);
+/* dxl_logstore_incarnation -- dxl_ring_inc_decode of ring's control block */
+uint32_t dxl_logstore_incarnation(const struct dxl_logstore *ls, uint32_t ring);
 
 /*
  * dxl_logstore_truncate -- repair: make ring end at (pos, seq), dropping the
@@ -484,6 +539,20 @@ int dxl_ring_advance_head(struct dxl_logstore *ls, uint32_t ring);
  * (the persisted head, or a cursor position/sequence a tailer kept), with
  * the checks of dxl_ring_scan. Only data records are returned.
  */
+/* why a walk ended (dxl_ring_iter.end): what lies at it->pos */
+enum dxl_ring_end {
+	DXL_RING_END_NONE = 0,  /* not ended yet */
+	DXL_RING_END_EMPTY = 1, /* no record header: never written, or zeroed */
+	DXL_RING_END_TORN = 2,  /* a record header, but the record does not
+				   check out (torn by a crash, or corrupt) */
+	DXL_RING_END_STALE = 3, /* a valid record of an earlier lap (its
+				   sequence number is not the next one) */
+	DXL_RING_END_GHOST = 4, /* a valid record with the next sequence number
+				   but of a lower incarnation than its
+				   predecessor: written before it, not after */
+	DXL_RING_END_LAP = 5,   /* a whole lap walked */
+};
+
 struct dxl_ring_iter {
 	const uint8_t *buf; /* the ring buffer (a region's, or a copy of one) */
 	uint64_t ring_size;
@@ -491,7 +560,9 @@ struct dxl_ring_iter {
 	uint64_t start_pos;
 	uint64_t pos; /* position of the next record to examine */
 	uint64_t seq; /* its expected sequence number */
+	uint32_t inc; /* incarnation of the last record passed (0: none yet) */
 	int done;
+	enum dxl_ring_end end; /* set once done */
 };
 
 /* from the persisted head; DXL_E_CORRUPT if it is unreadable */
@@ -709,6 +780,9 @@ struct dxl_append_result {
 	uint32_t failed; /* bit i: target i may not have it */
 	uint64_t seq;    /* the record's sequence number in the ring */
 	uint64_t pos;    /* its ring position */
+	uint64_t wmark;  /* the watermark this append wrote (written before
+			    its flush READ: durable on every target that
+			    acknowledged it) */
 };
 
 struct dxl_appender;
@@ -748,10 +822,23 @@ struct dxl_appender;
  * error leaves every ring as it was but for its owner word (the claim
  * stands: the ring is this writer id's new holder's). Watermarks are left as they are (a
  * watermark above the reference's still holds: it only covers
- * acknowledged records, which the reference has; the appender does not
- * append below it). The previous appender of this writer must be gone
+ * acknowledged records, which every member has; the appender does not
+ * append below it), and they bound what may be cut: a target's record
+ * past the reference's end with a commit timestamp below the highest
+ * watermark of any target was acknowledged, so the reference lost it:
+ * refused (DXL_E_STALE "the reference ... is behind"), never truncated. The previous appender of this writer must be gone
  * (deleted, or its process dead), or its late WRITEs could land after the
  * repair.
+ *
+ * Incarnation (with or without repair). Before its first append the
+ * appender takes a new incarnation of the ring (one more than the highest
+ * any target's control block or records show; dxl_appender_incarnation),
+ * writes it into every target's control block, zeroes the line at the
+ * tail on every target (reference included) and flushes both (H9). Its
+ * records carry it, and a scan never passes from a record to one of a
+ * lower incarnation: a record that an earlier appender left beyond the end
+ * (never acknowledged: e.g. behind a torn one) can never reappear after
+ * this appender's records.
  *
  * The writer's contract after a failure: a writer whose appender failed
  * with appends in flight (their outcome unknown) opens a new appender with
@@ -765,8 +852,9 @@ struct dxl_appender;
  * of different sizes), DXL_E_STALE (a ring is owned by or holds records of
  * another writer; without repair: the targets' rings end at different
  * places; with repair: a target is too far behind ("it must be caught up
- * first (dxl_logstore_pull)") or its records differ from the reference's
- * ("diverged")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
+ * first (dxl_logstore_pull)"), its records differ from the reference's
+ * ("diverged"), or the reference lacks acknowledged records ("is
+ * behind")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
  * (unreadable head), DXL_E_NOMEM.
  */
 int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
@@ -903,6 +991,10 @@ uint64_t dxl_appender_min_ts(const struct dxl_appender *a);
  * it while the ring was closed; no append of this appender goes below it.
  */
 uint64_t dxl_appender_shard_floor(const struct dxl_appender *a);
+
+/* dxl_appender_incarnation -- the incarnation this appender took at open
+ * (written into the rings' control blocks and into each of its records) */
+uint32_t dxl_appender_incarnation(const struct dxl_appender *a);
 
 /* dxl_appender_open_watermark -- the reference ring's watermark when the
  * appender opened it (0: none); records above it (dxl_appender_last_ts >
