@@ -117,7 +117,18 @@ enum dxlb_goal {
 	DXLB_GOAL_NOT_MET,    /* even A's best misses goal x B's worst */
 };
 
-#define DXLB_MIN_REPS 5 /* the fewest repetitions a claim is made from */
+#define DXLB_MIN_REPS 5     /* the fewest repetitions a claim is made from */
+#define DXLB_MIN_SECONDS 10 /* the shortest measured run a claim is made from */
+
+/*
+ * dxlb_smoke -- a run of reps repetitions of seconds each is a smoke run
+ * (its numbers carry no claim, whatever they show) when reps <
+ * DXLB_MIN_REPS or seconds < DXLB_MIN_SECONDS.
+ */
+static inline int dxlb_smoke(int reps, double seconds)
+{
+	return reps < DXLB_MIN_REPS || !(seconds >= DXLB_MIN_SECONDS);
+}
 
 struct dxlb_cmp {
 	struct dxlb_range a, b;

@@ -118,6 +118,17 @@ static void test_goals(void **state)
 	assert_int_equal(c.goal, DXLB_GOAL_NOT_MET);
 }
 
+/* a claim needs at least 5 repetitions of at least 10 s: anything less is a smoke run */
+static void test_smoke(void **state)
+{
+	assert_false(dxlb_smoke(5, 10));
+	assert_false(dxlb_smoke(9, 30));
+	assert_true(dxlb_smoke(4, 10));
+	assert_true(dxlb_smoke(5, 9.99));
+	assert_true(dxlb_smoke(100, 0.3));
+	assert_true(dxlb_smoke(5, NAN));
+}
+
 static void test_bad_input(void **state)
 {
 	struct dxlb_cmp c;
@@ -201,6 +212,7 @@ int main(void)
 		cmocka_unit_test(test_claim_lower_better),
 		cmocka_unit_test(test_too_few_reps),
 		cmocka_unit_test(test_goals),
+		cmocka_unit_test(test_smoke),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_percentiles_need_samples),
 		cmocka_unit_test(test_summary),
