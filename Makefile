@@ -9,6 +9,9 @@
 #   make tsan       build with TSan (build/tsan) and run the tests
 #   make test-churn-asan  the connection-churn test under ASan (part of test.sh)
 #   make bench      build and run the benchmarks (results under results/)
+#   make bench-report  rerun the published comparisons (bench/specs/) and
+#                   regenerate docs/performance.md (docs/benchmarks.md; on a
+#                   quiet machine); bench-report-smoke: a few minutes, no claims
 #   make install    install binaries, library and headers (PREFIX, DESTDIR)
 #   make clean
 #
@@ -63,7 +66,7 @@ VERSION_C  := $(O)/gen/version.c
 VERSION_O  := $(O)/gen/version.o
 
 .PHONY: FORCE all test test-long test-rdma bench-rdma asan tsan bench install clean fuzz \
-	test-churn-asan
+	test-churn-asan bench-report bench-report-smoke
 all: $(LIB) $(BINS) $(TEST_BINS)
 
 $(O)/%.o: %.c
@@ -167,6 +170,13 @@ tsan:
 
 bench: all
 	scripts/run-bench.sh $(O)/bin
+
+# the published comparisons: bench/results/*.json and docs/performance.md
+bench-report: $(BINS)
+	DXL_BUILD=$(O) scripts/bench-report.sh
+# the same pipeline in a few minutes (results/smoke/): proves it works, claims nothing
+bench-report-smoke: $(BINS)
+	DXL_BUILD=$(O) scripts/bench-report.sh --smoke
 
 # libFuzzer targets for the parsers (tests/fuzz/README); FUZZ_SECONDS each
 FUZZ_SECONDS ?= 20

@@ -89,7 +89,8 @@ static const char usage[] =
 "    (per thread), sessions_total, duration_s, committed, aborts, abort_rate\n"
 "    (aborts / attempts), txn_per_s, p50_us, p99_us, mean_us, types {name:\n"
 "    {committed, aborts, p50_us, p99_us}}, read, load_s, total, expected,\n"
-"    check: \"ok\" or the error, setup}.\n"
+"    check: \"ok\" or the error, summary (what dxl-bench-compare reads:\n"
+"    ops = committed, latency, retries = aborts), setup}.\n"
 "\n"
 "EXIT STATUS\n"
 "    0 the run finished and the money check passed; 1 set-up failure (bad\n"
@@ -736,7 +737,19 @@ int main(int argc, char **argv)
 		json_object_set_new(j, "check", json_string(check));
 		if (g_signal)
 			json_object_set_new(j, "interrupted_by_signal", json_integer(g_signal));
-		json_object_set_new(j, "setup", dxlb_setup_json(argc, argv));
+		/* the summary dxl-bench-compare reads: committed transactions,
+		 * latency from the first read to the commit (closed loop), a
+		 * failed run as an error, aborted attempts as retries */
+		struct dxlb_summary sm = {.ops = committed, .seconds = secs, .lat = &lat[0],
+					  .errors = run_error ? 1 : 0, .retries = aborts};
+		json_object_set_new(j, "summary", dxlb_summary_json(&sm));
+		json_t *setup = dxlb_setup_json(argc, argv);
+		json_object_set_new(setup, "peer", json_pack("{s:s, s:s, s:i}", "name", "etcd",
+							     "version", version, "members", members));
+		json_object_set_new(setup, "threads", json_integer(o.threads));
+		json_object_set_new(setup, "in_flight", json_integer((json_int_t)ns));
+		dxlb_setup_end(setup);
+		json_object_set_new(j, "setup", setup);
 		if (json_dump_file(j, o.json, JSON_INDENT(2))) {
 			fprintf(stderr, "cannot write %s\n", o.json);
 			ok = 0;

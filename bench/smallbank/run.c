@@ -2,6 +2,7 @@
  * progress line per second, the result (JSON) and the ledger for 'check' */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -704,7 +705,25 @@ int sb_cmd_run(int argc, char **argv)
 		json_object_set_new(r, "coord_stats", cj);
 		json_object_set_new(r, "tamper", json_boolean(tamper));
 		json_object_set_new(r, "timeline", json_incref(timeline));
-		json_object_set_new(r, "setup", dxlb_setup_json(argc, argv));
+		/* the summary dxl-bench-compare reads: committed transactions,
+		 * latency from the first attempt to the commit (closed loop),
+		 * failed runs as errors, aborted attempts as retries */
+		struct dxlb_summary sm = {.ops = committed, .seconds = el, .lat = &all,
+					  .errors = unavail + gave_up + other, .retries = aborts};
+		json_object_set_new(r, "summary", dxlb_summary_json(&sm));
+		json_t *setup = dxlb_setup_json(argc, argv);
+		/* the cluster as 'dxl cluster up' recorded it (provider,
+		 * durability, replicas, shards, options) and its data's filesystem */
+		char cpath[PATH_MAX];
+		snprintf(cpath, sizeof(cpath), "%s/cluster.json", dir);
+		json_t *cj2 = json_load_file(cpath, 0, NULL);
+		json_object_set_new(setup, "cluster", cj2 ? cj2 : json_null());
+		snprintf(cpath, sizeof(cpath), "%s/data", dir);
+		json_object_set_new(setup, "data_fs", dxlb_fs_json(cpath));
+		json_object_set_new(setup, "threads", json_integer(threads));
+		json_object_set_new(setup, "in_flight", json_integer((json_int_t)threads * coroutines));
+		dxlb_setup_end(setup);
+		json_object_set_new(r, "setup", setup);
 		if (json_dump_file(r, json_path, JSON_INDENT(2))) {
 			sb_errf("cannot write %s", json_path);
 			json_decref(r);
