@@ -57,8 +57,14 @@ def side_line(spec_side, side):
         opts = cj.get("replica_opts")
         if opts:
             bits.append("options %s" % json.dumps(opts, separators=(",", ":")))
+    if not cj and cfg.get("system"):
+        bits.append(cfg["system"])
+    if not cj:
+        for k in ("durability", "provider", "replicas", "writers"):
+            if cfg.get(k) is not None:
+                bits.append("%s %s" % (k, cfg[k]))
     if cfg.get("version"):
-        bits.append(cfg["version"].splitlines()[0])
+        bits.append("version %s" % cfg["version"].splitlines()[0])
     if cfg.get("members"):
         m0 = cfg["members"][0].get("command")
         bits.append("%d members%s" % (len(cfg["members"]),

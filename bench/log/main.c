@@ -56,6 +56,13 @@ static const char usage[] =
 "                         (1 GiB heap, the default collector and JIT) unless\n"
 "                         DXL_ZK_JVM is set; the options used are in the JSON\n"
 "                         (zk_jvm)\n"
+"    --only KIND          only the append cells (append) or only the ZooKeeper\n"
+"                         cells (zk), nothing else: one side of a comparison\n"
+"                         run by dxl-bench-compare (docs/benchmarks.md). When\n"
+"                         exactly one cell is measured the JSON also has its\n"
+"                         summary (ops_per_s, latency from the send, errors)\n"
+"    --zk-connect HOSTS   use this running ensemble (its forceSync and JVM are\n"
+"                         its starter's) instead of starting two of its own\n"
 "    --zk-warmup-ms N     creates run on each new ensemble before its cells\n"
 "                         are measured, not counted (default 5000; --quick\n"
 "                         1000)\n"
@@ -82,6 +89,8 @@ struct opts {
 	uint32_t ndur;
 	uint32_t duration_ms;
 	uint32_t zk_warmup_ms;
+	int only;               /* 0 everything, 1 append cells, 2 zk cells */
+	const char *zk_connect; /* a running ensemble, or NULL */
 	uint64_t ring_size;
 	int zk;
 	const char *zk_script;
@@ -315,6 +324,7 @@ int main(int argc, char **argv)
 		{"duration-ms", 1, 0, 'd'}, {"durability", 1, 0, 'D'},
 		{"ring-size", 1, 0, 'R'}, {"no-zk", 0, 0, 'Z'},
 		{"zk-script", 1, 0, 'z'}, {"quick", 0, 0, 'q'}, {"zk-warmup-ms", 1, 0, 'W'},
+		{"only", 1, 0, 'Y'}, {"zk-connect", 1, 0, 'C'},
 		{"dir", 1, 0, 'T'}, {"out", 1, 0, 'O'}, {"help", 0, 0, 'h'},
 		{0, 0, 0, 0}};
 	int ch, warm_set = 0;
@@ -370,6 +380,19 @@ int main(int argc, char **argv)
 		case 'z':
 			o.zk_script = optarg;
 			break;
+		case 'Y':
+			if (!strcmp(optarg, "append"))
+				o.only = 1;
+			else if (!strcmp(optarg, "zk"))
+				o.only = 2;
+			else
+				goto bad;
+			break;
+		case 'C':
+			if (!*optarg || !strchr(optarg, ':') || strlen(optarg) >= 256)
+				goto bad;
+			o.zk_connect = optarg;
+			break;
 		case 'W':
 			if (dxl_parse_u64(optarg, &v) || v > 600000)
 				goto bad;
@@ -412,6 +435,8 @@ int main(int argc, char **argv)
 	}
 	json_t *root = json_object(), *cells = json_array(), *cmp = json_array();
 	json_object_set_new(root, "setup", dxlb_setup_json(argc, argv));
+	/* the replicas' regions (append cells) live in o.dir */
+	json_object_set_new(json_object_get(root, "setup"), "data_fs", dxlb_fs_json(o.dir));
 
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
@@ -432,7 +457,11 @@ int main(int argc, char **argv)
 	printf("%-8s %-8s %4s %6s %5s %4s %12s %10s %10s\n", "kind", "durab.",
 	       "reps", "size", "outst", "wrtr", "ops/s", "p50(us)", "p99(us)");
 	int run_no = 0;
-	for (uint32_t di = 0; di < o.ndur; di++) {
+	/* the cells measured (append, zk) and the last of them: a single one
+	 * gives the run's summary (dxl-bench-compare) */
+	static struct bl_result last;
+	int nmeasured = 0;
+	for (uint32_t di = 0; o.only != 2 && di < o.ndur; di++) {
 		for (uint32_t ri = 0; ri < o.nreplicas; ri++) {
 			uint32_t nrep = o.replicas[ri];
 			struct bl_replica rep[BL_MAX_REPLICAS];
@@ -462,6 +491,8 @@ int main(int argc, char **argv)
 						json_object_set_new(c, "outstanding", json_integer(o.outstanding[oi]));
 						json_object_set_new(c, "writers", json_integer(o.writers[wi]));
 						json_array_append_new(cells, c);
+						last = r;
+						nmeasured++;
 						printf("%-8s %-8s %4u %6u %5u %4u %12.0f %10.1f %10.1f %s\n",
 						       "append", dxl_durability_name(o.dur[di]), nrep,
 						       o.sizes[si], o.outstanding[oi], o.writers[wi],
@@ -480,7 +511,7 @@ int main(int argc, char **argv)
 
 	/* H9 against the strawman: 1 replica, 1 outstanding, same run */
 	json_t *pw = json_object();
-	{
+	if (!o.only) {
 		struct bl_replica rep;
 		char d[512];
 		snprintf(d, sizeof(d), "%s/pwrite", o.dir);
@@ -512,7 +543,7 @@ int main(int argc, char **argv)
 
 	/* local persist cost per mode */
 	const enum dxl_durability modes[3] = {DXL_DUR_PMEM, DXL_DUR_MSYNC, DXL_DUR_PROCESS};
-	for (int m = 0; m < 3; m++) {
+	for (int m = 0; !o.only && m < 3; m++) {
 		for (uint32_t si = 0; si < o.nsizes; si++) {
 			double ns = 0;
 			char why[256] = "";
@@ -538,12 +569,17 @@ int main(int argc, char **argv)
 	}
 
 	/* ZooKeeper, forceSync yes and no, compared with dxl msync/process */
-	if (o.zk) {
-		for (int sync = 1; sync >= 0; sync--) {
+	if (o.zk && o.only != 1) {
+		/* with --zk-connect: one ensemble, the caller's (sync = 1 only
+		 * names the loop's one pass: its forceSync is the caller's) */
+		for (int sync = 1; sync >= (o.zk_connect ? 1 : 0); sync--) {
 			char zdir[512], connect[256], why[256] = "";
 			snprintf(zdir, sizeof(zdir), "%s/zk-%s", o.dir, sync ? "sync" : "nosync");
 			enum dxl_durability pair = sync ? DXL_DUR_MSYNC : DXL_DUR_PROCESS;
-			if (zk_start(o.zk_script, zdir, sync, connect, sizeof(connect), why,
+			if (o.zk_connect) {
+				snprintf(connect, sizeof(connect), "%s", o.zk_connect);
+				json_object_set_new(root, "zk_connect", json_string(connect));
+			} else if (zk_start(o.zk_script, zdir, sync, connect, sizeof(connect), why,
 				     sizeof(why))) {
 				printf("zk: skipped: %s\n", why);
 				json_object_set_new(root, "zk_skipped", json_string(why));
@@ -557,7 +593,8 @@ int main(int argc, char **argv)
 					jvm[strcspn(jvm, "\n")] = 0;
 				fclose(jf);
 			}
-			json_object_set_new(root, "zk_jvm", json_string(jvm));
+			if (!o.zk_connect)
+				json_object_set_new(root, "zk_jvm", json_string(jvm));
 			if (o.zk_warmup_ms && o.nsizes && o.noutstanding) {
 				/* the JIT compiles, the heap settles: not counted */
 				struct bl_result w;
@@ -573,7 +610,10 @@ int main(int argc, char **argv)
 					bl_zk_run(connect, o.sizes[si], o.outstanding[oi],
 						  o.duration_ms, &z);
 					json_t *c = lat_cell("zk", &z);
-					json_object_set_new(c, "force_sync", json_boolean(sync));
+					json_object_set_new(c, "force_sync",
+							    o.zk_connect ? json_null() : json_boolean(sync));
+					last = z;
+					nmeasured++;
 					json_object_set_new(c, "servers", json_integer(3));
 					json_object_set_new(c, "size", json_integer(o.sizes[si]));
 					json_object_set_new(c, "outstanding", json_integer(o.outstanding[oi]));
@@ -602,9 +642,16 @@ int main(int argc, char **argv)
 					json_object_set_new(e, "meets_goal", json_boolean(tr >= 10 && lr <= 0.1));
 					json_array_append_new(cmp, e);
 				}
-			zk_stop(o.zk_script, zdir);
+			if (!o.zk_connect)
+				zk_stop(o.zk_script, zdir);
 		}
 	}
+	if (nmeasured == 1) {
+		struct dxlb_summary sm = {.ops = last.ops, .seconds = last.secs, .lat = &last.lat,
+					  .errors = last.error[0] ? 1 : 0};
+		json_object_set_new(root, "summary", dxlb_summary_json(&sm));
+	}
+	dxlb_setup_end(json_object_get(root, "setup"));
 	json_object_set_new(root, "cells", cells);
 	json_object_set_new(root, "comparisons", cmp);
 
