@@ -21,7 +21,7 @@
 # markdown is written all the same, listing the problems).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here"
+cd "$here" || exit 1
 smoke=0 run=1 specs=()
 while [ $# -gt 0 ]; do
 	case "$1" in
