@@ -11,6 +11,9 @@ number of pairs and the claim the rule allows (docs/benchmarks.md). Nothing
 is computed here that the result file does not hold: the verdicts are the
 runner's. A smoke run (fewer than 5 repetitions or under 10 s each) is
 labelled as such in its heading and its claims read "none: smoke run".
+A spec with a "curve" ({x: the cells' variable, label, metrics}) also gets a
+plot of those metrics (median and range of each side) against x, written
+next to --out as NAME.png (needs matplotlib).
 
 docs/performance.md is this script's output on bench/results/*.json
 (make bench-report); do not edit it by hand.
@@ -89,7 +92,63 @@ def sample_floor(cell, side, path):
     return min(ns) if ns else None
 
 
-def section(path, r, out):
+def plot_curve(r, plot_dir, out):
+    """the spec's "curve" {x: env var of the cells, label, metrics}: each
+    metric's median and range for A and B against x, to plot_dir/NAME.png"""
+    spec = r.get("spec", {})
+    cv = spec.get("curve")
+    if not cv or not plot_dir:
+        return
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        out.append("_(plot not drawn: matplotlib is missing)_\n")
+        return
+    cells = [c for c in r.get("cells", []) if (c.get("env") or {}).get(cv["x"])]
+    if not cells:
+        return
+    names = cv.get("metrics", [])
+    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
+    for ax, mname in zip(axes[0], names):
+        drawn = 0
+        for side, fmt_ in (("a", "o-"), ("b", "s--")):
+            xs, ys, lo, hi = [], [], [], []
+            for c in cells:
+                m = next((m for m in c.get("metrics", []) if m["name"] == mname), None)
+                v = (m or {}).get(side)
+                if not v:
+                    continue
+                xs.append(float(c["env"][cv["x"]]))
+                ys.append(v["median"])
+                lo.append(v["median"] - v["min"])
+                hi.append(v["max"] - v["median"])
+            if xs:
+                drawn += 1
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=fmt_, capsize=3,
+                            label=(spec.get(side) or {}).get("label", side))
+        ax.set_xlabel(cv.get("label", cv["x"]))
+        ax.set_ylabel("%s (us, median and range)" % mname)
+        ax.grid(True, alpha=0.3)
+        if drawn:
+            ax.set_yscale("log")
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no values: too few samples per run", ha="center",
+                    va="center", transform=ax.transAxes)
+    title = r.get("title", "")
+    if r.get("smoke"):
+        title = "SMOKE RUN, NOT A MEASUREMENT: " + title
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    name = "%s.png" % r.get("name", "curve")
+    fig.savefig(os.path.join(plot_dir, name), dpi=100)
+    plt.close(fig)
+    out.append("![%s](%s)\n" % (r.get("title", name), name))
+
+
+def section(path, r, out, plot_dir=None):
     spec = r.get("spec", {})
     smoke = r.get("smoke", True)
     title = r.get("title", r.get("name", path))
@@ -143,6 +202,9 @@ def section(path, r, out):
         for mt in cell.get("metrics", []):
             unit = mt.get("unit") or ""
             claim = mt.get("claim", mt.get("verdict"))
+            if not mt.get("pairs") and any(k in mt.get("path", "") for k in ("p9", "p50")):
+                claim = ("n/a: the runs have too few samples for this percentile "
+                         "(p99 needs 1 000 per run, p99.9 10 000)")
             if mt.get("goal") and mt.get("goal_claim"):
                 claim += "; goal %sx: %s" % (fmt(mt["goal"]), mt["goal_claim"])
             name = "%s (%s, %s better)" % (mt["name"], unit, mt.get("better"))
@@ -155,6 +217,7 @@ def section(path, r, out):
                        "percentiles, none from fewer than 20 (p50), 1 000 (p99), 10 000 "
                        "(p99.9) samples." % (na, nb))
         out.append("")
+    plot_curve(r, plot_dir, out)
     probs = r.get("problems") or []
     if probs:
         out.append("**Problems during the run** (the affected pairs are left out):\n")
@@ -191,8 +254,11 @@ def main():
     if not results:
         out.append("_No comparison has been published yet: run `make bench-report` on a "
                    "quiet machine (docs/benchmarks.md)._\n")
+    plot_dir = (os.path.dirname(a.out) or ".") if a.out else None
+    if plot_dir:
+        os.makedirs(plot_dir, exist_ok=True)
     for p, r in results:
-        section(p, r, out)
+        section(p, r, out, plot_dir)
     text = "\n".join(out).rstrip() + "\n"
     if a.out:
         d = os.path.dirname(a.out)

@@ -57,6 +57,11 @@ if [ "$run" = 1 ]; then
 fi
 shopt -s nullglob
 files=("$dir"/compare-*.json)
-python3 bench/report.py --title "$title" --out "$doc" "${files[@]}" || failed=1
+# matplotlib may live only in the system interpreter (pyenv/venv shadows it)
+py=python3
+if ! python3 -c 'import matplotlib' 2>/dev/null && [ -x /usr/bin/python3 ]; then
+	py=/usr/bin/python3
+fi
+"$py" bench/report.py --title "$title" --out "$doc" "${files[@]}" || failed=1
 echo "bench-report.sh: $doc from ${#files[@]} result file(s) in $dir"
 exit $failed

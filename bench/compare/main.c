@@ -43,7 +43,8 @@ static const char usage[] =
 "                object (bench/lib/bench_lib.h: ops_per_s, p50_us, ...);\n"
 "      teardown  once at the end, also after a failure or a signal.\n"
 "    For each cell of the spec (a set of environment variables: payload,\n"
-"    in flight, offered rate...) both sides get a warm-up run first, then\n"
+"    in flight, offered rate...; a cell's variables are unset again before\n"
+"    the next cell) both sides get a warm-up run first, then\n"
 "    REPS repetitions, each running A and B back to back, in alternating\n"
 "    order (A B, B A, A B, ...; the first cell starts with A, the next with\n"
 "    B). For each metric (a path in the summary, higher or lower better,\n"
@@ -896,13 +897,23 @@ int main(int argc, char **argv)
 	size_t ci;
 	json_t *cell;
 	int nth = 0; /* cells run so far */
+	json_t *prev_env = NULL; /* the env of the cell before */
 	json_array_foreach(cells, ci, cell) {
 		if (failed || g_stop)
 			break;
 		if (!use_cell[ci])
 			continue;
 		const char *cname = json_string_value(json_object_get(cell, "name"));
-		set_env_obj(json_object_get(cell, "env"));
+		/* a cell's env is its own: what the previous cell set is unset
+		 * (the spec's env restored) before this one's is applied */
+		if (prev_env) {
+			const char *k;
+			json_t *pv;
+			json_object_foreach(prev_env, k, pv) unsetenv(k);
+			set_env_obj(json_object_get(c.spec, "env"));
+		}
+		prev_env = json_object_get(cell, "env");
+		set_env_obj(prev_env);
 		printf("cell %zu%s%s\n", ci, cname && cname[0] ? ": " : "", cname ? cname : "");
 		fflush(stdout);
 		json_t *jc = json_object();

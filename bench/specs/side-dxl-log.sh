@@ -6,7 +6,9 @@
 # dxl-replica daemons: "data path only"), DURABILITY [msync], one writer,
 # SIZE-byte payloads, INFLIGHT appends outstanding, $DXLB_SECONDS s.
 # Environment: DXL_BIN [build/bin], REPLICAS [3], DURABILITY [msync], SIZE
-# [1024], INFLIGHT [16].
+# [1024], INFLIGHT [16]; OFFERED: an offered rate (appends/s, open loop:
+# latency from each append's intended start), INFLIGHT then caps what is
+# outstanding.
 set -euo pipefail
 B=${DXL_BIN:-build/bin}
 case "$DXLB_PHASE" in
@@ -26,7 +28,7 @@ warmup|rep)
 	"$B/dxl-bench-log" --only append --replicas "${REPLICAS:-3}" \
 		--durability "${DURABILITY:-msync}" --sizes "${SIZE:-1024}" \
 		--outstanding "${INFLIGHT:-16}" --writers 1 --duration-ms "$ms" \
-		--out "$DXLB_OUT"
+		${OFFERED:+--rate "$OFFERED"} --out "$DXLB_OUT"
 	;;
 teardown) ;;
 esac

@@ -11,7 +11,8 @@
 #             creates of SIZE bytes, INFLIGHT outstanding, $DXLB_SECONDS s
 #   teardown  scripts/zk.sh stop
 # Environment: DXL_BIN [build/bin], DXL_SCRIPTS [scripts], SIZE [1024],
-# INFLIGHT [16], ZK_FORCESYNC [yes].
+# INFLIGHT [16], ZK_FORCESYNC [yes]; OFFERED: an offered rate (creates/s,
+# open loop), INFLIGHT then caps what is outstanding.
 set -euo pipefail
 B=${DXL_BIN:-build/bin}
 S=${DXL_SCRIPTS:-scripts}
@@ -48,7 +49,7 @@ warmup|rep)
 	ms=$(awk -v s="$DXLB_SECONDS" 'BEGIN { printf "%d", s * 1000 }')
 	"$B/dxl-bench-log" --only zk --zk-connect "$ZK_CONNECT" --zk-warmup-ms 0 \
 		--sizes "${SIZE:-1024}" --outstanding "${INFLIGHT:-16}" --duration-ms "$ms" \
-		--out "$DXLB_OUT"
+		${OFFERED:+--rate "$OFFERED"} --out "$DXLB_OUT"
 	;;
 teardown)
 	"$S/zk.sh" stop "$z"

@@ -59,7 +59,7 @@ static json_t *side(const char *label, const char *id, const char *rate, int fai
 {
 	char run[2048], setup_c[512], td[512];
 	snprintf(run, sizeof(run),
-		 "echo \"%s $DXLB_PHASE $DXLB_CELL $DXLB_REP\" >> \"$ORDER\"; "
+		 "echo \"%s $DXLB_PHASE $DXLB_CELL $DXLB_REP${ONLY_C0:+ c0-env}\" >> \"$ORDER\"; "
 		 "[ \"$DXLB_PHASE\" = rep ] && [ \"$DXLB_REP\" = %d ] && exit 3; "
 		 "exec '%s' --synthetic \"$((%s))\" --seconds \"$DXLB_SECONDS\" --out \"$DXLB_OUT\"",
 		 id, fail_rep, g_bin, rate);
@@ -132,14 +132,18 @@ static void test_order(void **state)
 				 side("A", "a", "1000", 0, "td-a"), "b",
 				 side("B", "b", "1000", 0, "td-b"), "cells", "name", "c0", "name",
 				 "c1");
+	/* cell 0 sets ONLY_C0: it must not leak into cell 1 */
+	json_object_set_new(json_array_get(json_object_get(spec, "cells"), 0), "env",
+			    json_pack("{s:s}", "ONLY_C0", "1"));
 	assert_int_equal(run_spec(spec, result, NULL), 0);
 	snprintf(path, sizeof(path), "%s/order", g_tmp);
 	dxlt_slurp(path, order, sizeof(order));
 	const char *want =
 		"a setup\nb setup\n"
-		"a warmup 0 0\nb warmup 0 0\n"
-		"a rep 0 1\nb rep 0 1\nb rep 0 2\na rep 0 2\na rep 0 3\nb rep 0 3\n"
-		"b rep 0 4\na rep 0 4\na rep 0 5\nb rep 0 5\n"
+		"a warmup 0 0 c0-env\nb warmup 0 0 c0-env\n"
+		"a rep 0 1 c0-env\nb rep 0 1 c0-env\nb rep 0 2 c0-env\na rep 0 2 c0-env\n"
+		"a rep 0 3 c0-env\nb rep 0 3 c0-env\nb rep 0 4 c0-env\na rep 0 4 c0-env\n"
+		"a rep 0 5 c0-env\nb rep 0 5 c0-env\n"
 		"b warmup 1 0\na warmup 1 0\n"
 		"b rep 1 1\na rep 1 1\na rep 1 2\nb rep 1 2\nb rep 1 3\na rep 1 3\n"
 		"a rep 1 4\nb rep 1 4\nb rep 1 5\na rep 1 5\n"
