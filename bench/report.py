@@ -211,6 +211,19 @@ def section(path, r, out, plot_dir=None):
             out.append("| %s | %s | %s | %s | %s | %s |" % (
                 name, rng(mt.get("a")), rng(mt.get("b")), ratio(mt.get("ratio")),
                 mt.get("pairs", 0), claim))
+        busy, idle = [], {"a": [], "b": []}
+        for run in cell.get("runs", []):
+            for k in ("a", "b"):
+                x = run.get(k) or {}
+                if isinstance(x.get("cpu_busy"), (int, float)):
+                    busy.append(x["cpu_busy"])
+                if isinstance(x.get("idle_side_cpu_s"), (int, float)):
+                    idle["b" if k == "a" else "a"].append(x["idle_side_cpu_s"])
+        if busy:
+            out.append("\nMachine CPU busy during the runs: %.0f%%-%.0f%%." % (
+                100 * min(busy), 100 * max(busy)) + "".join(
+                " While the other side ran, %s's processes used up to %.2f CPU-s." % (
+                    k.upper(), max(v)) for k, v in sorted(idle.items()) if v))
         na, nb = sample_floor(cell, "a", None), sample_floor(cell, "b", None)
         if na is not None or nb is not None:
             out.append("\nLatency samples per run: at least %s (A), %s (B); nearest-rank "

@@ -218,6 +218,39 @@ static void test_verdicts(void **state)
 	json_decref(r);
 	/* the table on stdout says so too */
 	assert_non_null(strstr(g_out, "SMOKE"));
+
+	/* and so does the markdown of bench/report.py: a smoke run's heading,
+	 * no claim in its table (found from the binary: build[/asan]/bin/ is
+	 * one or two folders below the source tree) */
+	char report[1024], cmd[4096], md[512];
+	report[0] = 0;
+	for (int up = 2; up <= 3 && !report[0]; up++) {
+		char cand[1024];
+		snprintf(cand, sizeof(cand), "%s", g_bin);
+		for (int i = 0; i < up; i++) {
+			char *sl = strrchr(cand, '/');
+			if (sl)
+				*sl = 0;
+		}
+		size_t l = strlen(cand);
+		snprintf(cand + l, sizeof(cand) - l, "/../bench/report.py");
+		if (access(cand, R_OK) == 0)
+			snprintf(report, sizeof(report), "%s", cand);
+	}
+	if (!report[0] || system("python3 -c '' 2>/dev/null") != 0) {
+		printf("bench/report.py or python3 not found: the markdown is not checked\n");
+		return;
+	}
+	snprintf(md, sizeof(md), "%s/verdicts.md", g_tmp);
+	snprintf(cmd, sizeof(cmd), "python3 '%s' --out '%s' '%s'", report, md, result);
+	assert_int_equal(system(cmd), 0);
+	static char text[1 << 16];
+	dxlt_slurp(md, text, sizeof(text));
+	assert_non_null(strstr(text, "SMOKE RUN, NOT A MEASUREMENT"));
+	assert_non_null(strstr(text, "| none: smoke run |"));
+	assert_null(strstr(text, "| a better"));
+	assert_null(strstr(text, "| b better"));
+	assert_non_null(strstr(text, "interleaved in alternating order"));
 }
 
 /* a run that fails: exit 1, the problem in the result, the pair left out
