@@ -13,7 +13,9 @@
 #   teardown  'dxl cluster down'
 # Environment (the spec's env or the cell's): DXL_BIN [build/bin], ACCOUNTS
 # [20000], SHARDS [3], REPLICAS [3], DURABILITY [msync], PROVIDER [tcp],
-# MODE [hybrid], THREADS [1], COROUTINES [8].
+# MODE [hybrid], THREADS [1], COROUTINES [8]; OFFERED: an offered rate
+# (transactions/s, open loop: latency from each one's intended start; the
+# coroutines then cap what is in flight).
 set -euo pipefail
 B=${DXL_BIN:-build/bin}
 B=$(cd "$B" && pwd)
@@ -44,7 +46,8 @@ warmup|rep)
 	ledger=$DXLB_STATE/ledger-$DXLB_CELL-$DXLB_PHASE-$DXLB_REP.json
 	"$B/dxl-bench-smallbank" run --dir "$d" --mode "${MODE:-hybrid}" \
 		--threads "${THREADS:-1}" --coroutines "${COROUTINES:-8}" \
-		--duration "$DXLB_SECONDS" --warmup 0 --json "$DXLB_OUT" --ledger "$ledger"
+		--duration "$DXLB_SECONDS" --warmup 0 ${OFFERED:+--rate "$OFFERED"} \
+		--json "$DXLB_OUT" --ledger "$ledger"
 	v=$("$B/dxl-bench-smallbank" check --dir "$d" --ledger "$ledger" 2>&1 | grep '^checker:' || true)
 	echo "${v:-checker: FAILED: no verdict}"
 	rm -f "$ledger"

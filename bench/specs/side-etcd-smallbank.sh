@@ -11,7 +11,8 @@
 #             $DXLB_OUT (a failed money check exits 2: the run fails)
 #   teardown  scripts/etcd.sh stop
 # Environment: DXL_BIN [build/bin], DXL_SCRIPTS [scripts], ACCOUNTS [20000],
-# MEMBERS [3], THREADS [1], COROUTINES [8].
+# MEMBERS [3], THREADS [1], COROUTINES [8]; OFFERED: an offered rate
+# (transactions/s, open loop; the sessions then cap what is in flight).
 set -euo pipefail
 B=${DXL_BIN:-build/bin}
 S=${DXL_SCRIPTS:-scripts}
@@ -47,7 +48,8 @@ PY
 warmup|rep)
 	"$B/dxl-bench-smallbank-etcd" --endpoints "$ETCD_ENDPOINTS" --no-load \
 		--accounts "${ACCOUNTS:-20000}" --duration "$DXLB_SECONDS" \
-		--threads "${THREADS:-1}" --sessions "${COROUTINES:-8}" --json "$DXLB_OUT"
+		--threads "${THREADS:-1}" --sessions "${COROUTINES:-8}" \
+		${OFFERED:+--rate "$OFFERED"} --json "$DXLB_OUT"
 	;;
 teardown)
 	"$S/etcd.sh" stop "$e"
