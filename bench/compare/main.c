@@ -369,6 +369,7 @@ static void side_read_setup(struct side *s)
 	char path[PATH_MAX + 16], line[4096];
 	snprintf(path, sizeof(path), "%s/env", s->state);
 	FILE *f = fopen(path, "r");
+	json_decref(s->env);
 	s->env = json_object();
 	while (f && fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
@@ -1010,5 +1011,7 @@ int main(int argc, char **argv)
 	}
 	json_decref(R);
 	json_decref(c.spec);
+	for (int k = 0; k < 2; k++)
+		json_decref(c.side[k].env);
 	return bad ? 1 : 0;
 }
