@@ -95,8 +95,9 @@ static const char usage[] =
 "    (per thread), sessions_total, duration_s, committed, aborts, abort_rate\n"
 "    (aborts / attempts), txn_per_s, p50_us, p99_us, mean_us, types {name:\n"
 "    {committed, aborts, p50_us, p99_us}}, read, load_s, total, expected,\n"
-"    check: \"ok\" or the error, summary (what dxl-bench-compare reads:\n"
-"    ops = committed, latency, retries = aborts), setup}.\n"
+"    check: \"ok\" or the error, resends (requests sent again after \"too\n"
+"    many requests\" or a lost connection), summary (what dxl-bench-compare\n"
+"    reads: ops = committed, latency, retries = aborts + resends), setup}.\n"
 "\n"
 "EXIT STATUS\n"
 "    0 the run finished and the money check passed; 1 set-up failure (bad\n"
@@ -156,6 +157,7 @@ struct session {
 	struct dxl_hist lat, type_lat[DXLB_SB_NTYPES];
 	struct dxl_hist svc; /* open loop: from the start of the first read */
 	uint64_t started;    /* transactions begun */
+	uint64_t resends;    /* requests sent again (refused, lost connection) */
 	int err;
 	char errmsg[512];
 };
@@ -216,6 +218,7 @@ static int read_retrying(struct session *s, struct rw *r)
 			return ret;
 		if (tries == 50)
 			return ret;
+		s->resends++;
 		backoff_us(1000);
 	}
 }
@@ -246,6 +249,7 @@ static int run_txn(struct session *s, const struct dxlb_sb_txn *t, int64_t *delt
 					      r.ptables, r.paccts, r.pvals, &ok);
 			if (ret != DXL_E_AGAIN || tries == 50)
 				break;
+			s->resends++;
 			backoff_us(1000); /* refused before it was proposed: send again */
 		}
 		if (ret) {
@@ -682,7 +686,7 @@ int main(int argc, char **argv)
 	for (int t = 0; t < DXLB_SB_NTYPES; t++)
 		dxl_hist_reset(&lat[1 + t]);
 	uint64_t committed = 0, aborts = 0, tc[DXLB_SB_NTYPES] = {0}, ta[DXLB_SB_NTYPES] = {0};
-	uint64_t started = 0;
+	uint64_t started = 0, resends = 0;
 	static struct dxl_hist svc;
 	dxl_hist_reset(&svc);
 	int64_t sum_delta = 0;
@@ -695,6 +699,7 @@ int main(int argc, char **argv)
 		dxl_hist_merge(&lat[0], &s->lat);
 		dxl_hist_merge(&svc, &s->svc);
 		started += s->started;
+		resends += s->resends;
 		for (int t = 0; t < DXLB_SB_NTYPES; t++) {
 			tc[t] += s->type_commit[t];
 			ta[t] += s->type_abort[t];
@@ -791,7 +796,8 @@ int main(int argc, char **argv)
 		struct dxlb_summary sm = {.ops = committed, .seconds = secs, .lat = &lat[0],
 					  .offered_per_s = o.rate, .svc = o.rate > 0 ? &svc : NULL,
 					  .late = due_total > started ? due_total - started : 0,
-					  .errors = run_error ? 1 : 0, .retries = aborts};
+					  .errors = run_error ? 1 : 0, .retries = aborts + resends};
+		json_object_set_new(j, "resends", json_integer((json_int_t)resends));
 		json_object_set_new(j, "summary", dxlb_summary_json(&sm));
 		json_t *setup = dxlb_setup_json(argc, argv);
 		json_object_set_new(setup, "peer", json_pack("{s:s, s:s, s:i}", "name", "etcd",
