@@ -685,6 +685,23 @@ static int get_slot(const struct dxl_store *s, uint32_t table, uint64_t slot,
 	return 0;
 }
 
+/*
+ * persist_slot -- make the slot's bytes as they are now durable: the CPU
+ * persists them (fence, msync or cache flush: the region's mode), then
+ * tells the fabric, or its power-failure model still holds the pre-image
+ * of an earlier remote write-back of these lines and a simulated failure
+ * would bring it back over this durable write (docs/fabric-tcp.md).
+ */
+static void persist_slot(struct dxl_store *s, struct table *t, uint64_t slot)
+{
+	void *p = slot_at(t, slot);
+	dxl_region_persist(s->r, p, t->slot_size);
+	pthread_rwlock_rdlock(&s->reg_lock);
+	if (s->rec_mr)
+		dxl_mr_mark_durable(s->rec_mr, p, t->slot_size);
+	pthread_rwlock_unlock(&s->reg_lock);
+}
+
 /* write r into slot and persist it (caller: the slot's only writer) */
 static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 		       const struct dxl_record *r, const void *value,
@@ -695,15 +712,7 @@ static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 	int ret = dxl_record_write(p, t->slot_size, r, value, &v);
 	DXL_ASSERTF(ret == 0, "table %u slot %llu: %s", t->sc.id,
 		    (unsigned long long)slot, dxl_errmsg());
-	dxl_region_persist(s->r, p, t->slot_size);
-	/* the CPU made the slot durable: so the fabric must know, or its
-	 * power-failure model still holds the pre-image of an earlier remote
-	 * write-back of these lines and a simulated failure would bring it
-	 * back over this durable write (docs/fabric-tcp.md) */
-	pthread_rwlock_rdlock(&s->reg_lock);
-	if (s->rec_mr)
-		dxl_mr_mark_durable(s->rec_mr, p, t->slot_size);
-	pthread_rwlock_unlock(&s->reg_lock);
+	persist_slot(s, t, slot);
 	max_version_raise(t, v);
 	if (version)
 		*version = v;
@@ -1040,6 +1049,36 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return lock_set(s, t, slot, word);
 }
 
+int dxl_store_unlock_owner(struct dxl_store *s, uint32_t table, uint64_t slot,
+			   uint64_t owner)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	if (!owner)
+		return dxl_err_set(DXL_E_INVAL, "store: lock owner 0 means free");
+	uint64_t was;
+	if ((ret = lock_cas(s, t, slot, owner, 0, &was)))
+		return ret;
+	if (was != owner)
+		return dxl_err_set(DXL_E_STATE,
+				   "table %u slot %llu: release by 0x%llx, lock word is 0x%llx",
+				   table, (unsigned long long)slot,
+				   (unsigned long long)owner, (unsigned long long)was);
+	return 0;
+}
+
+int dxl_store_persist(struct dxl_store *s, uint32_t table, uint64_t slot)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	persist_slot(s, t, slot);
+	return 0;
+}
+
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
 {
 	int n = 0;
@@ -1199,7 +1238,16 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		struct dxl_record cur;
 		dxl_record_peek(slot_at(t, slot), &cur);
 		if (state_get(t, slot) == ST_LIVE && cur.version >= version) {
-			ret = 0; /* applied before: idempotence by version */
+			/* applied before: idempotence by version. But a slot
+			 * whose lock is still held may hold it from a one-sided
+			 * write-back whose flush READ never executed (its QP
+			 * failed after the WRITEs): placed, not durable. A
+			 * roll-forward unlocks next and the log's retention
+			 * then passes the record, so persist it now
+			 * (docs/engine.md "When a write-back is durable") */
+			if (__atomic_load_n(&t->locks[slot], __ATOMIC_ACQUIRE))
+				persist_slot(s, t, slot);
+			ret = 0;
 		} else if (op == DXL_WS_DELETE) {
 			delete_locked(s, t, e, version, ts, NULL);
 			ret = 1;

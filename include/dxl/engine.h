@@ -495,6 +495,26 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
  * (NIC mode: see above) with the words released so far released.
  */
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord);
+/*
+ * dxl_store_unlock_owner -- release the lock word of slot if it holds
+ * owner: a CAS owner -> 0 (CPU mode: a CPU CAS; NIC mode: through the lock
+ * agent), never a store over whatever another holder put there (the
+ * resolution of a transaction that met its key still locked by it).
+ * Errors: DXL_E_STATE (the word is not owner: nothing changed),
+ * DXL_E_NOENT, DXL_E_INVAL (owner 0); NIC mode: see above.
+ */
+int dxl_store_unlock_owner(struct dxl_store *s, uint32_t table, uint64_t slot,
+			   uint64_t owner);
+/*
+ * dxl_store_persist -- persist the slot's bytes as they are now and report
+ * them durable to the fabric (dxl_mr_mark_durable), as every store write
+ * does. For whoever releases a lock after a one-sided write-back that may
+ * have been placed without its flush READ (the write-back RPC that finds
+ * the new version already there): the record must be durable before the
+ * lock word is free (docs/engine.md "When a write-back is durable").
+ * Errors: DXL_E_NOENT (table, slot).
+ */
+int dxl_store_persist(struct dxl_store *s, uint32_t table, uint64_t slot);
 /* the current lock word (an acquire load; any mode); 0 if out of range */
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot);
@@ -623,7 +643,11 @@ int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
  * update are both "put": a missing key gets a free slot; a delete of a
  * missing key does nothing) and persisted (returns 1). A torn record (cut
  * by a crash) is always rewritten. No lock is checked: the applier is the
- * only writer of a backup's records.
+ * only writer of a backup's records. A record found at or past version
+ * while its lock word is held is persisted anyway (still returns 0): it
+ * may have been placed by a one-sided write-back whose flush READ never
+ * executed, and a roll-forward releases the lock next (recovery: RESOLVE,
+ * UNLOCK_COORD), after which the log's retention may pass the record.
  * Errors (nothing changed): DXL_E_NOENT (unknown table), DXL_E_TOOBIG,
  * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL, a hook's error.
  */
