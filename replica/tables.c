@@ -51,6 +51,8 @@ struct dxl_tables {
 	bool registered;
 	struct applier ap;
 	struct durable_mark dm[DXL_RING_MAX]; /* retention's thread only */
+	void (*resolve_hook)(void *arg, uint32_t table, uint64_t slot); /* testing */
+	void *resolve_hook_arg;
 };
 
 static struct tab *find_tab(const struct dxl_tables *t, uint32_t id)
@@ -1071,8 +1073,19 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	}
 	if (ret)
 		return ret;
-	if (have && w == r->owner && (ret = dxl_store_lock_set(st, r->table, slot, 0)))
-		return ret;
+	if (t->resolve_hook)
+		t->resolve_hook(t->resolve_hook_arg, r->table, slot);
+	/* release the transaction's lock, never another holder's: a CAS
+	 * owner -> 0. If the word changed since it was read (its holder,
+	 * alive after all, finished and another transaction locked the key)
+	 * the entry is resolved all the same */
+	if (have && w == r->owner &&
+	    (ret = dxl_store_unlock_owner(st, r->table, slot, r->owner))) {
+		if (ret != DXL_E_STATE)
+			return ret;
+		DXL_INFO("event=resolve_lock_moved shard=%u table=%u key=%" PRIu64 " txn=0x%" PRIx64
+			 " msg=\"%s\"", t->shard, r->table, r->key, r->owner, dxl_errmsg());
+	}
 	if (dxl_store_find(st, r->table, r->key, &slot) == 0)
 		read_fields(st, r->table, slot, rep);
 	return 0;
@@ -1199,6 +1212,14 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
+}
+
+void dxl_tables_set_resolve_hook(struct dxl_tables *t,
+				 void (*fn)(void *arg, uint32_t table, uint64_t slot),
+				 void *arg)
+{
+	t->resolve_hook = fn;
+	t->resolve_hook_arg = arg;
 }
 
 int dxl_tables_serve(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,

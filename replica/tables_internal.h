@@ -136,6 +136,13 @@ void dxl_tables_apply_stats(const struct dxl_tables *t,
 int dxl_tables_serve(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
 		     struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap);
 
+/* dxl_tables_set_resolve_hook -- testing only: fn(arg, table, slot) is
+ * called by RESOLVE after it applied an entry and before it releases the
+ * transaction's lock (a test changes the lock word there) */
+void dxl_tables_set_resolve_hook(struct dxl_tables *t,
+				 void (*fn)(void *arg, uint32_t table, uint64_t slot),
+				 void *arg);
+
 /*
  * The table RPC service of a node: one thread with its own scheduler, RPC
  * endpoint and fabric ctx (DXL_REPLICA_RPC_CTX), serving the handlers of

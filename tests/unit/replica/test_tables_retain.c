@@ -188,6 +188,54 @@ static void test_primary_retains_until_durable(void **state)
 	assert_int_equal(dxl_tables_applied_pos(f->t, 0), f->tail_pos);
 }
 
+/*
+ * RESOLVE releases the transaction's lock with a CAS owner -> 0, never by
+ * setting the word to 0 whatever it holds: between its check of the word
+ * and the release, the holder (a coordinator alive after all) may finish
+ * and another transaction lock the key (a NIC-owned word changes under a
+ * remote CAS at any moment). The hook plays that interleaving.
+ */
+struct moved {
+	struct fx *f;
+	uint64_t owner, next;
+	int calls;
+};
+
+static void lock_moves(void *arg, uint32_t table, uint64_t slot)
+{
+	struct moved *m = arg;
+	m->calls++;
+	assert_int_equal(dxl_store_unlock(m->f->st, table, slot, m->owner), 0);
+	assert_int_equal(dxl_store_lock(m->f->st, table, slot, m->next, NULL), 0);
+}
+
+static void test_resolve_releases_only_its_lock(void **state)
+{
+	struct fx *f = *state;
+	uint64_t v;
+	uint64_t s = ins(f, 5, &v);
+	const uint64_t T = DXL_LOCK_OWNER(4, 7), U = DXL_LOCK_OWNER(3, 1);
+	assert_int_equal(dxl_store_lock(f->st, TBL, s, T, NULL), 0);
+	uint8_t val[8] = "resolved";
+	struct dxl_table_req r = {.table = TBL, .key = 5, .owner = T, .ts = 50,
+				  .version = v + 2, .flags = DXL_WS_UPDATE,
+				  .value = val, .len = 8};
+	struct dxl_table_rep rep;
+	uint8_t out[64];
+	struct moved m = {.f = f, .owner = T, .next = U};
+	dxl_tables_set_resolve_hook(f->t, lock_moves, &m);
+	int rc = dxl_tables_serve(f->t, DXL_RPC_ID_TABLE_RESOLVE, &r, &rep, out, sizeof(out));
+	dxl_tables_set_resolve_hook(f->t, NULL, NULL);
+	uint64_t w = dxl_store_lock_word(f->st, TBL, s);
+	print_message("  RESOLVE of T's entry: %s; the word, moved to U meanwhile, is "
+		      "0x%llx afterwards (U = 0x%llx)\n", rc ? dxl_errname(rc) : "ok",
+		      (unsigned long long)w, (unsigned long long)U);
+	assert_int_equal(m.calls, 1);
+	assert_int_equal(rc, 0);
+	assert_int_equal(rep.rec.version, v + 2); /* rolled forward */
+	assert_int_equal(w, U);                   /* U's lock stays */
+}
+
 /* ---- one-sided write-backs and recovery's roll-forward (a peer primary) -------
  *
  * The primary's tables live in a peer process (tests/lib/peer.h) on the tcp
@@ -593,6 +641,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_primary_retains_until_durable,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_resolve_releases_only_its_lock, setup,
+						teardown),
 		cmocka_unit_test(test_onesided_and_rollforward),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
