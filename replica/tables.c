@@ -40,7 +40,13 @@ struct applier {
 struct durable_mark {
 	uint64_t pos, seq;
 	bool valid;
+	/* the record retention is held at: since when, last warned */
+	uint64_t blocked_seq, blocked_since_ms, warned_ms;
 };
+
+/* a record that holds retention this long is reported (a write-back that
+ * never finishes: docs/engine.md "When a write-back is durable") */
+#define RETAIN_BLOCKED_WARN_MS 10000u
 
 struct dxl_tables {
 	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
@@ -51,6 +57,7 @@ struct dxl_tables {
 	bool registered;
 	struct applier ap;
 	struct durable_mark dm[DXL_RING_MAX]; /* retention's thread only */
+	uint32_t retain_warn_ms; /* RETAIN_BLOCKED_WARN_MS unless a test says */
 	void (*resolve_hook)(void *arg, uint32_t table, uint64_t slot); /* testing */
 	void *resolve_hook_arg;
 };
@@ -208,6 +215,7 @@ int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
 	if (!t)
 		return dxl_err_set(DXL_E_NOMEM, "tables of shard %u", cfg->shard);
 	t->shard = cfg->shard;
+	t->retain_warn_ms = RETAIN_BLOCKED_WARN_MS;
 	int ret = 0;
 	for (uint32_t i = 0; i < cfg->ntables; i++, t->n++) {
 		t->t[i].sc = cfg->tables[i];
@@ -702,8 +710,10 @@ static bool entry_durable(struct dxl_store *st, uint64_t txn,
 	return r.version >= e->version;
 }
 
-/* rec_durable -- are all of rec's effects on this store durable? */
-static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec)
+/* rec_durable -- are all of rec's effects on this store durable? If not
+ * and why is not NULL: the first entry that is not, in words */
+static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec, char *why,
+			size_t cap)
 {
 	if (!is_writeset(rec))
 		return true; /* no effect on the tables */
@@ -720,9 +730,22 @@ static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec)
 		}
 	}
 	bool ok = true;
-	for (int k = 0; k < n && ok; k++)
+	int k = 0;
+	for (; k < n && ok; k++)
 		ok = find_tab(t, v[k].table) == NULL || /* not hosted: not ours */
 		     entry_durable(t->st, rec->txn_id, &v[k]);
+	if (!ok && why) {
+		const struct dxl_ws_entry *x = &v[k - 1];
+		uint64_t slot = 0;
+		struct dxl_record r = {0};
+		bool have = dxl_store_find(t->st, x->table, x->key, &slot) == 0;
+		int rr = have ? dxl_store_read(t->st, x->table, slot, &r, NULL, 0) : 0;
+		snprintf(why, cap, "table %u key %" PRIu64 " (slot %" PRIu64 "): lock word 0x%" PRIx64
+			 ", record %s version %" PRIu64 ", the entry's %" PRIu64,
+			 x->table, x->key, slot,
+			 have ? dxl_store_lock_word(t->st, x->table, slot) : 0,
+			 rr ? dxl_errname(rr) : "at", r.version, x->version);
+	}
 	if (v != e)
 		free(v);
 	if (!ok && t->ls) {
@@ -765,15 +788,38 @@ static uint64_t durable_pos(struct dxl_tables *t, uint32_t ring)
 	struct dxl_rec rec;
 	uint64_t at;
 	uint64_t pos = it.pos, seq = it.seq;
+	bool blocked = false;
+	char why[256] = "";
 	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
-		if (rec.commit_ts >= wm || !rec_durable(t, &rec))
+		if (rec.commit_ts >= wm)
 			break;
+		if (!rec_durable(t, &rec, why, sizeof(why))) {
+			blocked = true;
+			break;
+		}
 		pos = it.pos;
 		seq = it.seq;
 	}
 	m->pos = pos;
 	m->seq = seq;
 	m->valid = true;
+	/* a decided record whose effects never become durable holds the
+	 * ring's retention (and, once the ring fills, its appends): say so */
+	uint64_t now = dxl_now_ms();
+	if (!blocked) {
+		m->blocked_since_ms = 0;
+	} else if (!m->blocked_since_ms || m->blocked_seq != rec.seq) {
+		m->blocked_seq = rec.seq;
+		m->blocked_since_ms = now;
+	} else if (now - m->blocked_since_ms >= t->retain_warn_ms &&
+		   (!m->warned_ms || now - m->warned_ms >= RETAIN_BLOCKED_WARN_MS)) {
+		m->warned_ms = now;
+		DXL_WARN("event=retention_blocked shard=%u ring=%u seq=%" PRIu64 " txn=0x%" PRIx64
+			 " ts=%" PRIu64 " pos=%" PRIu64 " since_ms=%" PRIu64
+			 " msg=\"retention waits for this committed record's write-back to be durable: %s\"",
+			 t->shard, ring, rec.seq, rec.txn_id, rec.commit_ts, pos,
+			 now - m->blocked_since_ms, why);
+	}
 	return pos;
 }
 
@@ -1212,6 +1258,11 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
+}
+
+void dxl_tables_set_retain_warn_ms(struct dxl_tables *t, uint32_t ms)
+{
+	t->retain_warn_ms = ms;
 }
 
 void dxl_tables_set_resolve_hook(struct dxl_tables *t,

@@ -136,6 +136,12 @@ void dxl_tables_apply_stats(const struct dxl_tables *t,
 int dxl_tables_serve(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
 		     struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap);
 
+/* dxl_tables_set_retain_warn_ms -- a decided record that holds the
+ * primary's retention this long (default 10 s) is logged as
+ * event=retention_blocked (ring, seq, txn and the entry whose write-back is
+ * not durable), again every 10 s while it lasts; tests shorten it */
+void dxl_tables_set_retain_warn_ms(struct dxl_tables *t, uint32_t ms);
+
 /* dxl_tables_set_resolve_hook -- testing only: fn(arg, table, slot) is
  * called by RESOLVE after it applied an entry and before it releases the
  * transaction's lock (a test changes the lock word there) */

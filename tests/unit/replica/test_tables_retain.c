@@ -189,6 +189,55 @@ static void test_primary_retains_until_durable(void **state)
 }
 
 /*
+ * A committed record whose write-back never finishes holds the primary's
+ * retention (and, once the ring is full, its appends); the primary says
+ * so, naming the record, its transaction and the entry it waits for.
+ */
+static void test_blocked_retention_is_reported(void **state)
+{
+	struct fx *f = *state;
+	uint64_t v;
+	uint64_t s = ins(f, 8, &v);
+	const uint64_t T = DXL_LOCK_OWNER(9, 77);
+	assert_int_equal(dxl_store_lock(f->st, TBL, s, T, NULL), 0);
+	append_ws(f, T, 100, DXL_WS_UPDATE, 8, v + 2);
+	wmark(f, 150);
+	dxl_tables_set_retain_warn_ms(f->t, 0);
+	/* the log lines go to stderr: catch them in a file */
+	char path[] = "/tmp/dxl-retain-log-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	int saved = dup(2);
+	assert_true(saved >= 0);
+	assert_int_equal(dup2(fd, 2), 2);
+	uint64_t p1 = dxl_tables_applied_pos(f->t, 0); /* blocked from now */
+	uint64_t p2 = dxl_tables_applied_pos(f->t, 0); /* still: reported */
+	fflush(stderr);
+	assert_int_equal(dup2(saved, 2), 2);
+	close(saved);
+	char buf[4096] = "";
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	unlink(path);
+	buf[n > 0 ? n : 0] = 0;
+	print_message("  retention held at %llu, %llu; logged: %s", (unsigned long long)p1,
+		      (unsigned long long)p2, buf[0] ? buf : "(nothing)\n");
+	assert_int_equal(p1, f->pos[0]);
+	assert_int_equal(p2, f->pos[0]);
+	assert_non_null(strstr(buf, "event=retention_blocked"));
+	char want[64];
+	snprintf(want, sizeof(want), "txn=0x%llx", (unsigned long long)T);
+	assert_non_null(strstr(buf, want));
+	assert_non_null(strstr(buf, "seq=1 "));
+	assert_non_null(strstr(buf, "key 8 "));
+	/* done: nothing more to say */
+	assert_int_equal(dxl_store_update(f->st, TBL, s, T, 100, "new", 3, NULL), 0);
+	assert_int_equal(dxl_store_unlock(f->st, TBL, s, T), 0);
+	assert_int_equal(dxl_tables_applied_pos(f->t, 0), f->tail_pos);
+}
+
+/*
  * RESOLVE releases the transaction's lock with a CAS owner -> 0, never by
  * setting the word to 0 whatever it holds: between its check of the word
  * and the release, the holder (a coordinator alive after all) may finish
@@ -641,6 +690,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_primary_retains_until_durable,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blocked_retention_is_reported, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_resolve_releases_only_its_lock, setup,
 						teardown),
 		cmocka_unit_test(test_onesided_and_rollforward),
