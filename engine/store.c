@@ -794,6 +794,42 @@ static int lock_set(struct dxl_store *s, struct table *t, uint64_t slot, uint64_
 	}
 }
 
+/*
+ * lock_release_unknown -- a change of slot's word to `owner` failed with
+ * its outcome unknown (ret: DXL_E_UNREACHABLE or DXL_E_TIMEDOUT from the
+ * agent: the CAS may have executed, its answer lost). Leave the word not
+ * `owner`: a CAS owner -> 0 -- on a new loopback QP, since the agent
+ * reconnects after a failure, so the failed CAS cannot execute after it --
+ * a few times. A word left `owner` would keep the slot off the free list
+ * (fq_pop passes over locked slots) for as long as the owner lives.
+ * dxl_errmsg() is kept (the caller reports the first failure).
+ */
+static void lock_release_unknown(struct dxl_store *s, struct table *t, uint64_t slot,
+				 uint64_t owner, int ret)
+{
+	if (ret != DXL_E_UNREACHABLE && ret != DXL_E_TIMEDOUT)
+		return; /* not executed */
+	char msg[512];
+	snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+	int r = 0;
+	for (int k = 0; k < 3; k++) {
+		uint64_t was = 0;
+		if (!(r = lock_cas(s, t, slot, owner, 0, &was))) {
+			if (was == owner)
+				DXL_INFO("event=lock_word_released table=%u slot=%llu owner=0x%llx "
+					 "msg=\"the failed CAS had executed\"",
+					 t->sc.id, (unsigned long long)slot,
+					 (unsigned long long)owner);
+			break;
+		}
+	}
+	if (r)
+		DXL_ERROR("event=lock_word_leaked table=%u slot=%llu owner=0x%llx msg=\"%s\"",
+			  t->sc.id, (unsigned long long)slot, (unsigned long long)owner,
+			  dxl_errmsg());
+	dxl_err_set(ret, "%s", msg);
+}
+
 void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a)
 {
 	pthread_rwlock_wrlock(&s->reg_lock);
@@ -820,6 +856,7 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 	for (uint64_t tries = t->fq_len + 1; owner; tries--) {
 		uint64_t was = 0;
 		if ((ret = lock_cas(s, t, si, 0, owner, &was))) {
+			lock_release_unknown(s, t, si, owner, ret);
 			fq_push_front(t, si);
 			return ret;
 		}
@@ -843,10 +880,9 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			uint64_t was;
 			char msg[256];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
-			if (lock_cas(s, t, si, owner, 0, &was))
-				DXL_WARN("table %u slot %llu: insert refused but its lock "
-					 "word not released: %s", t->sc.id,
-					 (unsigned long long)si, dxl_errmsg());
+			int r = lock_cas(s, t, si, owner, 0, &was);
+			if (r)
+				lock_release_unknown(s, t, si, owner, r);
 			dxl_err_set(ret, "%s", msg);
 		}
 		fq_push_front(t, si);

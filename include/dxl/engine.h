@@ -465,13 +465,31 @@ void dxl_lock_agent_delete(struct dxl_lock_agent **a);
 /*
  * dxl_lock_agent_cas -- CAS the 8-byte word at raddr (rkey) from cmp to swp
  * with a fabric atomic; *old receives the word's old value (the CAS took
- * effect iff *old == cmp). Reconnects a failed loopback first.
- * Errors: DXL_E_ACCESS (rkey, bounds), DXL_E_UNREACHABLE, dxl_qp_connect's.
+ * effect iff *old == cmp). Reconnects a failed loopback first: a CAS that
+ * failed with its outcome unknown can no longer execute after the next
+ * call's (the reconnection fences it). Waits for the completion at most
+ * twice the fabric's timeout + 1 s (the fabric answers within its timeout;
+ * this is a safety net).
+ * Errors: DXL_E_ACCESS (rkey, bounds: not executed), DXL_E_UNREACHABLE or
+ * DXL_E_TIMEDOUT (the outcome is unknown: it may have executed),
+ * dxl_qp_connect's (not executed).
  */
 int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
 		       uint64_t cmp, uint64_t swp, uint64_t *old);
 /* dxl_lock_agent_ops -- CASes it has executed (for tests) */
 uint64_t dxl_lock_agent_ops(struct dxl_lock_agent *a);
+/*
+ * dxl_lock_agent_fail_next -- testing only: the next dxl_lock_agent_cas
+ * fails with DXL_E_UNREACHABLE and its QP is dropped, as when the loopback
+ * QP fails: LOST_BEFORE without executing the CAS, LOST_AFTER once it has
+ * executed (its answer lost): the outcome a caller cannot tell apart.
+ */
+enum dxl_lock_agent_fault {
+	DXL_LOCK_AGENT_OK = 0,
+	DXL_LOCK_AGENT_LOST_BEFORE = 1,
+	DXL_LOCK_AGENT_LOST_AFTER = 2,
+};
+void dxl_lock_agent_fail_next(struct dxl_lock_agent *a, enum dxl_lock_agent_fault f);
 /* dxl_store_set_lock_agent -- the agent of a DXL_LOCKS_NIC store (NULL:
  * none); set before the store serves. Ignored in DXL_LOCKS_CPU mode. */
 void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a);
