@@ -1550,7 +1550,8 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		return unlock_one(t, o);
 	}
 	bool nic = nic_locks(o);
-	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider)) {
+	if (mode != DXL_TXN_TWOSIDED && nic &&
+	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
 		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;

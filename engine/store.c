@@ -1194,8 +1194,12 @@ int dxl_store_register(struct dxl_store *s, struct dxl_fabric *f)
 		ret = dxl_err_set(DXL_E_EXIST, "store: already registered");
 		goto out;
 	}
-	ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r),
-			 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT,
+	/* where a one-sided write-back could not be made durable (verbs, not
+	 * persistent memory), no peer may WRITE records at all */
+	unsigned acc = DXL_MR_REMOTE_READ | DXL_MR_PERSISTENT;
+	if (dxl_record_wb_onesided_ok(dxl_fabric_provider(f), dxl_region_durability(s->r)))
+		acc |= DXL_MR_REMOTE_WRITE;
+	ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r), acc,
 			 &s->rec_mr);
 	if (ret)
 		goto out;

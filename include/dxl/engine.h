@@ -204,11 +204,19 @@ int dxl_record_wb_unlock_chain(const void *buf, uint32_t slot_size, uint32_t lke
 			       struct dxl_wr *wr, uint32_t nwr);
 
 /*
- * dxl_record_wb_onesided_ok -- 1 if the provider places the WRITEs of one
- * QP in posting order, so dxl_record_wb_chain is safe against concurrent
- * one-sided readers (tcp), else 0 (verbs: write back through the owner).
+ * dxl_record_wb_onesided_ok -- 1 if a coordinator may write records back
+ * one-sided (dxl_record_wb_unlock_chain) into a store served by provider
+ * p with durability d, else 0 (write back through the owner's CPU). Two
+ * conditions: the provider places the WRITEs of one QP in posting order
+ * (the chain is then safe against concurrent one-sided readers), and the
+ * chain's flush READ makes them durable. tcp: both, in every mode (it runs
+ * the region's persist function for the flush). verbs: no placement order
+ * is promised, so 0 today; and even with it, only a store in persistent
+ * memory (DXL_DUR_PMEM: the NIC's READ is the flush) could qualify -- the
+ * provider persists nothing else (fabric.h), and such a store registers
+ * its records without DXL_MR_REMOTE_WRITE (dxl_store_register).
  */
-int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p);
+int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p, enum dxl_durability d);
 
 /* ---- tables and the record store ------------------------------------------ */
 
@@ -540,8 +548,11 @@ uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 /*
  * Registration for one-sided access. Records: the region's data area,
  * DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT, bound to
- * the region's durability (dxl_region_bind_mr). Locks: the DRAM lock array
- * of all tables, DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ.
+ * the region's durability (dxl_region_bind_mr) -- without REMOTE_WRITE
+ * where a one-sided write-back could not be made durable
+ * (!dxl_record_wb_onesided_ok for f's provider and the store's durability:
+ * verbs unless persistent memory), so none can land there. Locks: the DRAM
+ * lock array of all tables, DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ.
  * Errors: DXL_E_EXIST (already registered), dxl_mr_reg's errors.
  */
 int dxl_store_register(struct dxl_store *s, struct dxl_fabric *f);

@@ -101,6 +101,7 @@ struct fk_state {
 	unsigned mr_access;
 	struct ibv_pd *mr_pd;
 	int reg_errno, reg_calls, dereg_calls;
+	unsigned reg_access[16]; /* of the first 16 registrations */
 	/* ctx objects */
 	struct ibv_comp_channel ch;
 	struct ibv_cq cq;
@@ -524,6 +525,8 @@ struct ibv_mr *__wrap_ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
 	fk.mr_len = len;
 	fk.mr_iova = iova;
 	fk.mr_access = access;
+	if (fk.reg_calls <= 16)
+		fk.reg_access[fk.reg_calls - 1] = access;
 	fk.mr.lkey = 0x1000u + (uint32_t)fk.reg_calls;
 	fk.mr.rkey = 0x2000u + (uint32_t)fk.reg_calls;
 	return &fk.mr;
