@@ -138,7 +138,10 @@ struct dxl_vrb_fabric {
 };
 
 /* dxl_vrb_qp_destroy's wait for the Last WQE Reached event: the fabric's
- * timeout, or this once the device was found not to send it */
+ * timeout but at most DXL_VRB_LAST_WQE_WAIT_MS (a device sends it within
+ * microseconds of the move to ERR), or DXL_VRB_LAST_WQE_GRACE_MS once the
+ * device (by name, process-wide) was found not to send it */
+#define DXL_VRB_LAST_WQE_WAIT_MS 500
 #define DXL_VRB_LAST_WQE_GRACE_MS 10
 
 #define DXL_VRB_STASH 16      /* completions dxl_ctx_wait may reap ahead */

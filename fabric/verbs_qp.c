@@ -1,5 +1,7 @@
 /* verbs_qp.c -- RC queue pairs of the verbs provider: create, connect states, post */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -153,6 +155,24 @@ int dxl_vrb_qp_rtr_rts(struct dxl_vrb_qp *q, uint8_t resp_res,
  * device that let it pass without the event is taken not to send it, and
  * later destroys wait only DXL_VRB_LAST_WQE_GRACE_MS (warned once).
  */
+/* devices found not to send Last WQE Reached (rxe before Linux 6.5), by
+ * name: every fabric of the process learns it from the first one */
+static pthread_mutex_t lw_mu = PTHREAD_MUTEX_INITIALIZER;
+static char lw_silent[8][IBV_SYSFS_NAME_MAX];
+static unsigned lw_nsilent;
+
+static bool lw_device_silent(const char *dev, bool set)
+{
+	pthread_mutex_lock(&lw_mu);
+	bool found = false;
+	for (unsigned i = 0; i < lw_nsilent && !found; i++)
+		found = strcmp(lw_silent[i], dev) == 0;
+	if (set && !found && lw_nsilent < 8)
+		snprintf(lw_silent[lw_nsilent++], sizeof(lw_silent[0]), "%s", dev);
+	pthread_mutex_unlock(&lw_mu);
+	return found;
+}
+
 static void to_error_and_wait(struct dxl_vrb_qp *q)
 {
 	struct dxl_vrb_fabric *vf = q->vc->vf;
@@ -165,16 +185,23 @@ static void to_error_and_wait(struct dxl_vrb_qp *q)
 		return;
 	}
 	bool missing = atomic_load_explicit(&vf->no_last_wqe, memory_order_relaxed);
+	if (!missing && lw_device_silent(vf->dev_name, false))
+		atomic_store(&vf->no_last_wqe, missing = true);
 	uint64_t wait_ms = missing ? DXL_VRB_LAST_WQE_GRACE_MS
-				   : q->vc->base.f->cfg.timeout_ms;
+				   : DXL_MIN(q->vc->base.f->cfg.timeout_ms,
+					     (uint32_t)DXL_VRB_LAST_WQE_WAIT_MS);
 	uint64_t end = dxl_now_ns() + wait_ms * 1000000ull;
 	while (!atomic_load_explicit(&q->last_wqe, memory_order_acquire)) {
 		if (dxl_now_ns() >= end) {
-			if (!missing && !atomic_exchange(&vf->no_last_wqe, true))
-				DXL_WARN("verbs: %s sent no Last WQE Reached event for QP %u in "
-					 "%llu ms: destroying QPs without it from now on (receive "
-					 "buffers a QP still held may be lost)",
-					 vf->dev_name, q->qpn, (unsigned long long)wait_ms);
+			if (!missing) {
+				atomic_store(&vf->no_last_wqe, true);
+				if (!lw_device_silent(vf->dev_name, true))
+					DXL_WARN("verbs: %s sent no Last WQE Reached event for QP %u "
+						 "in %llu ms: destroying QPs after %d ms from now on "
+						 "(receive buffers a QP still held may be lost)",
+						 vf->dev_name, q->qpn, (unsigned long long)wait_ms,
+						 DXL_VRB_LAST_WQE_GRACE_MS);
+			}
 			return;
 		}
 		struct timespec ts = {.tv_sec = 0, .tv_nsec = 100000};
