@@ -155,7 +155,7 @@ int dxl_vrb_qp_rtr_rts(struct dxl_vrb_qp *q, uint8_t resp_res,
  * device that let it pass without the event is taken not to send it, and
  * later destroys wait only DXL_VRB_LAST_WQE_GRACE_MS (warned once).
  */
-/* devices found not to send Last WQE Reached (rxe before Linux 6.5), by
+/* devices found not to send Last WQE Reached (older rxe, e.g. Linux 6.1), by
  * name: every fabric of the process learns it from the first one */
 static pthread_mutex_t lw_mu = PTHREAD_MUTEX_INITIALIZER;
 static char lw_silent[8][IBV_SYSFS_NAME_MAX];
