@@ -33,6 +33,7 @@ enum slot_state {
 	ST_FREE = 0,
 	ST_LIVE = 1,
 	ST_TORN = 2, /* claims LIVE but its lines disagree: cut by a crash */
+	ST_TOMB = 3, /* free, and its key's tombstone: the key map names it */
 };
 
 struct kent {
@@ -55,7 +56,12 @@ struct table {
 	uint64_t map_mask;
 	uint32_t *fq;     /* free slots, a FIFO ring of capacity entries */
 	uint64_t fq_head, fq_len;
-	uint64_t nlive, ntorn, torn_at_open;
+	uint64_t nlive, ntorn, torn_at_open, ntomb;
+	/* tombstones (docs/engine.md "Tombstones"): one whose commit
+	 * timestamp is below reclaim_ts may give its slot to an insert;
+	 * floor_ts is at least the timestamp of every tombstone reclaimed
+	 * (what a miss without a tombstone reports) */
+	uint64_t reclaim_ts, floor_ts;
 };
 
 struct dxl_store {
@@ -79,6 +85,7 @@ void dxl_store_cfg_init(struct dxl_store_cfg *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->lock_mode = DXL_LOCKS_CPU;
+	cfg->keep_tombstones = false;
 }
 
 /* ---- schemas and the catalog -------------------------------------------------- */
@@ -279,23 +286,51 @@ static void fq_push_front(struct table *t, uint64_t slot)
 	t->fq_len++;
 }
 
-/* the oldest free slot whose lock word is 0 (a deleter may still hold the
- * lock of the slot it freed); locked ones go to the back */
+static uint8_t state_get(const struct table *t, uint64_t slot);
+static void state_set(struct table *t, uint64_t slot, uint8_t st);
+static void *slot_at(const struct table *t, uint64_t slot);
+
+/*
+ * The oldest free slot whose lock word is 0 (a deleter may still hold the
+ * lock of the slot it freed) and that is not a tombstone still needed (its
+ * commit timestamp at or above reclaim_ts); the others go to the back. A
+ * tombstone whose slot is taken is forgotten: its key unmapped, its
+ * timestamp folded into floor_ts. May move key map entries (map_del): a
+ * caller re-finds its own after this.
+ */
 static int fq_pop(struct table *t, uint64_t *slot)
 {
+	uint64_t kept = 0;
 	for (uint64_t n = t->fq_len; n; n--) {
 		uint64_t s = t->fq[t->fq_head];
 		t->fq_head = (t->fq_head + 1) % t->sc.capacity;
 		t->fq_len--;
-		if (__atomic_load_n(&t->locks[s], __ATOMIC_ACQUIRE) == 0) {
-			*slot = s;
-			return 0;
+		if (__atomic_load_n(&t->locks[s], __ATOMIC_ACQUIRE) != 0) {
+			fq_push(t, s);
+			continue;
 		}
-		fq_push(t, s);
+		if (state_get(t, s) == ST_TOMB) {
+			struct dxl_record r;
+			dxl_record_peek(slot_at(t, s), &r);
+			if (r.ts >= t->reclaim_ts) {
+				kept++;
+				fq_push(t, s);
+				continue;
+			}
+			struct kent *e = map_find(t, r.key);
+			if (e && e->slot1 == s + 1)
+				map_del(t, e);
+			state_set(t, s, ST_FREE);
+			t->ntomb--;
+			t->floor_ts = DXL_MAX(t->floor_ts, r.ts);
+		}
+		*slot = s;
+		return 0;
 	}
-	return dxl_err_set(DXL_E_FULL, "table %u: all %llu slots are in use%s",
+	return dxl_err_set(DXL_E_FULL, "table %u: all %llu slots are in use%s%s",
 			   t->sc.id, (unsigned long long)t->sc.capacity,
-			   t->fq_len ? " (the free ones are still locked)" : "");
+			   t->fq_len > kept ? " (free ones are still locked)" : "",
+			   kept ? " (tombstones not yet reclaimable: deletes newer than the log's oldest record)" : "");
 }
 
 static uint8_t state_get(const struct table *t, uint64_t slot)
@@ -405,6 +440,36 @@ static int scan_table(struct dxl_store *s, struct table *t)
 			fq_push(t, i);
 		}
 	}
+	/* tombstones: a consistent free slot that held a key (version >= 2)
+	 * is that key's tombstone unless the key is live or torn elsewhere or
+	 * a later tombstone names it (the largest version wins); the floor is
+	 * every slot's timestamp (a reclaimed tombstone's was one of them) */
+	uint64_t floor = 0;
+	for (uint64_t i = 0; i < t->sc.capacity; i++) {
+		struct dxl_record rec;
+		dxl_record_peek(slot_at(t, i), &rec);
+		floor = DXL_MAX(floor, rec.ts);
+		if (state_get(t, i) != ST_FREE || rec.live || rec.version < 2 || (rec.version & 1))
+			continue;
+		struct kent *e = map_find(t, rec.key);
+		if (!e) {
+			map_put(t, rec.key, i);
+			state_set(t, i, ST_TOMB);
+			t->ntomb++;
+			continue;
+		}
+		uint64_t o = e->slot1 - 1;
+		if (state_get(t, o) != ST_TOMB)
+			continue;
+		struct dxl_record orec;
+		dxl_record_peek(slot_at(t, o), &orec);
+		if (orec.version < rec.version) {
+			state_set(t, o, ST_FREE);
+			e->slot1 = i + 1;
+			state_set(t, i, ST_TOMB);
+		}
+	}
+	t->floor_ts = floor;
 	t->torn_at_open = torn;
 	t->max_version = max;
 	if (torn)
@@ -499,6 +564,9 @@ static int setup(struct dxl_region *r, const struct dxl_store_cfg *cfg,
 		while (msize < 2 * sc[i].capacity)
 			msize <<= 1;
 		t->map_mask = msize - 1;
+		/* without keep_tombstones a tombstone lasts until its slot is
+		 * the oldest free one (first in, first out) */
+		t->reclaim_ts = s->cfg.keep_tombstones ? 0 : UINT64_MAX;
 		t->map = calloc(msize, sizeof(*t->map));
 		t->fq = calloc(sc[i].capacity, sizeof(*t->fq));
 		t->state = calloc(sc[i].capacity, 1);
@@ -651,6 +719,7 @@ int dxl_store_stats(const struct dxl_store *s, uint32_t table,
 		out->free += t->fq_len;
 		out->torn += t->ntorn;
 		out->torn_at_open += t->torn_at_open;
+		out->tombstones += t->ntomb;
 		pthread_mutex_unlock(&t->mu);
 	}
 	if (!found)
@@ -837,7 +906,15 @@ void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a)
 	pthread_rwlock_unlock(&s->reg_lock);
 }
 
-/* take a free slot for key and make it live with version v (mutex held) */
+/* key's live or torn entry (mutex held); NULL if absent or a tombstone */
+static struct kent *map_find_present(struct table *t, uint64_t key)
+{
+	struct kent *e = map_find(t, key);
+	return e && state_get(t, e->slot1 - 1) != ST_TOMB ? e : NULL;
+}
+
+/* take a free slot for key and make it live with version v (mutex held);
+ * a tombstone of key gives way to it (its slot stays free) */
 static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			 uint64_t v, uint64_t ts, const void *value,
 			 uint32_t len, uint64_t owner, uint64_t *slot,
@@ -891,7 +968,18 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 	struct dxl_record r = {.version = v, .ts = ts, .key = key, .inc = inc,
 			       .len = len, .live = true};
 	put_record(s, t, si, &r, value, version);
-	map_put(t, key, si);
+	/* after fq_pop, which may have moved map entries */
+	struct kent *e = map_find(t, key);
+	if (e) {
+		DXL_ASSERTF(state_get(t, e->slot1 - 1) == ST_TOMB,
+			    "table %u: insert of key %llu over a present record", t->sc.id,
+			    (unsigned long long)key);
+		state_set(t, e->slot1 - 1, ST_FREE); /* in the free list already */
+		t->ntomb--;
+		e->slot1 = si + 1;
+	} else {
+		map_put(t, key, si);
+	}
 	state_set(t, si, ST_LIVE);
 	t->nlive++;
 	if (slot)
@@ -917,7 +1005,7 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&t->mu);
-	struct kent *e = map_find(t, key);
+	struct kent *e = map_find_present(t, key);
 	if (e)
 		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu%s",
 				  table, (unsigned long long)key,
@@ -927,6 +1015,38 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 					  : "");
 	else
 		ret = insert_locked(s, t, key, 0, ts, value, len, owner, slot, version);
+	pthread_mutex_unlock(&t->mu);
+	return ret;
+}
+
+int dxl_store_insert_at(struct dxl_store *s, uint32_t table, uint64_t key,
+			uint64_t version, uint64_t ts, const void *value, uint32_t len,
+			uint64_t owner, uint64_t *slot)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	if (version == 0 || (version & 1))
+		return dxl_err_set(DXL_E_INVAL, "insert: version %llu (must be even and >= 2)",
+				   (unsigned long long)version);
+	int ret = check_value(t, value, len);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->mu);
+	struct kent *e = map_find(t, key);
+	if (e && state_get(t, e->slot1 - 1) != ST_TOMB) {
+		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu", table,
+				  (unsigned long long)key, (unsigned long long)e->slot1 - 1);
+	} else {
+		struct dxl_record cur = {0};
+		if (e)
+			dxl_record_peek(slot_at(t, e->slot1 - 1), &cur);
+		if (e && cur.version >= version)
+			ret = 0; /* deleted later */
+		else if (!(ret = insert_locked(s, t, key, version, ts, value, len, owner, slot,
+					       NULL)))
+			ret = 1;
+	}
 	pthread_mutex_unlock(&t->mu);
 	return ret;
 }
@@ -974,7 +1094,12 @@ int dxl_store_update(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return 0;
 }
 
-/* make the live or torn record of e deleted with version v (mutex held) */
+/*
+ * make the live or torn record of e deleted with version v (mutex held): the
+ * slot, free now, is the key's tombstone (it keeps key, version and
+ * timestamp; the key map keeps naming it) until an insert of the key or
+ * the reclamation of the slot (fq_pop)
+ */
 static void delete_locked(struct dxl_store *s, struct table *t, struct kent *e,
 			  uint64_t v, uint64_t ts, uint64_t *version)
 {
@@ -988,8 +1113,8 @@ static void delete_locked(struct dxl_store *s, struct table *t, struct kent *e,
 	r.len = 0;
 	r.live = false;
 	put_record(s, t, slot, &r, NULL, version);
-	map_del(t, e);
-	state_set(t, slot, ST_FREE);
+	state_set(t, slot, ST_TOMB);
+	t->ntomb++;
 	if (st == ST_TORN)
 		t->ntorn--;
 	else
@@ -997,6 +1122,46 @@ static void delete_locked(struct dxl_store *s, struct table *t, struct kent *e,
 	fq_push(t, slot);
 	if (s->cfg.hooks.remove)
 		s->cfg.hooks.remove(s->cfg.hooks.arg, t->sc.id, r.key, slot);
+}
+
+/* rewrite the tombstone of e with a later delete's version and timestamp
+ * (mutex held; the slot stays free and in the free list) */
+static void tomb_rewrite(struct dxl_store *s, struct table *t, struct kent *e,
+			 uint64_t v, uint64_t ts)
+{
+	uint64_t slot = e->slot1 - 1;
+	struct dxl_record r;
+	dxl_record_peek(slot_at(t, slot), &r);
+	r.version = v;
+	r.ts = ts;
+	r.len = 0;
+	r.live = false;
+	put_record(s, t, slot, &r, NULL, NULL);
+}
+
+/* a tombstone of key (absent here) with version v: a delete applied before
+ * the writes it follows (mutex held). Takes a free slot and puts it back. */
+static int tomb_make(struct dxl_store *s, struct table *t, uint64_t key,
+		     uint64_t v, uint64_t ts)
+{
+	uint64_t si;
+	int ret = fq_pop(t, &si);
+	if (ret)
+		return ret;
+	struct dxl_record r;
+	dxl_record_peek(slot_at(t, si), &r);
+	r.version = v;
+	r.ts = ts;
+	r.key = key;
+	r.inc = fresh_inc(r.inc + 1); /* stale locations no longer match */
+	r.len = 0;
+	r.live = false;
+	put_record(s, t, si, &r, NULL, NULL);
+	map_put(t, key, si); /* absent: fq_pop's map_del cannot have added it */
+	state_set(t, si, ST_TOMB);
+	t->ntomb++;
+	fq_push(t, si);
+	return 0;
 }
 
 int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
@@ -1043,7 +1208,7 @@ int dxl_store_find(struct dxl_store *s, uint32_t table, uint64_t key,
 	if (!t)
 		return DXL_E_NOENT;
 	pthread_mutex_lock(&t->mu);
-	struct kent *e = map_find(t, key);
+	struct kent *e = map_find_present(t, key);
 	if (e && slot)
 		*slot = e->slot1 - 1;
 	pthread_mutex_unlock(&t->mu);
@@ -1053,10 +1218,46 @@ int dxl_store_find(struct dxl_store *s, uint32_t table, uint64_t key,
 	return 0;
 }
 
+int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
+		      struct dxl_store_absence *out)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	int ret = 0;
+	pthread_mutex_lock(&t->mu);
+	struct kent *e = map_find(t, key);
+	if (e && state_get(t, e->slot1 - 1) != ST_TOMB) {
+		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu",
+				  table, (unsigned long long)key,
+				  (unsigned long long)e->slot1 - 1);
+	} else if (e) {
+		struct dxl_record r;
+		dxl_record_peek(slot_at(t, e->slot1 - 1), &r);
+		*out = (struct dxl_store_absence){.slot = e->slot1 - 1, .version = r.version,
+						  .ts = r.ts};
+	} else {
+		*out = (struct dxl_store_absence){.slot = UINT64_MAX, .ts = t->floor_ts};
+	}
+	pthread_mutex_unlock(&t->mu);
+	return ret;
+}
+
+void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
+{
+	if (!s->cfg.keep_tombstones)
+		return;
+	for (unsigned i = 0; i < s->nt; i++) {
+		pthread_mutex_lock(&s->t[i].mu);
+		s->t[i].reclaim_ts = ts;
+		pthread_mutex_unlock(&s->t[i].mu);
+	}
+}
+
 void *dxl_store_slot_ptr(const struct dxl_store *s, uint32_t table,
 			 uint64_t slot)
 {
-	struct table *t;
+	struct table *t = NULL;
 	if (get_slot(s, table, slot, &t))
 		return NULL;
 	return slot_at(t, slot);
@@ -1273,41 +1474,53 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		return ret;
 	pthread_mutex_lock(&t->mu);
 	struct kent *e = map_find(t, key);
-	if (e) {
+	uint8_t st = e ? state_get(t, e->slot1 - 1) : ST_FREE;
+	struct dxl_record cur = {0};
+	if (e)
+		dxl_record_peek(slot_at(t, e->slot1 - 1), &cur);
+	if (e && st != ST_TORN && cur.version >= version) {
+		/* applied before, or older than what is here -- a live record
+		 * or a tombstone: idempotent and order-safe by version. But a
+		 * live slot whose lock is still held may hold its version from
+		 * a one-sided write-back whose flush READ never executed (its
+		 * QP failed after the WRITEs): placed, not durable. A
+		 * roll-forward unlocks next and the log's retention then
+		 * passes the record, so persist it now (docs/engine.md "When a
+		 * write-back is durable") */
+		if (st == ST_LIVE &&
+		    __atomic_load_n(&t->locks[e->slot1 - 1], __ATOMIC_ACQUIRE))
+			persist_slot(s, t, e->slot1 - 1);
+		ret = 0;
+	} else if (e && st == ST_TOMB) {
+		if (op == DXL_WS_DELETE)
+			tomb_rewrite(s, t, e, version, ts);
+		else
+			ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
+		if (!ret)
+			ret = 1;
+	} else if (e && op == DXL_WS_DELETE) {
+		delete_locked(s, t, e, version, ts, NULL);
+		ret = 1;
+	} else if (e) {
+		/* a newer put, or the torn record of a cut write */
 		uint64_t slot = e->slot1 - 1;
-		struct dxl_record cur;
-		dxl_record_peek(slot_at(t, slot), &cur);
-		if (state_get(t, slot) == ST_LIVE && cur.version >= version) {
-			/* applied before: idempotence by version. But a slot
-			 * whose lock is still held may hold it from a one-sided
-			 * write-back whose flush READ never executed (its QP
-			 * failed after the WRITEs): placed, not durable. A
-			 * roll-forward unlocks next and the log's retention
-			 * then passes the record, so persist it now
-			 * (docs/engine.md "When a write-back is durable") */
-			if (__atomic_load_n(&t->locks[slot], __ATOMIC_ACQUIRE))
-				persist_slot(s, t, slot);
-			ret = 0;
-		} else if (op == DXL_WS_DELETE) {
-			delete_locked(s, t, e, version, ts, NULL);
-			ret = 1;
-		} else {
-			/* a newer put, or the torn record of a cut write */
-			struct dxl_record r = {.version = version, .ts = ts,
-					       .key = key,
-					       .inc = fresh_inc(cur.inc),
-					       .len = len, .live = true};
-			bool was_torn = state_get(t, slot) == ST_TORN;
-			put_record(s, t, slot, &r, value, NULL);
-			if (was_torn) {
-				state_set(t, slot, ST_LIVE);
-				t->ntorn--;
-				t->nlive++;
-			}
-			ret = 1;
+		struct dxl_record r = {.version = version, .ts = ts,
+				       .key = key,
+				       .inc = fresh_inc(cur.inc),
+				       .len = len, .live = true};
+		put_record(s, t, slot, &r, value, NULL);
+		if (st == ST_TORN) {
+			state_set(t, slot, ST_LIVE);
+			t->ntorn--;
+			t->nlive++;
 		}
+		ret = 1;
 	} else if (op == DXL_WS_DELETE) {
-		ret = 0; /* deleted before (or never here) */
+		/* deleted before any write of it arrived here (or its tombstone
+		 * was reclaimed): a tombstone keeps older writes out -- if a
+		 * slot is free for it (a full table: nothing, as for a replay's
+		 * last write of a key; docs/engine.md "Tombstones") */
+		ret = tomb_make(s, t, key, version, ts) == 0;
 	} else {
 		ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
 		if (!ret)

@@ -48,6 +48,15 @@ struct durable_mark {
  * never finishes: docs/engine.md "When a write-back is durable") */
 #define RETAIN_BLOCKED_WARN_MS 10000u
 
+/* a transaction in doubt when this node's promotion gate opened: settled
+ * here once its ring's watermark passes it (dxl_table_svc_settle) */
+struct doubt {
+	uint32_t ring;
+	uint64_t txn, ts;
+	uint8_t *payload; /* its write set (a copy) */
+	uint32_t len;
+};
+
 struct dxl_tables {
 	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
 	uint32_t shard;
@@ -57,6 +66,9 @@ struct dxl_tables {
 	bool registered;
 	struct applier ap;
 	struct durable_mark dm[DXL_RING_MAX]; /* retention's thread only */
+	struct doubt *dq;  /* in doubt at the gate, not yet settled */
+	size_t ndq, dqcap;
+	uint64_t reclaim_ms;
 	uint32_t retain_warn_ms; /* RETAIN_BLOCKED_WARN_MS unless a test says */
 	void (*resolve_hook)(void *arg, uint32_t table, uint64_t slot); /* testing */
 	void *resolve_hook_arg;
@@ -229,6 +241,9 @@ int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
 	struct dxl_store_cfg sc;
 	dxl_store_cfg_init(&sc);
 	sc.lock_mode = cfg->lock_mode;
+	/* tombstones until no older write of their key can be applied again
+	 * (dxl_tables_reclaim) */
+	sc.keep_tombstones = true;
 	sc.hooks.insert = hook_insert;
 	sc.hooks.remove = hook_remove;
 	sc.hooks.arg = t;
@@ -271,6 +286,9 @@ void dxl_tables_close(struct dxl_tables **tp)
 	free(t->ap.mpos);
 	free(t->ap.mseq);
 	free(t->ap.ab);
+	for (size_t i = 0; i < t->ndq; i++)
+		free(t->dq[i].payload);
+	free(t->dq);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -622,6 +640,32 @@ int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 	return ret < 0 ? ret : (int)done;
 }
 
+static void doubt_clear(struct dxl_tables *t)
+{
+	for (size_t i = 0; i < t->ndq; i++)
+		free(t->dq[i].payload);
+	t->ndq = 0;
+}
+
+static int doubt_add(struct dxl_tables *t, uint32_t ring, const struct dxl_rec *rec)
+{
+	if (t->ndq == t->dqcap) {
+		size_t nc = t->dqcap ? 2 * t->dqcap : 16;
+		struct doubt *n = realloc(t->dq, nc * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "shard %u: transactions in doubt", t->shard);
+		t->dq = n;
+		t->dqcap = nc;
+	}
+	uint8_t *p = malloc(rec->payload_len);
+	if (!p)
+		return dxl_err_set(DXL_E_NOMEM, "shard %u: transactions in doubt", t->shard);
+	memcpy(p, rec->payload, rec->payload_len);
+	t->dq[t->ndq++] = (struct doubt){.ring = ring, .txn = rec->txn_id, .ts = rec->commit_ts,
+					 .payload = p, .len = rec->payload_len};
+	return 0;
+}
+
 int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
 			     uint32_t *nlocks)
 {
@@ -630,6 +674,7 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 	int ret = scan_markers(t, ls);
 	if (ret)
 		return ret;
+	doubt_clear(t);
 	uint32_t ndoubt = 0, nl = 0;
 	struct dxl_ws_entry e[64];
 	for (uint32_t r = 0; r < t->ap.nrings; r++) {
@@ -648,14 +693,32 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 			ndoubt++;
 			for (int k = 0; k < n && k < 64; k++) {
 				uint64_t slot;
-				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot))
-					continue; /* an insert in doubt: nothing to hold */
-				int r2 = dxl_store_lock_set(t->st, e[k].table, slot, rec.txn_id);
-				if (r2 && r2 != DXL_E_NOENT)
-					return r2; /* NIC-owned words and no fabric path now */
-				if (!r2)
+				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot) == 0) {
+					int r2 = dxl_store_lock_set(t->st, e[k].table, slot,
+								    rec.txn_id);
+					if (r2 && r2 != DXL_E_NOENT)
+						return r2; /* NIC-owned words and no fabric path now */
+					if (!r2)
+						nl++;
+					continue;
+				}
+				if (e[k].op != DXL_WS_INSERT)
+					continue; /* absent: deleted since (a tombstone) */
+				/* an insert in doubt: the record as logged, held
+				 * for its transaction (a commit finds it, an abort
+				 * deletes it; issue 20) */
+				int x = dxl_store_insert_at(t->st, e[k].table, e[k].key, e[k].version,
+							    rec.commit_ts, e[k].value, e[k].len,
+							    rec.txn_id, NULL);
+				if (x == 1)
 					nl++;
+				else if (x < 0)
+					DXL_WARN("event=txn_in_doubt_insert_failed shard=%u txn=0x%" PRIx64
+						 " table=%u key=%" PRIu64 " msg=\"%s\"",
+						 t->shard, rec.txn_id, e[k].table, e[k].key, dxl_errmsg());
 			}
+			if ((ret = doubt_add(t, r, &rec)))
+				return ret;
 			DXL_INFO("event=txn_in_doubt shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64
 				 " entries=%d",
 				 t->shard, r, rec.txn_id, rec.commit_ts, n);
@@ -664,6 +727,27 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 	if (nlocks)
 		*nlocks = nl;
 	return (int)ndoubt;
+}
+
+void dxl_tables_reclaim(struct dxl_tables *t, const struct dxl_logstore *ls)
+{
+	uint64_t now = dxl_now_ms();
+	if (now - t->reclaim_ms < 100)
+		return;
+	t->reclaim_ms = now;
+	/* no write older than the oldest record the log still holds can be
+	 * applied again (replay or applier): a delete's tombstone below it
+	 * protects nothing. Commit timestamps respect conflict order, so
+	 * every earlier write of a deleted key has a smaller timestamp. */
+	uint64_t bound = UINT64_MAX;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, ls, r) == 0 && dxl_ring_iter_next(&it, &rec, &at) == 1)
+			bound = DXL_MIN(bound, rec.commit_ts);
+	}
+	dxl_store_set_reclaim_ts(t->st, bound);
 }
 
 void dxl_tables_apply_stop(struct dxl_tables *t)
@@ -859,6 +943,9 @@ struct dxl_table_svc {
 	struct dxl_sched *sched;
 	struct dxl_cluster_config conf; /* the node's applied configuration */
 	bool serving;
+	/* the lease: fn(arg) = its end in dxl_boot_ns() time, 0 = none */
+	uint64_t (*lease_fn)(void *arg);
+	void *lease_arg;
 	uint32_t n;
 	struct dxl_tables *t[DXL_REPLICA_MAX_SHARDS];
 	bool gated[DXL_REPLICA_MAX_SHARDS]; /* by index in t[] */
@@ -1097,7 +1184,7 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	if (!r->owner || opv < DXL_WS_INSERT || opv > DXL_WS_DELETE || !r->version || (r->version & 1))
 		return dxl_err_set(DXL_E_INVAL, "resolve: owner 0x%" PRIx64 ", op %u, version %" PRIu64,
 				   r->owner, opv, r->version);
-	uint64_t slot;
+	uint64_t slot = 0;
 	bool have = dxl_store_find(st, r->table, r->key, &slot) == 0;
 	uint64_t w = have ? dxl_store_lock_word(st, r->table, slot) : 0;
 	if (have && w && w != r->owner)
@@ -1105,12 +1192,10 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
 	int ret = 0;
 	if (abort) {
-		if (have && w == r->owner && opv == DXL_WS_INSERT) {
-			struct dxl_record cur;
-			if (dxl_store_read(st, r->table, slot, &cur, NULL, 0) == 0 &&
-			    cur.version == r->version)
-				ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL);
-		}
+		/* owner holds the lock of the key it inserts: its insert (made
+		 * at its lock phase, or by a promotion gate) */
+		if (have && w == r->owner && opv == DXL_WS_INSERT)
+			ret = dxl_store_delete(st, r->table, slot, r->owner, 0, NULL);
 	} else {
 		ret = dxl_store_apply(st, r->table, r->key, (enum dxl_ws_op)opv, r->version,
 				      r->ts, r->value, r->len);
@@ -1121,11 +1206,14 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 		return ret;
 	if (t->resolve_hook)
 		t->resolve_hook(t->resolve_hook_arg, r->table, slot);
-	/* release the transaction's lock, never another holder's: a CAS
-	 * owner -> 0. If the word changed since it was read (its holder,
-	 * alive after all, finished and another transaction locked the key)
-	 * the entry is resolved all the same */
-	if (have && w == r->owner &&
+	/* forward: the lock stays until the ring's watermark passed the
+	 * record (UNLOCK_COORD): a later writer of the key through a live
+	 * ring cannot reach the backups before it (issue 20). abort: the
+	 * transaction's lock is released, never another holder's: a CAS
+	 * owner -> 0; if the word changed since it was read (its holder,
+	 * alive after all, finished and another transaction locked the
+	 * slot) the entry is resolved all the same */
+	if (abort && have && w == r->owner &&
 	    (ret = dxl_store_unlock_owner(st, r->table, slot, r->owner))) {
 		if (ret != DXL_E_STATE)
 			return ret;
@@ -1162,8 +1250,18 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	int ret;
 	switch (op) {
 	case DXL_RPC_ID_TABLE_LOOKUP:
-		if ((ret = dxl_store_find(st, r->table, r->key, &slot)))
-			return ret;
+		if ((ret = dxl_store_find(st, r->table, r->key, &slot))) {
+			/* a versioned miss: the tombstone's version and
+			 * timestamp (a transaction reading the absence
+			 * observes its deleter's) */
+			struct dxl_store_absence ab;
+			if (dxl_store_absence(st, r->table, r->key, &ab) == 0) {
+				rep->rec.version = ab.version;
+				rep->rec.ts = ab.ts;
+				rep->rec.key = r->key;
+			}
+			return dxl_err_set(ret, "table %u: no key %" PRIu64, r->table, r->key);
+		}
 		ret = dxl_store_read(st, r->table, slot, &rep->rec, val, vcap);
 		if (!ret && (!rep->rec.live || rep->rec.key != r->key))
 			ret = dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64,
@@ -1184,12 +1282,31 @@ static int serve(struct dxl_tables *t, uint16_t op,
 			rep->data_len = rep->rec.len;
 		}
 		return ret;
-	case DXL_RPC_ID_TABLE_INSERT:
-		/* owner != 0: a transaction's insert, locked by it */
+	case DXL_RPC_ID_TABLE_INSERT: {
+		/* owner != 0: a transaction's insert, locked by it; holder =
+		 * the commit timestamp of the absence it replaces */
+		struct dxl_store_absence ab = {0};
+		dxl_store_absence(st, r->table, r->key, &ab);
 		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
 					     r->len, r->owner, &slot, NULL);
-		return ret ? ret : read_fields(st, r->table, slot, rep);
+		if (!ret && !(ret = read_fields(st, r->table, slot, rep)))
+			rep->holder = ab.ts;
+		return ret;
+	}
 	case DXL_RPC_ID_TABLE_DELETE:
+		if ((r->flags & DXL_TABLE_DEL_AT_SLOT) && r->slot < tb->sc.capacity &&
+		    r->owner && dxl_store_lock_word(st, r->table, r->slot) == r->owner) {
+			/* a retry of the caller's own delete (its reply was
+			 * lost): the slot it locked no longer holds the key
+			 * live, and the caller still holds its lock word */
+			struct dxl_record cur;
+			if (dxl_store_read(st, r->table, r->slot, &cur, NULL, 0) == 0 &&
+			    cur.key == r->key && !cur.live) {
+				rep->rec = cur;
+				rep->slot = r->slot;
+				return 0;
+			}
+		}
 		if ((ret = dxl_store_find(st, r->table, r->key, &slot)) ||
 		    (ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL)))
 			return ret;
@@ -1296,6 +1413,22 @@ void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gat
 	pthread_mutex_unlock(&svc->mu);
 }
 
+/* lease_ok -- the node's lease is valid now (svc->mu held) */
+static bool lease_ok(const struct dxl_table_svc *svc)
+{
+	uint64_t until = svc->lease_fn ? svc->lease_fn(svc->lease_arg) : 0;
+	return until && dxl_boot_ns() < until;
+}
+
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, uint64_t (*fn)(void *arg),
+			     void *arg)
+{
+	pthread_mutex_lock(&svc->mu);
+	svc->lease_fn = fn;
+	svc->lease_arg = arg;
+	pthread_mutex_unlock(&svc->mu);
+}
+
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		  size_t len, void *reply, size_t cap, size_t *reply_len)
 {
@@ -1322,6 +1455,9 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 	else if (!svc->serving)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u is not serving (lease lapsed, or shutting down)",
 				  svc->node_id);
+	else if (!lease_ok(svc))
+		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u: its ZooKeeper lease has run out",
+				  svc->node_id);
 	else if (!cs)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "shard %u is not in the configuration of epoch %" PRIu64,
 				  r.shard, svc->conf.epoch);
@@ -1337,6 +1473,17 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 				  svc->node_id, r.shard);
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);
+	/* and before the reply: what was read may be stale once the lease is
+	 * over (another primary may have been promoted; issue 16.5) */
+	DXL_TESTPOINT("replica.table_rpc.served", svc);
+	if (!ret && !lease_ok(svc)) {
+		ret = dxl_err_set(DXL_E_UNAVAIL,
+				  "node %u: its ZooKeeper lease ran out while it served the request",
+				  svc->node_id);
+		memset(&rep, 0, sizeof(rep));
+		rep.epoch = svc->conf.epoch;
+		rep.primary = cs ? cs->primary : 0;
+	}
 	if (ret) {
 		svc->refused++;
 		/* the reply carries the message instead of a value */
@@ -1503,6 +1650,75 @@ void dxl_table_svc_set_config(struct dxl_table_svc *svc,
 	pthread_mutex_lock(&svc->mu);
 	dxl_cluster_config_clear(&svc->conf);
 	svc->conf = copy;
+	pthread_mutex_unlock(&svc->mu);
+}
+
+/*
+ * settle_one -- d (in doubt when the gate opened) is decided now: committed
+ * unless an abort marker names it. Acts only where d's transaction still
+ * holds the lock here (recover_locks set it): nobody else can be writing
+ * the record then. Committed: the entry applied (idempotent by version:
+ * its coordinator may have written it back already) and the lock
+ * released; aborted: a record it inserted deleted, its lock released.
+ * svc->mu held (the RPC handlers are the other writers).
+ */
+static void settle_one(struct dxl_tables *t, const struct doubt *d)
+{
+	bool aborted, present;
+	collect_aborts(t->ls, d->txn, &aborted, &present);
+	struct dxl_ws_entry e[64];
+	int n = dxl_writeset_decode(d->payload, d->len, e, 64);
+	uint32_t done = 0;
+	for (int k = 0; k < n && k < 64; k++) {
+		uint64_t slot;
+		if (dxl_store_find(t->st, e[k].table, e[k].key, &slot) ||
+		    dxl_store_lock_word(t->st, e[k].table, slot) != d->txn)
+			continue;
+		int ret = 0;
+		if (aborted) {
+			if (e[k].op == DXL_WS_INSERT)
+				ret = dxl_store_delete(t->st, e[k].table, slot, d->txn, 0, NULL);
+		} else {
+			ret = dxl_store_apply(t->st, e[k].table, e[k].key, e[k].op, e[k].version,
+					      d->ts, e[k].value, e[k].len);
+		}
+		if (ret < 0)
+			DXL_WARN("event=txn_settle_failed shard=%u txn=0x%" PRIx64 " key=%" PRIu64
+				 " msg=\"%s\"", t->shard, d->txn, e[k].key, dxl_errmsg());
+		dxl_store_lock_set(t->st, e[k].table, slot, 0);
+		done++;
+	}
+	DXL_INFO("event=txn_settled shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64
+		 " decision=%s entries=%u",
+		 t->shard, d->ring, d->txn, d->ts, aborted ? "abort" : "commit", done);
+}
+
+void dxl_table_svc_settle(struct dxl_table_svc *svc)
+{
+	pthread_mutex_lock(&svc->mu);
+	for (uint32_t i = 0; i < svc->n; i++) {
+		struct dxl_tables *t = svc->t[i];
+		if (!t || !t->ndq)
+			continue;
+		const struct dxl_cluster_shard *cs = dxl_cluster_config_shard(&svc->conf, t->shard);
+		if (!t->ls || !cs || cs->primary != svc->node_id) {
+			doubt_clear(t); /* not ours to settle any more */
+			continue;
+		}
+		if (svc->gated[i])
+			continue;
+		size_t keep = 0;
+		for (size_t k = 0; k < t->ndq; k++) {
+			struct doubt *d = &t->dq[k];
+			if (d->ts >= dxl_logstore_watermark(t->ls, d->ring)) {
+				t->dq[keep++] = *d; /* still in doubt */
+				continue;
+			}
+			settle_one(t, d);
+			free(d->payload);
+		}
+		t->ndq = keep;
+	}
 	pthread_mutex_unlock(&svc->mu);
 }
 

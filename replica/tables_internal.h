@@ -112,6 +112,10 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 
 /* not a backup any more (primary, catching up, left): forget the positions */
 void dxl_tables_apply_stop(struct dxl_tables *t);
+/* dxl_tables_reclaim -- (a member of the shard, primary or backup) let the
+ * store reuse the slots of tombstones older than the oldest record the
+ * local log still holds (docs/engine.md "Tombstones"); at most every 100 ms */
+void dxl_tables_reclaim(struct dxl_tables *t, const struct dxl_logstore *ls);
 bool dxl_tables_applying(const struct dxl_tables *t);
 /*
  * dxl_tables_applied_pos -- retention keeps the record at this position of
@@ -173,6 +177,18 @@ int dxl_table_svc_start(struct dxl_fabric *f, uint32_t node_id,
 void dxl_table_svc_stop(struct dxl_table_svc **svc);
 
 /*
+ * dxl_table_svc_set_lease -- where the node's lease ends: fn(arg) returns the
+ * dxl_boot_ns() instant (dxl_zk_lease_until_ns), 0 when there is no valid
+ * lease. A handler checks it before it serves a request and again before
+ * it replies: a request served, or a reply sent, after the lease ran out
+ * (a process resumed after a pause, a guard thread held up) is refused
+ * with DXL_E_UNAVAIL -- the serving flag alone is only set every service
+ * round. Until it is set every request is refused. Any thread.
+ */
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, uint64_t (*fn)(void *arg),
+			     void *arg);
+
+/*
  * dxl_table_svc_set_config -- the configuration the node applied (epoch
  * and primaries); requests of other epochs are refused (DXL_E_STALE) from
  * now on. Waits for a request being served to finish, so no request of
@@ -184,6 +200,13 @@ void dxl_table_svc_set_config(struct dxl_table_svc *svc,
 /* dxl_table_svc_set_gated -- while true, requests for shard are refused
  * (DXL_E_UNAVAIL: a promoted primary applying its log). Any thread. */
 void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gated);
+
+/* dxl_table_svc_settle -- the transactions in doubt when a promotion gate
+ * opened (dxl_tables_recover_locks) that are decided now (their ring's
+ * watermark passed them) are finished at this primary where they still
+ * hold their locks: committed ones applied, aborted ones' inserts deleted,
+ * locks released (docs/replica.md "The promotion gate") */
+void dxl_table_svc_settle(struct dxl_table_svc *svc);
 
 /* dxl_table_svc_set_serving -- false: every request is refused
  * (DXL_E_UNAVAIL) from the moment this returns. Any thread. */

@@ -279,6 +279,11 @@ struct dxl_store_hooks {
 struct dxl_store_cfg {
 	enum dxl_lock_mode lock_mode; /* default DXL_LOCKS_CPU */
 	struct dxl_store_hooks hooks; /* default none */
+	/* keep every tombstone until dxl_store_set_reclaim_ts passes its
+	 * commit timestamp (a replica of the log: docs/engine.md
+	 * "Tombstones"); false (default): a tombstone's slot is reused when
+	 * it is the oldest free one */
+	bool keep_tombstones;
 };
 
 void dxl_store_cfg_init(struct dxl_store_cfg *cfg);
@@ -347,6 +352,7 @@ struct dxl_store_stats {
 	uint64_t free;  /* slots in the free lists */
 	uint64_t torn;  /* live slots still torn (cut by a crash, not yet replayed) */
 	uint64_t torn_at_open; /* torn slots the scan at open found */
+	uint64_t tombstones; /* free slots that are a deleted key's tombstone */
 };
 /* table = UINT32_MAX: all tables; DXL_E_NOENT for an unknown table */
 int dxl_store_stats(const struct dxl_store *s, uint32_t table,
@@ -394,6 +400,17 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 			   uint64_t owner, uint64_t *slot, uint64_t *version);
 
 /*
+ * dxl_store_insert_at -- dxl_store_insert_owned with the record's version
+ * given (even, >= 2): a logged insert made live for its transaction still
+ * in doubt (a promoted primary's gate). Returns 1 (inserted), 0 (nothing:
+ * the key's tombstone has this version or a later one) or the errors of
+ * dxl_store_insert_owned.
+ */
+int dxl_store_insert_at(struct dxl_store *s, uint32_t table, uint64_t key,
+			uint64_t version, uint64_t ts, const void *value, uint32_t len,
+			uint64_t owner, uint64_t *slot);
+
+/*
  * dxl_store_update -- write a new value into the live record at slot
  * (version + 2) and persist it. The caller holds the record's lock: its
  * lock word must equal lock_owner.
@@ -425,9 +442,37 @@ int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
 int dxl_store_read(const struct dxl_store *s, uint32_t table, uint64_t slot,
 		   struct dxl_record *out, void *value, uint32_t cap);
 
-/* dxl_store_find -- the slot of key's live (or torn) record; DXL_E_NOENT if none */
+/* dxl_store_find -- the slot of key's live (or torn) record; DXL_E_NOENT if
+ * none (a tombstone is none) */
 int dxl_store_find(struct dxl_store *s, uint32_t table, uint64_t key,
 		   uint64_t *slot);
+
+/*
+ * Tombstones (docs/engine.md "Tombstones"). A delete leaves the key's slot
+ * free but still naming the key, with the delete's version and commit
+ * timestamp: the key's tombstone. dxl_store_apply compares a write with it
+ * as with a live record (a write of a smaller version is older than the
+ * delete: passed over), so a replica applying writes of one key in any
+ * order ends with the latest. An insert of the key replaces it; otherwise
+ * its slot may be reused by another key once the tombstone is no longer
+ * needed: with keep_tombstones, when its timestamp is below the bound
+ * dxl_store_set_reclaim_ts set (the replica: below the oldest record its
+ * log still holds, so no older write of the key can be applied again).
+ */
+struct dxl_store_absence {
+	uint64_t slot;    /* the tombstone's slot; UINT64_MAX: no tombstone */
+	uint64_t version; /* the delete's version; 0: no tombstone */
+	uint64_t ts;      /* the delete's commit timestamp; without a
+			     tombstone, at least that of every tombstone
+			     this table reclaimed (0 if none) */
+};
+/* dxl_store_absence -- key is absent: 0 and *out; DXL_E_EXIST (live or
+ * torn), DXL_E_NOENT (unknown table) */
+int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
+		      struct dxl_store_absence *out);
+/* dxl_store_set_reclaim_ts -- with keep_tombstones: tombstones whose commit
+ * timestamp is below ts may give their slots to inserts (no-op otherwise) */
+void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts);
 
 /* dxl_store_slot_ptr -- the slot's address in the mapping (NULL if out of
  * range); for tests and for serving READs locally */
@@ -662,21 +707,20 @@ int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
 
 /*
  * dxl_store_apply -- apply one logged write to the store of a replica (or
- * during recovery): idempotent by version. If the key has a consistent
- * record whose version >= version, nothing happens (returns 0). A delete
- * leaves nothing behind (no tombstone): applied again after a later
- * delete, an older put would put the key back until that delete is applied
- * again; dxl_store_replay avoids that by applying only each key's last
- * write of a window. Otherwise
- * the record is written with exactly this version and ts (insert and
- * update are both "put": a missing key gets a free slot; a delete of a
- * missing key does nothing) and persisted (returns 1). A torn record (cut
- * by a crash) is always rewritten. No lock is checked: the applier is the
- * only writer of a backup's records. A record found at or past version
- * while its lock word is held is persisted anyway (still returns 0): it
- * may have been placed by a one-sided write-back whose flush READ never
- * executed, and a roll-forward releases the lock next (recovery: RESOLVE,
- * UNLOCK_COORD), after which the log's retention may pass the record.
+ * during recovery): idempotent and order-safe by version. If the key has a
+ * consistent record or a tombstone whose version >= version, nothing
+ * happens (returns 0): the write is applied already, or older than what is
+ * here. Otherwise the record is written with exactly this version and ts
+ * (insert and update are both "put": an absent key gets a free slot,
+ * replacing its tombstone; a delete leaves a tombstone with this version,
+ * also for a key that is absent here: its older writes may still come) and
+ * persisted (returns 1). A torn record (cut by a crash) is always
+ * rewritten. No lock is checked: the applier is the only writer of a
+ * backup's records. A live record found at or past version while its lock
+ * word is held is persisted anyway (still returns 0): it may have been
+ * placed by a one-sided write-back whose flush READ never executed, and a
+ * roll-forward releases the lock next (recovery: RESOLVE, UNLOCK_COORD),
+ * after which the log's retention may pass the record.
  * Errors (nothing changed): DXL_E_NOENT (unknown table), DXL_E_TOOBIG,
  * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL, a hook's error.
  */

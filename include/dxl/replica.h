@@ -117,13 +117,20 @@ int dxl_shard_targets(const struct dxl_shard *s, const char *addr,
  *              a small distance of a member: the CM may add it as a backup
  *              (writers repair the rest when they reopen, docs/log.md);
  * UNASSIGNED   not in the replica set and nothing to copy from (the shard
- *              has no live member, or is not in the configuration).
+ *              has no live member, or is not in the configuration); also
+ *              the state of every shard until the node has applied a
+ *              configuration;
+ * JOINING      in the replica set (cfg_epoch), but its last copy from the
+ *              primary (the join pull, docs/replica.md) is not done yet:
+ *              writers do not use it and the CM does not count it.
+ * Only MEMBER means "holds every acknowledged record of the shard".
  */
 enum dxl_shard_state {
 	DXL_SHARD_MEMBER = 0,
 	DXL_SHARD_CATCHING_UP = 1,
 	DXL_SHARD_SYNCED = 2,
 	DXL_SHARD_UNASSIGNED = 3,
+	DXL_SHARD_JOINING = 4,
 };
 const char *dxl_shard_state_name(enum dxl_shard_state st);
 int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out);
@@ -149,6 +156,11 @@ struct dxl_shard_table {
 struct dxl_shard_desc {
 	uint32_t shard;
 	enum dxl_shard_state state;
+	/* the data identity of this node's copy of the shard: changes when
+	 * its store is created anew (an empty or recreated data directory);
+	 * the configuration records it when the node is added (docs/replica.md
+	 * "data identity"). 0 = unknown (a descriptor of an older build). */
+	uint64_t data_id;
 	struct dxl_mr_desc region; /* the registered data area */
 	uint32_t nrings;
 	uint64_t ring_size;
@@ -172,9 +184,10 @@ struct dxl_replica_desc {
 	uint32_t ctx;        /* the ctx index writers connect to */
 	uint64_t reg_epoch;  /* grows with every re-registration of regions */
 	uint64_t cfg_epoch;  /* the configuration epoch these registrations
-				were made for (0: none seen yet). Writers of
-				epoch E use a descriptor only once cfg_epoch
-				>= E: older rkeys are fenced off. */
+				were made for (0: none seen yet). Writers and
+				coordinators that read epoch E use a descriptor
+				only when cfg_epoch == E: older rkeys are fenced
+				off, a newer epoch may have other members. */
 	enum dxl_durability durability;
 	/* the ctx serving the table RPCs (DXL_REPLICA_RPC_CTX); 0 = none (no
 	 * tables; "rpc_ctx" absent in JSON) */
@@ -245,12 +258,17 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * The payload is exactly 64 + value length bytes; every field the
  * operation does not use (table below) is 0.
  *
- *   LOOKUP     key                           -> the key's live record
- *   INSERT     key, ts, value, owner         -> slot, version, incarnation
+ *   LOOKUP     key                           -> the key's live record;
+ *              DXL_E_NOENT with version and ts of its tombstone (0 and the
+ *              table's floor without one: docs/engine.md "Tombstones")
+ *   INSERT     key, ts, value, owner         -> slot, version, incarnation,
+ *              holder = the commit timestamp of the absence replaced
  *              (owner != 0: inserted with its lock word = owner, a
  *              transaction's insert; 0: unlocked)
- *   DELETE     key, owner, ts                -> slot, version, incarnation
- *              (the caller holds the record's lock: lock word == owner)
+ *   DELETE     key, owner, ts [, slot,      -> slot, version, incarnation
+ *              flags DXL_TABLE_DEL_AT_SLOT]  (the caller holds the record's
+ *              lock: lock word == owner; with the flag a retry of a delete
+ *              done already answers 0: idempotent)
  *   READ       slot                          -> the record in the slot and
  *                                               its lock word (holder)
  *   LOCK       slot, owner                   -> the record's header
@@ -274,9 +292,10 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  *   RESOLVE      key, owner = txn id, version, ts, flags = op (1 insert,
  *                2 update, 3 delete) [| DXL_TABLE_RESOLVE_ABORT], value:
  *                forward: the entry applied idempotently by version
- *                (dxl_store_apply), the lock word must be 0 or owner and is
- *                released; abort: a record owner inserted (its version) is
- *                deleted, owner's lock released
+ *                (dxl_store_apply), the lock word must be 0 or owner and
+ *                stays (UNLOCK_COORD releases it once the ring's watermark
+ *                passed the record); abort: a record owner inserted (owner
+ *                holds its lock) is deleted, owner's lock released
  *   UNLOCK_COORD key = coordinator id      -> slot = lock words released
  *                (every lock word of that coordinator's transactions)
  *
@@ -307,6 +326,10 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
 #define DXL_TABLE_REP_SIZE 64
 #define DXL_TABLE_REP_LIVE 1u
 #define DXL_TABLE_WB_UNLOCK 1u
+/* DELETE: slot is the slot the caller locked; if the key is no longer live
+ * there and the caller still holds that lock word, the delete is done
+ * already (a retry after a lost reply): 0 and the slot's record */
+#define DXL_TABLE_DEL_AT_SLOT 1u
 /* the largest reply (a value, or a message up to that size) */
 #define DXL_TABLE_REP_MAX (DXL_TABLE_REP_SIZE + DXL_ENGINE_MAX_VALUE)
 
@@ -405,17 +428,29 @@ int dxl_table_call(struct dxl_rpc *rpc, struct dxl_qp *qp, uint16_t op,
  * nodes/ and changes the configuration only by a versioned compare-and-set,
  * epoch + 1 each time (docs/operations.md, "Failover"):
  *
- * - a member of a shard whose nodes/<id> is gone (its ZooKeeper session
- *   ended: the failure detector) is removed, if at least min_replicas
- *   members would remain (counting caught-up replacements); otherwise the
- *   shard stays as it is and is unavailable until a member comes back;
- * - a dead primary is replaced by the first live backup: an append is
- *   acknowledged only when persistent on every member, so every surviving
- *   member holds every acknowledged record (they differ at most in
- *   unacknowledged suffixes, which writers repair when they reopen);
+ * - who counts as alive: a member whose nodes/<id> lists the shard as
+ *   MEMBER and says it registered for the current epoch (cfg_epoch). A
+ *   member still joining (JOINING: its last copy from the primary is not
+ *   done), one registered for an older epoch or not through its
+ *   configuration yet is alive but does not count; a caught-up candidate
+ *   (SYNCED) never counts;
+ * - a member whose nodes/<id> is gone (its ZooKeeper session ended: the
+ *   failure detector) or does not list the shard is dead. The dead are
+ *   removed if at least min_replicas members that count remain; otherwise
+ *   they stay and the shard is unavailable until one comes back (caught-up
+ *   candidates are still added meanwhile: nothing is removed, and once
+ *   they have joined they count);
+ * - a dead primary is replaced by the first backup that counts: an append
+ *   is acknowledged only when persistent on every member, and a member
+ *   counts only once it holds everything (it registered as MEMBER for the
+ *   epoch after its join pull), so it holds every acknowledged record
+ *   (members differ at most in unacknowledged suffixes, which writers
+ *   repair when they reopen). With no member that counts, nobody is
+ *   promoted. A dead primary alone (nothing removed or added) is left as
+ *   it is;
  * - a live node that hosts the shard, is not a member and says SYNCED
  *   (it copied the shard from a member) is added as a backup while the
- *   shard has fewer than `replication` members.
+ *   shard has fewer than `replication` live members.
  */
 struct dxl_cm_params {
 	uint32_t min_replicas; /* cm.min_replicas, default 2 */
@@ -500,6 +535,9 @@ struct dxl_log_writer_cfg {
 	/* lease exactly this writer slot (its ring): a resolver taking over a
 	 * dead writer's ring; -1 = the first free one (default) */
 	int32_t slot;
+	/* the wall clock of the commit timestamps (ms since the Unix epoch);
+	 * NULL (default): the system's. Tests simulate a skewed host with it. */
+	uint64_t (*wall_ms)(void);
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
@@ -578,6 +616,10 @@ int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint
 int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts);
 /* the hold: the oldest undecided record's timestamp (UINT64_MAX: none) */
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w);
+/* dxl_log_writer_observe -- later appends get timestamps above ts (a
+ * coordinator folds in the commit timestamps of what its transaction read
+ * or overwrote: docs/transactions.md "Commit timestamps") */
+void dxl_log_writer_observe(struct dxl_log_writer *w, uint64_t ts);
 
 /* records appended and not yet returned by poll */
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);
@@ -706,7 +748,8 @@ uint64_t dxl_replica_server_cfg_epoch(const struct dxl_replica_server *s);
 /* the state of a hosted shard (DXL_E_NOENT if not hosted) */
 int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
 				   uint32_t shard, enum dxl_shard_state *st);
-/* this process is the elected CM with a valid lease */
+/* this process is the elected CM with a valid lease (as of the service
+ * loop's last round; any thread) */
 bool dxl_replica_server_is_cm(const struct dxl_replica_server *s);
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s);
 struct dxl_zk *dxl_replica_server_zk(const struct dxl_replica_server *s);

@@ -238,11 +238,13 @@ static void test_blocked_retention_is_reported(void **state)
 }
 
 /*
- * RESOLVE releases the transaction's lock with a CAS owner -> 0, never by
- * setting the word to 0 whatever it holds: between its check of the word
- * and the release, the holder (a coordinator alive after all) may finish
- * and another transaction lock the key (a NIC-owned word changes under a
- * remote CAS at any moment). The hook plays that interleaving.
+ * RESOLVE of an aborted transaction releases its lock with a CAS owner ->
+ * 0, never by setting the word to 0 whatever it holds: between its check
+ * of the word and the release, the holder (a coordinator alive after all)
+ * may finish and another transaction lock the slot (a NIC-owned word
+ * changes under a remote CAS at any moment). The hook plays that
+ * interleaving: the aborted insert is deleted, then T lets go and U (a
+ * stale-location locker, say) takes the slot's word before the release.
  */
 struct moved {
 	struct fx *f;
@@ -261,14 +263,13 @@ static void lock_moves(void *arg, uint32_t table, uint64_t slot)
 static void test_resolve_releases_only_its_lock(void **state)
 {
 	struct fx *f = *state;
-	uint64_t v;
-	uint64_t s = ins(f, 5, &v);
 	const uint64_t T = DXL_LOCK_OWNER(4, 7), U = DXL_LOCK_OWNER(3, 1);
-	assert_int_equal(dxl_store_lock(f->st, TBL, s, T, NULL), 0);
-	uint8_t val[8] = "resolved";
-	struct dxl_table_req r = {.table = TBL, .key = 5, .owner = T, .ts = 50,
-				  .version = v + 2, .flags = DXL_WS_UPDATE,
-				  .value = val, .len = 8};
+	uint64_t s, v;
+	/* T's insert, made locked by T at its lock phase; T aborted */
+	assert_int_equal(dxl_store_insert_owned(f->st, TBL, 5, 0, "ins", 3, T, &s, &v), 0);
+	struct dxl_table_req r = {.table = TBL, .key = 5, .owner = T, .ts = 0,
+				  .version = v,
+				  .flags = DXL_WS_INSERT | DXL_TABLE_RESOLVE_ABORT};
 	struct dxl_table_rep rep;
 	uint8_t out[64];
 	struct moved m = {.f = f, .owner = T, .next = U};
@@ -276,13 +277,15 @@ static void test_resolve_releases_only_its_lock(void **state)
 	int rc = dxl_tables_serve(f->t, DXL_RPC_ID_TABLE_RESOLVE, &r, &rep, out, sizeof(out));
 	dxl_tables_set_resolve_hook(f->t, NULL, NULL);
 	uint64_t w = dxl_store_lock_word(f->st, TBL, s);
-	print_message("  RESOLVE of T's entry: %s; the word, moved to U meanwhile, is "
-		      "0x%llx afterwards (U = 0x%llx)\n", rc ? dxl_errname(rc) : "ok",
-		      (unsigned long long)w, (unsigned long long)U);
+	print_message("  RESOLVE (abort) of T's insert: %s; the slot's word, moved to U "
+		      "meanwhile, is 0x%llx afterwards (U = 0x%llx)\n",
+		      rc ? dxl_errname(rc) : "ok", (unsigned long long)w,
+		      (unsigned long long)U);
 	assert_int_equal(m.calls, 1);
 	assert_int_equal(rc, 0);
-	assert_int_equal(rep.rec.version, v + 2); /* rolled forward */
-	assert_int_equal(w, U);                   /* U's lock stays */
+	assert_int_equal(dxl_store_find(f->st, TBL, 5, NULL), DXL_E_NOENT); /* removed */
+	assert_int_equal(w, U); /* U's lock stays */
+	assert_int_equal(dxl_store_unlock(f->st, TBL, s, U), 0);
 }
 
 /* ---- one-sided write-backs and recovery's roll-forward (a peer primary) -------
@@ -299,7 +302,8 @@ static void test_resolve_releases_only_its_lock(void **state)
  *           unlock CAS): done by the coordinator itself;
  *   key 21  the WRITEs only (the QP failed before the flush READ): the
  *           slot holds the new version, placed but not durable, the lock
- *           still the transaction's -- recovery's RESOLVE rolls it forward;
+ *           still the transaction's -- recovery's RESOLVE rolls it forward
+ *           (and keeps the lock: UNLOCK_COORD releases it later);
  *   key 22  the same, finished by UNLOCK_COORD (the coordinator is gone);
  *   key 23  the same, finished by the write-back RPC (it finds the version
  *           there) and the coordinator's unlock CAS;
@@ -627,15 +631,31 @@ static void test_onesided_and_rollforward(void **state)
 	const char *what[4] = {"RESOLVE key 21", "UNLOCK_COORD 7 (key 22)",
 			       "WRITEBACK key 23 (version there)",
 			       "WRITEBACK key 24 (line 0 being written)"};
-	int bad = 0;
+	/* each path makes its key's placed lines durable (3 per slot) */
+	int bad = 0, not_persisted = 0;
+	uint64_t before = pending;
 	for (int i = 0; i < 4; i++) {
 		struct r_serve_out so;
 		assert_int_equal(r_job(peer, "r_serve", &sa[i], sizeof(sa[i]), &so,
 				       sizeof(so)), 0);
-		print_message("  %s: %s%s%s\n", what[i], so.rc ? dxl_errname(so.rc) : "ok",
-			      so.rc ? ": " : "", so.msg);
+		uint64_t now = 0;
+		assert_int_equal(dxlt_peer_pending_lines(peer, &now), 0);
+		print_message("  %s: %s%s%s; un-flushed lines %llu -> %llu\n", what[i],
+			      so.rc ? dxl_errname(so.rc) : "ok", so.rc ? ": " : "", so.msg,
+			      (unsigned long long)before, (unsigned long long)now);
 		bad += so.rc != 0;
+		not_persisted += before - now != RSLOT / 64;
+		before = now;
 	}
+	/* RESOLVE keeps the lock of what it rolled forward until the ring's
+	 * watermark passed the record (issue 20): UNLOCK_COORD releases it
+	 * (coordinator 6 is gone too) */
+	struct r_serve_arg uc = {.op = DXL_RPC_ID_TABLE_UNLOCK_COORD, .r = {.key = 6}};
+	struct r_serve_out uo;
+	assert_int_equal(r_job(peer, "r_serve", &uc, sizeof(uc), &uo, sizeof(uo)), 0);
+	print_message("  UNLOCK_COORD 6 (key 21's lock, kept by RESOLVE): %s\n",
+		      uo.rc ? dxl_errname(uo.rc) : "ok");
+	bad += uo.rc != 0;
 	/* the coordinators of keys 23 and 24 unlock after their RPC */
 	uint64_t w23 = r_cas(&k, o.slot[2], la.txn[2], 0);
 	uint64_t w24 = r_cas(&k, o.slot[3], la.txn[3], 0);
@@ -670,6 +690,7 @@ static void test_onesided_and_rollforward(void **state)
 		lost += passed && !ok;
 	}
 	assert_int_equal(lost, 0);
+	assert_int_equal(not_persisted, 0);
 	assert_int_equal(bad, 0);
 	assert_int_equal(w23, la.txn[2]);
 	assert_int_equal(w24, la.txn[3]);
