@@ -589,11 +589,18 @@ struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w)
 	return w->c;
 }
 
+static void wb_due_now(struct dxl_coord_worker *w, uint64_t txn);
+
 void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder)
 {
 	uint32_t id = (uint32_t)(holder >> 48);
-	if (!holder || id == w->c->id)
+	if (!holder)
 		return;
+	if (id == w->c->id) {
+		/* our own: perhaps a write-back handed on to this worker */
+		wb_due_now(w, holder);
+		return;
+	}
 	for (uint32_t i = 0; i < w->nsuspects; i++)
 		if (w->suspects[i] == id)
 			return;
@@ -2054,6 +2061,17 @@ static void wb_abandon_all(struct dxl_coord_worker *w)
 	free(w->wbp);
 	w->wbp = NULL;
 	w->nwbp = w->wbpcap = 0;
+}
+
+/* a transaction of this worker met txn's lock: if it is a pending
+ * write-back's, it is tried at the next dxl_txn_begin (the meeting
+ * transaction's retry), not after its backoff -- a retry budget of a few
+ * ms would otherwise run out against the worker's own lock */
+static void wb_due_now(struct dxl_coord_worker *w, uint64_t txn)
+{
+	for (uint32_t i = 0; i < w->nwbp; i++)
+		if (w->wbp[i].txn == txn)
+			w->wbp[i].next_ms = 0;
 }
 
 uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w)

@@ -478,12 +478,16 @@ static int group_setup(void **state)
 	snprintf(g_name, sizeof(g_name), "wb-%d", (int)getpid());
 	snprintf(g_dir, sizeof(g_dir), "%s/c", g_tmp);
 	/* one replica (nothing else holds the records), a session longer than
-	 * the stop of test_writeback_handed_on, retention as soon as allowed */
+	 * the stop of test_writeback_handed_on, retention as soon as allowed;
+	 * the restart after the power failure waits up to 30 s for the killed
+	 * incarnation's session to expire (the default, the session timeout,
+	 * measured from the restart, can end just before ZooKeeper expires it:
+	 * timeout rounded up to its tick after the last ping) */
 	int rc = DXL(60000, "cluster", "up", "--dir", g_dir, "--zk", g_zkc, "--cluster", g_name,
 		     "--replicas", "1", "--shards", "1", "--ring-size", "1M", "--writer-slots", "8",
 		     "--session-timeout", "10000", "-o", "engine.tables=1:8:4096", "-o",
 		     "engine.lock_mode=nic", "-o", "log.retention_ms=0", "-o",
-		     "log.retention_check_ms=100");
+		     "log.retention_check_ms=100", "-o", "replica.exist_wait_ms=30000");
 	if (rc)
 		print_message("cluster up: exit %d\n%s\n%s\n", rc, g_out, g_err);
 	g_up = rc == 0;
