@@ -48,6 +48,7 @@ struct wlog { /* the worker's writer of one shard */
 struct stats {
 	uint64_t committed, aborted, conflicts, unavail;
 	uint64_t onesided_reads, rpc_reads, cache_hits, cache_misses, log_appends;
+	uint64_t wb_lock_lost;
 };
 
 struct dxl_coord_worker {
@@ -267,6 +268,7 @@ void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
 		out->cache_hits += LD(cache_hits);
 		out->cache_misses += LD(cache_misses);
 		out->log_appends += LD(log_appends);
+		out->wb_lock_lost += LD(wb_lock_lost);
 #undef LD
 	}
 	out->resolved = atomic_load(&cc->resolved);
@@ -727,11 +729,19 @@ struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w)
 	return w->c;
 }
 
+static void settle_due_now(struct dxl_coord_worker *w, uint64_t txn);
+
 void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder)
 {
 	uint32_t id = (uint32_t)(holder >> 48);
-	if (!holder || id == w->c->id)
+	if (!holder)
 		return;
+	if (id == w->c->id) {
+		/* our own: perhaps a release or write-back this worker
+		 * still has to settle */
+		settle_due_now(w, holder);
+		return;
+	}
 	for (uint32_t i = 0; i < w->nsuspects; i++)
 		if (w->suspects[i] == id)
 			return;
@@ -2392,7 +2402,8 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 	if (txn_unregistered(t))
 		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
 				   t->id);
-	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider) &&
+	if (mode != DXL_TXN_TWOSIDED && nic &&
+	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability) &&
 	    dxl_zk_lease_valid(t->w->c->zk)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
@@ -2441,10 +2452,26 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		uint64_t tag = batch(t);
 		for (int i = 0; i < n; i++)
 			wr[i].wr_id = dxl_co_wrid(tag);
+		res[1] = t->id; /* what the unlock CAS must find */
 		ret = co_post_wait(qp, wr, 1, tag, "write-back");
-		if (!ret)
-			o->locked = false;
-		return ret;
+		if (ret)
+			return ret;
+		o->locked = false;
+		uint64_t was = *(volatile uint64_t *)&res[1];
+		if (was != t->id) {
+			/* the lock was not ours when the chain ran: our WRITEs
+			 * overwrote a record someone else may hold -- a broken
+			 * invariant (a lock freed under its holder), never a
+			 * normal outcome. The commit stands (the log has it). */
+			st_add(&t->w->st.wb_lock_lost, 1);
+			DXL_ERROR("event=invariant_violation what=writeback_without_lock txn=0x%" PRIx64
+				  " shard=%u table=%u key=%" PRIu64 " slot=%" PRIu64
+				  " lock_word=0x%" PRIx64
+				  " msg=\"the unlock CAS found the lock word not ours: the one-sided "
+				  "write-back overwrote the record of its holder\"",
+				  t->id, o->shard, o->table, o->key, o->slot, was);
+		}
+		return 0;
 	}
 	struct dxl_table_req req = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
 				    .version = o->new_version,
@@ -2458,6 +2485,26 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		return 0;
 	}
 	return unlock_one(t, o);
+}
+
+/* a transaction of this worker met txn's lock: a settle of it still queued
+ * (a release or committed write-back that failed) is tried at the next
+ * dxl_txn_begin (the meeting transaction's retry), not after its backoff --
+ * a retry budget of a few ms would otherwise run out against the worker's
+ * own lock */
+static void settle_due_now(struct dxl_coord_worker *w, uint64_t txn)
+{
+	for (uint32_t i = 0; i < w->nsettle; i++)
+		if (w->settles[i].txn == txn && !w->settles[i].after_und)
+			w->settles[i].next_ms = 0;
+}
+
+uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; w && i < w->nsettle; i++)
+		n += w->settles[i].commit;
+	return n;
 }
 
 static void commit_phase(struct dxl_txn *t)

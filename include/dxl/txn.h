@@ -179,6 +179,11 @@ int dxl_coord_worker_run(struct dxl_coord_worker *w);
  * ms from a loop that has no transaction to run (dxl-coord's dispatcher).
  * Transactions do it themselves while they run. */
 void dxl_coord_worker_poll(struct dxl_coord_worker *w);
+/* dxl_coord_worker_writebacks_pending -- committed write-backs that failed
+ * at their primary and that the worker still has to finish (queued settles:
+ * tried at each dxl_txn_begin and dxl_coord_worker_poll;
+ * docs/transactions.md "Write-backs that keep failing") */
+uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w);
 /* the worker of the calling thread (NULL if none) */
 struct dxl_coord_worker *dxl_coord_worker_self(void);
 
@@ -281,6 +286,12 @@ struct dxl_coord_stats {
 					       and those still in use) */
 	uint64_t resolved;                  /* dead coordinators' transactions
 					       this process resolved */
+	/* broken invariants: a one-sided write-back whose unlock CAS found
+	 * the lock word not the transaction's (its WRITEs overwrote a
+	 * record another holder may own); each also logged at error level
+	 * (event=invariant_violation). Always 0 unless a lock was freed
+	 * under its holder. */
+	uint64_t wb_lock_lost;
 };
 /* dxl_coord_stats -- the sum over the workers (any thread) */
 void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out);
