@@ -740,6 +740,10 @@ static void apply_config(struct dxl_replica_server *s)
 		} else if (!primary && s->gated[i]) {
 			s->gated[i] = false;
 		}
+		/* no longer the primary (paused, not restarted): its lock words
+		 * are stale -- readers of its store take them for writes */
+		if (s->tables[i] && was_primary[i] && !primary)
+			dxl_tables_clear_locks(s->tables[i]);
 		/* the table RPCs: closed while gated, and for a shard whose
 		 * copy here is not a member's (on a new store) */
 		if (s->svc)
@@ -1177,6 +1181,8 @@ static void gate_step(struct dxl_replica_server *s)
 			continue;
 		}
 		uint32_t nlocks = 0;
+		/* words of an earlier primaryship (paused, not restarted) */
+		dxl_tables_clear_locks(s->tables[i]);
 		int ndoubt = dxl_tables_recover_locks(s->tables[i], ls, &nlocks);
 		if (ndoubt < 0) {
 			DXL_WARN("event=gate_recover_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());

@@ -766,6 +766,22 @@ static int doubt_add(struct dxl_tables *t, uint32_t ring, const struct dxl_rec *
 	return 0;
 }
 
+int dxl_tables_clear_locks(struct dxl_tables *t)
+{
+	int n = 0;
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint32_t table = t->t[i].sc.id;
+		for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+			uint64_t w = dxl_store_lock_word(t->st, table, slot);
+			if (w && dxl_store_unlock_owner(t->st, table, slot, w) == 0)
+				n++;
+		}
+	}
+	if (n)
+		DXL_INFO("event=stale_locks_cleared shard=%u locks=%d", t->shard, n);
+	return n;
+}
+
 int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
 			     uint32_t *nlocks)
 {

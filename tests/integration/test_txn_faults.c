@@ -1416,7 +1416,7 @@ static void hook_stop_node(int where, uint64_t txn, void *arg)
 	h->armed = false;
 	/* at once (its writer must post the record before it notices) */
 	kill(h->pid, SIGSTOP);
-	print_message("  txn 0x%" PRIx64 " locked key 42; backup %u (pid %d) stopped\n", txn, h->node,
+	print_message("  txn 0x%" PRIx64 " locked its key; node %u (pid %d) stopped\n", txn, h->node,
 		      (int)h->pid);
 }
 
@@ -1489,6 +1489,56 @@ static void test_abort_keeps_locks_until_decided(void **state)
 	wait_full(60000);
 }
 
+/*
+ * A primary paused (SIGSTOP) while a transaction holds a lock there, past
+ * its session timeout: another node becomes the primary, the transaction
+ * aborts, its release is settled at the new primary. The old primary
+ * resumes as a backup -- with the lock word still set in its DRAM (it was
+ * never restarted). Before, nothing cleared it: a one-sided reader of that
+ * backup's store (state transfer, `dxl cluster verify`) took the slot for
+ * a record being written and gave up ("stayed locked or changing"; found
+ * by test_nemesis' store comparison), and promoted again the node would
+ * have kept the key locked by a transaction that was over. Now a node that
+ * stops being the primary, or is promoted, clears its stale lock words.
+ */
+static void test_demoted_primary_keeps_no_locks(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	wait_full(60000);
+	struct dxl_zk *zk = zk_open();
+	uint32_t p0 = primary_of(zk, 0);
+	struct stop_hook h = {.node = p0};
+	h.pid = cluster_pid(p0);
+	assert_true(h.pid > 0);
+	struct env e;
+	env_open(&e, hook_stop_node, &h);
+	insert_keys(&e, 44, 2, 1);
+	h.armed = true;
+	/* write 44 (shard 0, its primary stopped after the lock phase) */
+	struct tx x = {.rk = {45}, .nr = 1, .wk = {44}, .nw = 1, .op = 'p', .val = 2, .max_tries = 1};
+	int ret = tx_run(&e, &x);
+	uint64_t end = dxl_now_ms() + 30000;
+	while (primary_of(zk, 0) == p0 && dxl_now_ms() < end)
+		usleep(50 * 1000);
+	uint32_t p1 = primary_of(zk, 0);
+	kill(h.pid, SIGCONT);
+	print_message("  the transaction: %s (%s); primary of shard 0: %u -> %u, the old one resumed\n",
+		      dxl_errname(ret), x.msg, p0, p1);
+	assert_true(p1 != p0);
+	env_close(&e);
+	wait_full(60000);
+	int rc = DXL(60000, "cluster", "verify", "--dir", g_dir, "--shard", "0", "--wait", "10");
+	print_message("  dxl cluster verify --shard 0: %d\n%s", rc, g_out);
+	if (rc)
+		fail_msg("the old primary %u (a backup now) cannot be read: %s%s", p0, g_out, g_err);
+	/* the key is writable */
+	env_open(&e, NULL, NULL);
+	assert_int_equal(put1(&e, 44, 3, 50), 0);
+	env_close(&e);
+	dxl_zk_delete(&zk);
+}
+
 /* ---- setup ---------------------------------------------------------------------------- */
 
 static int group_setup(void **state)
@@ -1554,6 +1604,7 @@ int main(void)
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
 		cmocka_unit_test(test_abort_keeps_locks_until_decided),
 		cmocka_unit_test(test_settle_survives_transport_error),
+		cmocka_unit_test(test_demoted_primary_keeps_no_locks),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
