@@ -841,6 +841,19 @@ static void suspend_cb(const char *name, void *ctx, void *arg)
 		dxl_clock_inject_suspend_ns(10ull * 1000000000ull);
 }
 
+/* wait_serving -- READ r until the node serves again (its lease renewed) */
+static void wait_serving(const struct dxl_table_req *r, void *out, uint32_t cap)
+{
+	struct dxl_table_rep rp;
+	uint64_t end = dxl_now_ms() + 10000;
+	int ret;
+	while ((ret = call(DXL_RPC_ID_TABLE_READ, r, &rp, out, cap)) != 0) {
+		if (dxl_now_ms() > end)
+			fail_msg("the node did not serve again: %s", g_cl.msg);
+		usleep(20000);
+	}
+}
+
 /*
  * A primary whose lease ran out must not answer table RPCs, even while the
  * thread that applies the lease rule every round is held up: a READ served
@@ -913,6 +926,53 @@ static void test_table_rpc_lease(void **state)
 	assert_non_null(strstr(g_cl.msg, "ran out while it served"));
 	assert_int_equal(g_suspend_once, 0);
 	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+
+	/* 3. a write whose lease runs out while it is served: what it changed
+	 *    is changed, so it is reported done (an error would tell the
+	 *    coordinator "not done": it would never release the lock of its
+	 *    insert, and a dead coordinator's insert would become visible) */
+	const uint64_t owner = 0x1000000000042ull;
+	wait_serving(&rd, out, sizeof(out));
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_suspend_once, 1, __ATOMIC_RELEASE);
+	struct dxl_table_req ri = {.shard = 0, .table = 1, .epoch = ep, .key = 8,
+				   .value = v, .len = 16, .owner = owner};
+	ret = call(DXL_RPC_ID_TABLE_INSERT, &ri, &rp, NULL, 0);
+	assert_int_equal(g_suspend_once, 0);
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	if (ret)
+		fail_msg("INSERT whose lease ran out while served: %s (%s)", dxl_errname(ret),
+			 g_cl.msg);
+	uint64_t slot8 = rp.slot;
+	/* done indeed: key 8 is live, locked by the insert's owner */
+	struct dxl_table_req r8 = {.shard = 0, .table = 1, .epoch = ep, .slot = slot8};
+	wait_serving(&r8, out, sizeof(out));
+	assert_int_equal(call(DXL_RPC_ID_TABLE_READ, &r8, &rp, out, sizeof(out)), 0);
+	assert_true(rp.rec.live);
+	assert_int_equal(rp.rec.key, 8);
+	assert_int_equal(rp.holder, owner);
+	/* the same for the owner's DELETE of it (an aborted insert) */
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_suspend_once, 1, __ATOMIC_RELEASE);
+	struct dxl_table_req rx = {.shard = 0, .table = 1, .epoch = ep, .key = 8, .owner = owner};
+	ret = call(DXL_RPC_ID_TABLE_DELETE, &rx, &rp, NULL, 0);
+	assert_int_equal(g_suspend_once, 0);
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	if (ret)
+		fail_msg("DELETE whose lease ran out while served: %s (%s)", dxl_errname(ret),
+			 g_cl.msg);
+	wait_serving(&r8, out, sizeof(out));
+	assert_int_equal(call(DXL_RPC_ID_TABLE_READ, &r8, &rp, out, sizeof(out)), 0);
+	assert_false(rp.rec.live);
+	/* a read-only operation is still refused (case 2), TXN_STATUS too */
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_suspend_once, 1, __ATOMIC_RELEASE);
+	struct dxl_table_req rs = {.shard = 0, .epoch = ep, .key = 77};
+	ret = call(DXL_RPC_ID_TABLE_TXN_STATUS, &rs, &rp, NULL, 0);
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	if (ret != DXL_E_UNAVAIL)
+		fail_msg("TXN_STATUS whose lease ran out while served: %s (%s)", dxl_errname(ret),
+			 g_cl.msg);
 	dxl_testpoint_clear_all();
 	client_close();
 }
