@@ -1020,6 +1020,80 @@ static void test_election_lost_reply(void **state)
 }
 
 /*
+ * A candidacy's create is applied, its reply lost, and the connection does
+ * not come back while the candidate waits to learn the outcome (the shim's
+ * "acquire" fault: zk_acquire gives up). dxl_election_new fails; the znode
+ * that landed is a leftover of the session nobody owns. It stayed
+ * registered as a live candidacy of the process, so no sync ever deleted it:
+ * lower than every later candidacy of the session, nobody led.
+ */
+static void test_election_lost_reply_disconnected(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "elostd");
+	struct mt_rec rec;
+	mt_rec_init(&rec);
+	struct cand cand = {.rec = &rec, .idx = 0};
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	/* the create lands, its reply is lost; the wait for the connection
+	 * that follows gives up (the first acquire, of the create, passes) */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/cm/c-:reply,"
+						  "acquire:joining the election:request:1:1"),
+			 0);
+	struct dxl_election *e = NULL;
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand, &e),
+			 DXL_E_UNAVAIL);
+	assert_null(e);
+	assert_int_equal(dxl_zk_faults_fired(zk), 2);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(count_children(cl, "cm"), 1); /* the leftover */
+	/* the next candidacy of the session deletes it and leads */
+	struct cand cand2 = {.rec = &rec, .idx = 1};
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand2, &e), 0);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected behind the leftover of a failed candidacy (%d candidates, "
+			 "predecessor %lld)", count_children(cl, "cm"),
+			 (long long)dxl_election_predecessor(e));
+	assert_int_equal(count_children(cl, "cm"), 1);
+	dxl_election_delete(&e);
+	dxl_zk_delete(&zk);
+}
+
+/*
+ * A candidacy's create is lost, and lands only after the listing that was
+ * to tell whether it landed (a lagging server; the shim's "late" fault):
+ * the candidate creates again, and two znodes of its own candidacy stand in
+ * the queue, the older one first. Both matched the candidacy's name prefix,
+ * so the older was taken for its own and never deleted: the candidacy
+ * watched it as its predecessor and never led.
+ */
+static void test_election_late_create(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "elate");
+	struct mt_rec rec;
+	mt_rec_init(&rec);
+	struct cand cand = {.rec = &rec, .idx = 0};
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/cm/c-:late"), 0);
+	struct dxl_election *e = NULL;
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand, &e), 0);
+	assert_int_equal(dxl_zk_faults_fired(zk), 1);
+	dxl_zk_clear_faults(zk);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected behind its own late create (%d candidates, predecessor %lld, "
+			 "seq %lld)", count_children(cl, "cm"),
+			 (long long)dxl_election_predecessor(e), (long long)dxl_election_seq(e));
+	assert_int_equal(count_children(cl, "cm"), 1);
+	/* the znode left is the candidacy's own (sequence 1: the late one
+	 * was 0) */
+	assert_int_equal(dxl_election_seq(e), 1);
+	dxl_election_delete(&e);
+	assert_int_equal(count_children(cl, "cm"), 0);
+	dxl_zk_delete(&zk);
+}
+
+/*
  * A writer slot's create is applied, its reply lost: the slot is held by
  * this session, but no writer has it -- it counted as a live writer (it
  * held back the backups' appliers and retention) until the session ended.
@@ -1218,6 +1292,8 @@ int main(void)
 		cmocka_unit_test_setup(test_reopen_from_callback, test_setup),
 		cmocka_unit_test_setup(test_cursors, test_setup),
 		cmocka_unit_test_setup(test_election_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_election_lost_reply_disconnected, test_setup),
+		cmocka_unit_test_setup(test_election_late_create, test_setup),
 		cmocka_unit_test_setup(test_writer_slot_lost_reply, test_setup),
 		cmocka_unit_test_setup(test_versioned_set_lost_reply, test_setup),
 	};
