@@ -82,6 +82,8 @@ struct dxl_zk {
 	} faults[16];
 	unsigned nfaults;
 	_Atomic uint32_t faults_fired;
+	/* the writer slots held by this zk's writers (writers.c) */
+	struct zk_writers writers;
 	/* a write held back by DXL_ZK_LATE_APPLY, applied before the next one */
 	struct zk_late {
 		unsigned op;      /* 0 = none */
@@ -1164,6 +1166,7 @@ void dxl_zk_cfg_init(struct dxl_zk_cfg *cfg)
 	cfg->retry_max_ms = 2000;
 	cfg->lease_pct = 50;
 	cfg->op_timeout_ms = 0;
+	cfg->writer_slots_max = 4096;
 }
 
 static int cfg_check(const struct dxl_zk_cfg *c)
@@ -1192,13 +1195,16 @@ static int cfg_check(const struct dxl_zk_cfg *c)
 	if (c->op_timeout_ms > 3600000)
 		return dxl_err_set(DXL_E_INVAL, "zookeeper: op timeout %u ms too "
 				   "large", c->op_timeout_ms);
+	if (c->writer_slots_max < 1 || c->writer_slots_max > 1048576)
+		return dxl_err_set(DXL_E_INVAL, "zookeeper: writer_slots_max %u out of "
+				   "[1, 1048576]", c->writer_slots_max);
 	return 0;
 }
 
 static const char *const known_keys[] = {
 	"zk.connect",          "zk.cluster",         "zk.session_timeout_ms",
 	"zk.connect_timeout_ms", "zk.retry_initial_ms", "zk.retry_max_ms",
-	"zk.lease_pct",        "zk.op_timeout_ms",   NULL,
+	"zk.lease_pct",        "zk.op_timeout_ms",   "zk.writer_slots_max", NULL,
 };
 
 int dxl_zk_cfg_load(const struct dxl_config *conf, struct dxl_zk_cfg *out)
@@ -1239,6 +1245,7 @@ int dxl_zk_cfg_load(const struct dxl_config *conf, struct dxl_zk_cfg *out)
 	U32_KEY("zk.retry_max_ms", retry_max_ms, 1, 600000);
 	U32_KEY("zk.lease_pct", lease_pct, 10, 60);
 	U32_KEY("zk.op_timeout_ms", op_timeout_ms, 0, 3600000);
+	U32_KEY("zk.writer_slots_max", writer_slots_max, 1, 1048576);
 #undef U32_KEY
 	if (c.retry_max_ms < c.retry_initial_ms)
 		return dxl_err_set(DXL_E_CONFIG, "%s: key zk.retry_max_ms: %u is "
@@ -1332,8 +1339,20 @@ static void zk_free(struct dxl_zk *zk)
 	pthread_mutex_destroy(&zk->mu);
 	pthread_mutex_destroy(&zk->reopen_mu);
 	pthread_mutex_destroy(&zk->fault_mu);
+	pthread_mutex_destroy(&zk->writers.mu);
+	free(zk->writers.held);
 	free(zk->late.data);
 	free(zk);
+}
+
+struct zk_writers *zk_writers_of(struct dxl_zk *zk)
+{
+	return &zk->writers;
+}
+
+uint32_t zk_writer_slots_max(const struct dxl_zk *zk)
+{
+	return zk->cfg.writer_slots_max;
 }
 
 int dxl_zk_new(const struct dxl_zk_cfg *cfg, struct dxl_zk **out)
@@ -1351,6 +1370,7 @@ int dxl_zk_new(const struct dxl_zk_cfg *cfg, struct dxl_zk **out)
 	pthread_mutex_init(&zk->mu, NULL);
 	pthread_mutex_init(&zk->reopen_mu, NULL);
 	pthread_mutex_init(&zk->fault_mu, NULL);
+	pthread_mutex_init(&zk->writers.mu, NULL);
 	cond_init_mono(&zk->cond);
 	cond_init_mono(&zk->ev_cond);
 	cond_init_mono(&zk->lease_cond);

@@ -100,6 +100,10 @@ struct dxl_zk_cfg {
 	/* how long a call waits for a (re)connection before DXL_E_UNAVAIL.
 	 * 0 (default) = the session timeout. */
 	uint32_t op_timeout_ms;
+	/* how many writer slots (dxl_writer_slot_lease) one session of this
+	 * zk may hold at once; a lease beyond is refused (DXL_E_FULL).
+	 * Default 4096; 1..1048576. */
+	uint32_t writer_slots_max;
 	/* session state changes; NULL = not interested */
 	dxl_zk_state_cb on_state;
 	void *arg;
@@ -113,8 +117,8 @@ struct dxl_config;
 /*
  * dxl_zk_cfg_load -- override cfg's fields from the "zk.*" keys of a config
  * file: zk.connect, zk.cluster, zk.session_timeout_ms, zk.connect_timeout_ms,
- * zk.retry_initial_ms, zk.retry_max_ms, zk.lease_pct, zk.op_timeout_ms.
- * Absent keys keep cfg's value. Returns 0, or DXL_E_CONFIG naming file, line
+ * zk.retry_initial_ms, zk.retry_max_ms, zk.lease_pct, zk.op_timeout_ms,
+ * zk.writer_slots_max. Absent keys keep cfg's value. Returns 0, or DXL_E_CONFIG naming file, line
  * and key (unknown "zk.*" key, bad value); cfg is unchanged on error.
  */
 int dxl_zk_cfg_load(const struct dxl_config *conf, struct dxl_zk_cfg *cfg);

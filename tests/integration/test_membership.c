@@ -1145,6 +1145,85 @@ static void test_writer_slot_lost_reply(void **state)
 }
 
 /*
+ * The registry of held writer slots. It was one table for the process,
+ * capped at 4096 entries that were never dropped when their session ended;
+ * once full, a lease went unrecorded and the next writer of the same
+ * session that met the znode ("ours", and held by nobody here) took the
+ * same slot: two writers on one ring. Now it is per zk and per session: a
+ * lease it cannot record is refused before anything is created, and a new
+ * session starts empty (the old one's znodes went with it).
+ */
+static void test_writer_registry(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "wreg");
+	/* the registry's size: 8 here (zk.writer_slots_max); with
+	 * DXL_TEST_WRITER_SLOTS=4096 the default and the old table's size
+	 * (4096 creates: about 17 s) */
+	const char *env = getenv("DXL_TEST_WRITER_SLOTS");
+	uint32_t n = env ? (uint32_t)atoi(env) : 8;
+	assert_true(n >= 8 && n <= 4096);
+	struct dxl_zk_cfg c;
+	cfg_for(&c, cl, NULL);
+	c.writer_slots_max = n;
+	struct dxl_zk *zk = NULL;
+	assert_int_equal(dxl_zk_new(&c, &zk), 0);
+	uint64_t t0 = dxl_now_ms();
+	/* n slots held by this session: shards 100.. x 64 slots */
+	for (uint32_t i = 0; i < n; i++) {
+		int ret = dxl_writer_slot_take(zk, 100 + i / 64, i % 64);
+		if (ret)
+			fail_msg("take %u/%u: %s", 100 + i / 64, i % 64, dxl_errmsg());
+	}
+	print_message("%u writer slots taken in %llu ms\n", n,
+		      (unsigned long long)(dxl_now_ms() - t0));
+	/* two writers of this session lease a slot of another shard: never
+	 * the same one (or one of them is refused) */
+	uint32_t a = 99, b = 99;
+	int ra = dxl_writer_slot_lease(zk, 7, 4, &a);
+	int rb = dxl_writer_slot_lease(zk, 7, 4, &b);
+	if (!ra && !rb && a == b)
+		fail_msg("two writers of one session leased slot %u of shard 7", a);
+	assert_int_equal(ra, DXL_E_FULL);
+	assert_int_equal(rb, DXL_E_FULL);
+	uint64_t mask = 1;
+	assert_int_equal(dxl_writer_slots_live(zk, 7, &mask), 0);
+	assert_int_equal(mask, 0); /* refused before anything was created */
+	/* a release makes room (a release of a slot not held changes
+	 * nothing) */
+	assert_int_equal(dxl_writer_slot_release(zk, 7, 2), DXL_E_NOENT);
+	assert_int_equal(dxl_writer_slot_lease(zk, 7, 4, &a), DXL_E_FULL);
+	assert_int_equal(dxl_writer_slot_release(zk, 100, 5), 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 7, 4, &a), 0);
+	assert_int_equal(a, 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 7, 4, &b), DXL_E_FULL);
+
+	/* the session ends (its slots with it), a new one starts: the
+	 * registry of the old one is gone too */
+	assert_int_equal(dxl_zk_inject_expiry(zk), 0);
+	uint64_t end = dxl_now_ms() + 10000;
+	while (dxl_zk_state(zk) != DXL_ZK_EXPIRED) {
+		if (dxl_now_ms() > end)
+			fail_msg("the session did not expire");
+		usleep(10000);
+	}
+	assert_int_equal(dxl_zk_reopen(zk), 0);
+	a = b = 99;
+	ra = dxl_writer_slot_lease(zk, 7, 4, &a);
+	rb = dxl_writer_slot_lease(zk, 7, 4, &b);
+	if (!ra && !rb && a == b)
+		fail_msg("two writers of the new session leased slot %u of shard 7", a);
+	if (ra || rb)
+		fail_msg("leases in a new session: %s / %s (the old session's registry "
+			 "was kept): %s", dxl_errname(ra), dxl_errname(rb), dxl_errmsg());
+	assert_int_equal(a, 0);
+	assert_int_equal(b, 1);
+	assert_int_equal(dxl_writer_slots_live(zk, 7, &mask), 0);
+	assert_int_equal(mask, 3);
+	dxl_zk_delete(&zk);
+}
+
+/*
  * Versioned sets and registrations whose reply is lost: the caller gets
  * DXL_E_UNAVAIL ("may or may not have been applied") and learns the
  * outcome by reading; a retry is safe -- a CAS retried with the old version
@@ -1295,6 +1374,7 @@ int main(void)
 		cmocka_unit_test_setup(test_election_lost_reply_disconnected, test_setup),
 		cmocka_unit_test_setup(test_election_late_create, test_setup),
 		cmocka_unit_test_setup(test_writer_slot_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_writer_registry, test_setup),
 		cmocka_unit_test_setup(test_versioned_set_lost_reply, test_setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, group_setup,
