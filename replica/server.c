@@ -60,6 +60,8 @@ struct dxl_replica_server {
 	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
 	 * MEMBER of the shard as of its last configuration (member_mark) */
 	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* when a JOINING shard started joining in its current epoch */
+	uint64_t join_since_ms[DXL_REPLICA_MAX_SHARDS];
 	/* a configuration was read (or found absent) on this session: only
 	 * then is nodes/<id> published (issue 16.8) */
 	bool cfg_synced;
@@ -110,6 +112,7 @@ static const char *const KEYS[] = {
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"replica.join_timeout_ms", "30000", "a shard whose join pull has not succeeded this long gives up joining (catching_up: the CM removes it and adds it again once caught up); 0 = never",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
 	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
@@ -156,6 +159,7 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->cm_check_ms = 500;
 	cfg->pull_ms = 200;
 	cfg->sync_bytes = 256 << 10;
+	cfg->join_timeout_ms = 30000;
 	dxl_fabric_cfg_init(&cfg->fabric);
 	dxl_zk_cfg_init(&cfg->zk);
 }
@@ -273,7 +277,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"replica.node_id", "replica.data_dir", "replica.durability",
 		"replica.create", "replica.shards", "replica.service_ms",
 		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
-		"replica.sync_bytes", "cm.min_replicas", "cm.replication",
+		"replica.sync_bytes", "replica.join_timeout_ms", "cm.min_replicas", "cm.replication",
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
@@ -331,6 +335,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
 	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
 	U32("replica.pull_ms", pull_ms, 1, 3600000);
+	U32("replica.join_timeout_ms", join_timeout_ms, 0, 86400000);
 	U32("cm.check_ms", cm_check_ms, 1, 3600000);
 	U32("cm.min_replicas", cm_params.min_replicas, 1, DXL_CONFIG_MAX_REPLICAS);
 	U32("cm.replication", cm_params.replication, 1, DXL_CONFIG_MAX_REPLICAS);
@@ -691,15 +696,30 @@ static void apply_config(struct dxl_replica_server *s)
 		 * added again with this identity (issue 16.3) */
 		uint64_t rec = dxl_cluster_shard_data_id(sh, s->cfg.node_id);
 		bool renewed = in_shard(sh, s->cfg.node_id) && rec && rec != s->data_id[i];
+		/* a store marked incomplete (a copy or a state transfer was
+		 * cut short) misses records' effects: never a member at once */
+		bool store_ok = !s->rcvm || dxl_rcvm_store_ok(s->rcvm, i);
 		if (in_shard(sh, s->cfg.node_id) && !renewed) {
 			/* a node that joins copies the shard from the primary
 			 * once more before it says MEMBER (join_pulls); the
 			 * other shards do not wait for it (issue 16.1). A copy
 			 * that was a member when the node stopped (its mark)
-			 * is one at once: nothing was acknowledged without it */
-			if (s->st[i] != DXL_SHARD_MEMBER)
-				set_state(s, i, primary || s->marked[i] ? DXL_SHARD_MEMBER :
-									   DXL_SHARD_JOINING);
+			 * is one at once: nothing was acknowledged without it.
+			 * With an incomplete store: a backup joins again (its
+			 * join pull transfers state from the primary); the
+			 * primary, which has nobody to join from, says it is
+			 * not a member (catching up: the CM promotes a member
+			 * that counts) */
+			if (s->st[i] != DXL_SHARD_MEMBER) {
+				if (!store_ok && primary)
+					set_state(s, i, DXL_SHARD_CATCHING_UP);
+				else
+					set_state(s, i, (primary || s->marked[i]) && store_ok
+								? DXL_SHARD_MEMBER
+								: DXL_SHARD_JOINING);
+			}
+			if (s->st[i] == DXL_SHARD_JOINING)
+				s->join_since_ms[i] = dxl_now_ms(); /* its timeout */
 		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING ||
 			   (s->st[i] == DXL_SHARD_UNASSIGNED && (sh || renewed))) {
 			set_state(s, i, DXL_SHARD_CATCHING_UP);
@@ -888,12 +908,34 @@ static void join_pulls(struct dxl_replica_server *s)
 		uint64_t changed = 0;
 		if (ready) {
 			DXL_TESTPOINT("replica.join_pull.copy", s);
-			ret = pull_shard(s, i, s->src_desc, &changed);
+			int inj = 0; /* (tests: a copy that fails) */
+			DXL_TESTPOINT("replica.join_pull.fail", &inj);
+			ret = inj ? dxl_err_set(inj, "join pull failed (injected)")
+				  : pull_shard(s, i, s->src_desc, &changed);
 		}
 		if (!ready || ret) {
 			if (ret)
 				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
 					  sh->primary, dxl_errmsg());
+			/* a join that does not get done in join_timeout_ms
+			 * (the primary unreachable from here, copies failing,
+			 * a state transfer failing; not one under way) is
+			 * given up: the shard says it is not a member, the CM
+			 * removes it (min_replicas allowing) and adds it again
+			 * once it has caught up -- instead of a member that
+			 * writers refuse to open with, kept for good */
+			uint64_t waited = dxl_now_ms() - s->join_since_ms[i];
+			if (s->cfg.join_timeout_ms && waited >= s->cfg.join_timeout_ms &&
+			    !(s->rcvm && dxl_rcvm_busy(s->rcvm, i))) {
+				DXL_WARN("event=join_timeout shard=%u epoch=%" PRIu64 " source=%u ms=%" PRIu64
+					 " msg=\"%s\" action=catch_up",
+					 shard, s->cfg_epoch, sh->primary, waited,
+					 ret ? dxl_errmsg() : "the primary is not registered for the epoch");
+				set_state(s, i, DXL_SHARD_CATCHING_UP);
+				s->published = false;
+				DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64
+					 " state=catching_up was=joining", shard, s->cfg_epoch);
+			}
 			continue;
 		}
 		set_state(s, i, DXL_SHARD_MEMBER);

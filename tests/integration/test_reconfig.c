@@ -22,7 +22,8 @@
  *  - more cases are added with their defects.
  *
  * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it); skips otherwise.
- * DXL_TEST_KEEP=1 keeps the directory. */
+ * DXL_TEST_KEEP=1 keeps the directory; DXL_TEST_FILTER=<cmocka pattern>
+ * runs matching cases only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +41,7 @@
 #include "common/common.h"
 #include "dxl/log.h"
 #include "dxl/membership.h"
+#include "dxl/recovery.h"
 #include "dxl/replica.h"
 #include "coordinator/coord_internal.h"
 #include "dxl/co.h"
@@ -98,6 +100,7 @@ static int group_teardown(void **state)
  * lease rule held up by a long handler or a region registration; a join
  * pull that takes long) */
 static volatile int g_hold;
+static volatile int g_fail; /* fail_cb */
 static void hold_cb(const char *name, void *ctx, void *arg)
 {
 	(void)name;
@@ -123,6 +126,7 @@ static int case_teardown(void **state)
 	(void)state;
 	dxlt_kill_all();
 	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE); /* a failed case's pause */
+	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
 	dxl_testpoint_clear_all();
 	for (int i = 1; i <= MAXN; i++)
 		if (g_n[i].srv.s)
@@ -732,6 +736,256 @@ static void test_second_failure_during_join(void **state)
 	assert_int_equal(holds(2, 0, ts, 30), 30);
 }
 
+/* reconcile -- one CM round from the test (no node stands for the CM):
+ * 1 = the configuration changed, 0 = no change */
+static int reconcile(uint32_t min_replicas, uint32_t replication)
+{
+	struct dxl_cm_params p = {.min_replicas = min_replicas, .replication = replication};
+	uint64_t ep = 0;
+	int ret = dxl_cm_reconcile(g_zk, &p, &ep);
+	if (ret < 0)
+		fail_msg("cm round: %s", dxl_errmsg());
+	return ret;
+}
+
+static void config_now(struct dxl_cluster_config *c)
+{
+	assert_int_equal(dxl_cluster_config_read(g_zk, c, NULL), 0);
+}
+
+/*
+ * Review of issue 16: shard {1 primary, 2 member, 3 joining}, min_replicas
+ * 2, replication 3, no candidates; the primary dies. Node 3's join pull
+ * copies from the configured primary, so it waited for node 1 for good, and
+ * the CM said "1 of 3 members alive and in sync, below cm.min_replicas 2":
+ * the shard was down until node 1 returned. Now the CM promotes node 2 (node
+ * 1 stays listed: writers still wait), node 3 joins from it, then node 1 is
+ * removed and the shard is written again.
+ */
+static void test_dead_primary_joiner_waits(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	for (uint32_t id = 1; id <= 3; id++) {
+		start(id, 1);
+		wait_state(id, 0, 0, -1, 10000);
+	}
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(3, ep, 0, DXL_SHARD_SYNCED, 10000);
+	uint64_t ts[20];
+	append(0, 10, ts);
+	/* node 3 joins; its join pull is held until node 1 is gone */
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.copy", hold_cb, NULL), 0);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2, 3}};
+	ep = config(1, e2);
+	wait_state(3, ep, 0, DXL_SHARD_JOINING, 10000);
+	uint64_t end = dxl_now_ms() + 10000;
+	while (dxl_testpoint_hits("replica.join_pull.copy") < 1)
+		if (dxl_now_ms() > end)
+			fail_msg("node 3 did not start its join pull");
+		else
+			usleep(5000);
+	dxlt_server_stop(&g_n[1].srv);
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	dxl_testpoint_clear_all();
+	/* the CM (min_replicas 2, replication 3): node 2 is promoted */
+	end = dxl_now_ms() + 5000;
+	while (reconcile(2, 3) == 0)
+		if (dxl_now_ms() > end)
+			fail_msg("the CM changed nothing: node 3 waits for the dead primary for good");
+		else
+			usleep(50000);
+	struct dxl_cluster_config c;
+	config_now(&c);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	assert_int_equal(sh->primary, 2);
+	assert_int_equal(sh->nbackups, 2); /* 1 (dead, still listed) and 3 */
+	ep = c.epoch;
+	dxl_cluster_config_clear(&c);
+	/* node 3 joins from node 2; then the dead primary goes */
+	wait_state(3, ep, 0, DXL_SHARD_MEMBER, 15000);
+	end = dxl_now_ms() + 5000;
+	while (reconcile(2, 3) == 0)
+		if (dxl_now_ms() > end)
+			fail_msg("the dead primary was not removed once node 3 joined");
+		else
+			usleep(50000);
+	config_now(&c);
+	sh = dxl_cluster_config_shard(&c, 0);
+	assert_int_equal(sh->primary, 2);
+	assert_int_equal(sh->nbackups, 1);
+	assert_int_equal(sh->backups[0], 3);
+	dxl_cluster_config_clear(&c);
+	append(0, 10, ts + 10);
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+	assert_int_equal(holds(3, 0, ts, 20), 20);
+}
+
+/* fail_cb -- a test point that makes a join pull fail (while g_fail) */
+static void fail_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)arg;
+	if (__atomic_load_n(&g_fail, __ATOMIC_ACQUIRE))
+		*(int *)ctx = DXL_E_UNREACHABLE;
+}
+
+/*
+ * A joining member whose join pull keeps failing (the primary unreachable
+ * from it) stayed JOINING for good: the CM kept it (it never counts, never
+ * goes), and writers refuse to open with a member that is not MEMBER. Now it
+ * gives up after replica.join_timeout_ms: it says it is not a member, the
+ * CM removes it or adds it again, and it joins once the pull works.
+ */
+static void test_join_timeout(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start(1, 1);
+	struct node *n = &g_n[2];
+	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n2", g_tmp, g_case);
+	dxlt_server_cfg(&n->cfg, 2, n->dir, g_zkc, g_cluster, 1);
+	n->cfg.join_timeout_ms = 800;
+	if (dxlt_server_start(&n->cfg, &n->srv))
+		fail_msg("node 2: %s", dxl_errmsg());
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
+	uint64_t ts[20];
+	append(0, 10, ts);
+	__atomic_store_n(&g_fail, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.fail", fail_cb, NULL), 0);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 10000);
+	uint64_t t0 = dxl_now_ms();
+	/* it gives up: catching up (then synced), at this epoch */
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	int st = DXL_SHARD_JOINING;
+	while (st == DXL_SHARD_JOINING) {
+		if (dxl_now_ms() - t0 > 8000)
+			fail_msg("node 2 still joining %llu ms after its join pulls began to fail "
+				 "(replica.join_timeout_ms 800)",
+				 (unsigned long long)(dxl_now_ms() - t0));
+		usleep(20000);
+		if (dxl_replica_desc_get(g_zk, 2, d) == 0 && d->cfg_epoch == ep &&
+		    dxl_replica_desc_shard(d, 0))
+			st = dxl_replica_desc_shard(d, 0)->state;
+	}
+	free(d);
+	assert_true(dxl_testpoint_hits("replica.join_pull.fail") >= 2);
+	/* the CM (min_replicas 1): it is not a member any more: removed, or
+	 * added again once caught up */
+	uint64_t end = dxl_now_ms() + 5000;
+	while (reconcile(1, 2) == 0)
+		if (dxl_now_ms() > end)
+			fail_msg("the CM kept a member that gave up joining");
+		else
+			usleep(50000);
+	/* the pull works again: node 2 gets back in (the CM adds it again
+	 * when it has caught up) and joins */
+	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
+	end = dxl_now_ms() + 20000;
+	for (;;) {
+		struct dxl_cluster_config c;
+		config_now(&c);
+		ep = c.epoch;
+		bool in = dxl_cluster_config_shard(&c, 0)->nbackups == 1;
+		dxl_cluster_config_clear(&c);
+		if (in && dxlt_wait_cfg_epoch(g_zk, 2, ep, 0, DXL_SHARD_MEMBER, 200) == 0)
+			break;
+		if (dxl_now_ms() > end)
+			fail_msg("node 2 did not join again (epoch %llu)", (unsigned long long)ep);
+		reconcile(1, 2);
+	}
+	append(0, 10, ts + 10);
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+	dxl_testpoint_clear_all();
+}
+
+/* start_tables -- node id with one table on shard 0 */
+static void start_tables(uint32_t id)
+{
+	struct node *n = &g_n[id];
+	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n%u", g_tmp, g_case, id);
+	dxlt_server_cfg(&n->cfg, id, n->dir, g_zkc, g_cluster, 1);
+	n->cfg.ntables = 1;
+	n->cfg.tables[0] = (struct dxl_table_schema){.id = 1, .value_size = 16, .capacity = 64};
+	if (dxlt_server_start(&n->cfg, &n->srv))
+		fail_msg("node %u: %s", id, dxl_errmsg());
+}
+
+/*
+ * A member whose store is marked incomplete (a copy or a state transfer cut
+ * short, not rebuilt at start: no checkpoint) misses records' effects. It
+ * came back a member at once on its member mark -- as a backup it served
+ * reads of a store missing writes, as the primary it served the tables.
+ * Now a backup joins again (its join pull completes the store from the
+ * primary) and a primary says it is not a member (catching_up): the CM
+ * promotes a member that counts and removes it.
+ */
+static void test_incomplete_store_not_member(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start_tables(1);
+	start_tables(2);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts[10];
+	append(0, 10, ts);
+	/* the backup, restarted on a store marked incomplete: it joins */
+	dxlt_server_stop(&g_n[2].srv);
+	assert_int_equal(dxl_rcv_mark_incomplete(g_n[2].dir, 0, "test"), 0);
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.wait", hold_cb, NULL), 0);
+	if (dxlt_server_start(&g_n[2].cfg, &g_n[2].srv))
+		fail_msg("node 2: %s", dxl_errmsg());
+	int ret = dxlt_wait_cfg_epoch(g_zk, 2, ep, 0, DXL_SHARD_JOINING, 10000);
+	if (ret)
+		fail_msg("backup with an incomplete store: %s", dxl_errmsg());
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	dxl_testpoint_clear_all();
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 15000);
+	assert_int_equal(holds(2, 0, ts, 10), 10);
+	/* the primary, restarted on a store marked incomplete: not a member */
+	dxlt_server_stop(&g_n[1].srv);
+	assert_int_equal(dxl_rcv_mark_incomplete(g_n[1].dir, 0, "test"), 0);
+	if (dxlt_server_start(&g_n[1].cfg, &g_n[1].srv))
+		fail_msg("node 1: %s", dxl_errmsg());
+	ret = dxlt_wait_cfg_epoch(g_zk, 1, ep, 0, DXL_SHARD_CATCHING_UP, 10000);
+	if (ret)
+		fail_msg("primary with an incomplete store: %s", dxl_errmsg());
+	/* the CM (min_replicas 1): node 2 promoted, node 1 removed */
+	uint64_t end = dxl_now_ms() + 5000;
+	while (reconcile(1, 2) == 0)
+		if (dxl_now_ms() > end)
+			fail_msg("the CM kept a primary that is not a member");
+		else
+			usleep(50000);
+	struct dxl_cluster_config c;
+	config_now(&c);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	assert_int_equal(sh->primary, 2);
+	assert_int_equal(sh->nbackups, 0);
+	dxl_cluster_config_clear(&c);
+}
+
 /* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
 
 /*
@@ -996,6 +1250,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_candidacy_deleted, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_second_failure_during_join, case_setup,
 						case_teardown),
+		cmocka_unit_test_setup_teardown(test_dead_primary_joiner_waits, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_join_timeout, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_incomplete_store_not_member, case_setup,
+						case_teardown),
 	};
+	if (getenv("DXL_TEST_FILTER")) /* a cmocka pattern: one case */
+		cmocka_set_test_filter(getenv("DXL_TEST_FILTER"));
 	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
 }
