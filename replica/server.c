@@ -60,6 +60,10 @@ struct dxl_replica_server {
 	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
 	 * MEMBER of the shard as of its last configuration (member_mark) */
 	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* this boot of the machine (/proc/sys/kernel/random/boot_id; "" if
+	 * unknown): in marks, which durability=process trusts only within
+	 * the boot that wrote them */
+	char boot_id[40];
 	/* when a JOINING shard started joining in its current epoch */
 	uint64_t join_since_ms[DXL_REPLICA_MAX_SHARDS];
 	/* a configuration was read (or found absent) on this session: only
@@ -515,10 +519,31 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
  * nothing: nothing was acknowledged without it), an unmarked one JOINING --
  * e.g. a node that was added, then stopped before its join pull was done,
  * still lacks what was acknowledged before it joined.
+ *
+ * Two rules keep the mark from vouching for a copy it does not describe:
+ *  - a mark that could not be removed stays "on" in memory, and no copy
+ *    rewrites the shard's rings until it is gone (mark_gone): a crash in
+ *    the middle of such a copy would bring the node back a member;
+ *  - with durability=process the log lives in the page cache: an OS crash
+ *    loses what was not written back, but not the fsynced mark. The mark
+ *    says which boot wrote it, and in process mode a mark of another boot
+ *    (or without one) is stale: the copy joins again.
  */
 static void mark_path(const struct dxl_replica_server *s, uint32_t i, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s/shard-%u.member", s->cfg.data_dir, dxl_shard_id(s->shards[i]));
+}
+
+static void read_boot_id(char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
 }
 
 static void fsync_dir(const char *dir)
@@ -531,22 +556,34 @@ static void fsync_dir(const char *dir)
 	}
 }
 
-/* member_mark -- write (on) or remove (off) the mark of shard index i */
+/* member_mark -- write (on) or remove (off) the mark of shard index i;
+ * s->marked[i] says whether it is (still) there */
 static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
 {
 	char path[1100], tmp[1110];
 	mark_path(s, i, path, sizeof(path));
 	if (!on) {
-		if (unlink(path) && errno != ENOENT)
-			DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path, errno);
+		int err = 0; /* (tests: an unlink that fails) */
+		DXL_TESTPOINT("replica.member_mark.unlink", &err);
+		if (err ? (errno = err, -1) : unlink(path)) {
+			if (errno != ENOENT) {
+				/* still there: still "on", retried by the next
+				 * set_state or mark_gone; nothing copies into
+				 * the rings meanwhile */
+				DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path,
+					  errno);
+				return;
+			}
+		}
 		fsync_dir(s->cfg.data_dir);
 		s->marked[i] = false;
 		return;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	char text[128];
-	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\n", s->data_id[i]);
+	char text[192];
+	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\nboot_id=%s\n", s->data_id[i],
+			 s->boot_id);
 	bool ok = fd >= 0 && write(fd, text, (size_t)n) == n && fsync(fd) == 0;
 	if (fd >= 0)
 		close(fd);
@@ -562,24 +599,48 @@ static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
 	s->marked[i] = true;
 }
 
+/* mark_gone -- shard index i has no mark (removing it if needed): only
+ * then may a copy rewrite its rings */
+static bool mark_gone(struct dxl_replica_server *s, uint32_t i)
+{
+	if (s->marked[i])
+		member_mark(s, i, false);
+	return !s->marked[i];
+}
+
 /* member_mark_read -- the mark of shard index i is there, for this identity
- * (a mark of another identity is stale: removed) */
+ * (and, with durability=process, this boot); another one is stale: removed */
 static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
 {
-	char path[1100], text[128] = "";
+	char path[1100], text[256] = "";
 	mark_path(s, i, path, sizeof(path));
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return false;
-	bool got = fgets(text, sizeof(text), f) != NULL;
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
 	fclose(f);
+	text[got] = 0;
 	uint64_t id = 0;
-	text[strcspn(text, "\n")] = 0;
-	if (got && !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
-	    id == s->data_id[i])
+	char boot[64] = "";
+	char *nl = strchr(text, '\n');
+	if (nl) {
+		*nl = 0;
+		const char *b = nl + 1;
+		if (!strncmp(b, "boot_id=", 8)) {
+			snprintf(boot, sizeof(boot), "%s", b + 8);
+			boot[strcspn(boot, "\n")] = 0;
+		}
+	}
+	bool id_ok = !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
+		     id == s->data_id[i];
+	bool boot_ok = s->cfg.durability != DXL_DUR_PROCESS ||
+		       (s->boot_id[0] && !strcmp(boot, s->boot_id));
+	if (id_ok && boot_ok)
 		return true;
-	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " action=remove", path,
-		 s->data_id[i]);
+	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " reason=%s action=remove",
+		 path, s->data_id[i], !id_ok ? "data_id" : "boot_id");
+	/* removed; if that fails it stays stale for good (its identity or
+	 * boot never matches again): harmless, copies may go on */
 	member_mark(s, i, false);
 	return false;
 }
@@ -826,6 +887,8 @@ static void catch_up(struct dxl_replica_server *s)
 		enum dxl_shard_state old = s->st[i];
 		if (s->st[i] == DXL_SHARD_SYNCED && ++s->pull_skip[i] % 5)
 			continue; /* synced: one pass in five */
+		if (!mark_gone(s, i))
+			continue; /* its member mark is still there: no copy */
 		bool skip = false; /* (tests: a copy that takes long) */
 		DXL_TESTPOINT("replica.catch_up.pass", &skip);
 		if (skip)
@@ -906,6 +969,11 @@ static void join_pulls(struct dxl_replica_server *s)
 		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch && psd &&
 			     psd->state == DXL_SHARD_MEMBER;
 		uint64_t changed = 0;
+		if (ready && !mark_gone(s, i)) {
+			ready = false; /* a mark that will not go: no copy */
+			ret = dxl_err_set(DXL_E_IO, "shard %u: its member mark cannot be removed",
+					  shard);
+		}
 		if (ready) {
 			DXL_TESTPOINT("replica.join_pull.copy", s);
 			int inj = 0; /* (tests: a copy that fails) */
@@ -1358,6 +1426,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
 		s->data_id[i] = shard_data_id(s, i);
+		if (!i)
+			read_boot_id(s->boot_id, sizeof(s->boot_id));
 		/* no configuration yet: nothing is assigned (issue 16.8) */
 		s->st[i] = DXL_SHARD_UNASSIGNED;
 		s->marked[i] = member_mark_read(s, i);

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -100,7 +101,7 @@ static int group_teardown(void **state)
  * lease rule held up by a long handler or a region registration; a join
  * pull that takes long) */
 static volatile int g_hold;
-static volatile int g_fail; /* fail_cb */
+static volatile int g_fail; /* fail_cb, unlink_fail_cb */
 static void hold_cb(const char *name, void *ctx, void *arg)
 {
 	(void)name;
@@ -986,6 +987,119 @@ static void test_incomplete_store_not_member(void **state)
 	dxl_cluster_config_clear(&c);
 }
 
+/* unlink_fail_cb -- a test point that makes the member mark's unlink fail */
+static void unlink_fail_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)arg;
+	if (__atomic_load_n(&g_fail, __ATOMIC_ACQUIRE))
+		*(int *)ctx = EIO;
+}
+
+static bool mark_exists(uint32_t node, uint32_t shard)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/shard-%u.member", g_n[node].dir, shard);
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * The member mark must be gone before a copy rewrites the rings: a node
+ * removed from a shard whose mark cannot be removed (unlink fails) went on
+ * as if it had been (marked = false in memory) and copied the shard -- a
+ * crash during that copy brought it back a member of a half-copied log.
+ * Now nothing is copied while the mark is there; the removal is retried.
+ */
+static void test_member_mark_unlink_fails(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	assert_true(mark_exists(2, 0));
+	uint64_t ts[20];
+	append(0, 10, ts);
+	__atomic_store_n(&g_fail, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.member_mark.unlink", unlink_fail_cb, NULL), 0);
+	static const uint32_t e2[1][MAXN + 1] = {{1}};
+	ep = config(1, e2);
+	wait_state(2, ep, 0, DXL_SHARD_CATCHING_UP, 10000);
+	append(0, 10, ts + 10); /* node 1 only */
+	/* catch-up passes (every 50 ms) come and go: none copies */
+	uint64_t end = dxl_now_ms() + 1500;
+	while (dxl_now_ms() < end) {
+		if (holds(2, 0, ts + 10, 10))
+			fail_msg("node 2 copied the shard while its member mark was still there");
+		usleep(50000);
+	}
+	assert_true(mark_exists(2, 0));
+	assert_true(dxl_testpoint_hits("replica.member_mark.unlink") >= 2); /* retried */
+	/* the unlink works again: the mark goes, then the copy */
+	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
+	assert_false(mark_exists(2, 0));
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+	dxl_testpoint_clear_all();
+}
+
+/*
+ * With durability=process the log is in the page cache: an OS crash loses
+ * what was not written back, but not the fsynced member mark -- the node
+ * came back a member at once (and could be promoted, and be the writers'
+ * repair reference). A mark names the boot that wrote it; in process mode
+ * a mark of another boot is stale: the node joins again.
+ */
+static void test_member_mark_other_boot(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	dxlt_server_stop(&g_n[2].srv);
+	/* the "OS crash": the mark says another boot wrote it */
+	char path[400], text[256] = "";
+	snprintf(path, sizeof(path), "%s/shard-0.member", g_n[2].dir);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[got] = 0;
+	char *nl = strchr(text, '\n');
+	assert_non_null(nl);
+	nl[1] = 0; /* the data_id line only */
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "%sboot_id=00000000-0000-0000-0000-000000000000\n", text);
+	fclose(f);
+	/* back: it must join (held in its join pull), not be a member at once */
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.wait", hold_cb, NULL), 0);
+	if (dxlt_server_start(&g_n[2].cfg, &g_n[2].srv))
+		fail_msg("node 2: %s", dxl_errmsg());
+	int ret = dxlt_wait_cfg_epoch(g_zk, 2, ep, 0, DXL_SHARD_JOINING, 10000);
+	if (ret)
+		fail_msg("node 2 with a mark of another boot: %s", dxl_errmsg());
+	assert_false(mark_exists(2, 0)); /* stale: removed */
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	assert_true(mark_exists(2, 0)); /* a member again: marked, this boot */
+	dxl_testpoint_clear_all();
+}
+
 /* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
 
 /*
@@ -1254,6 +1368,10 @@ int main(void)
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_join_timeout, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_incomplete_store_not_member, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_member_mark_unlink_fails, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_member_mark_other_boot, case_setup,
 						case_teardown),
 	};
 	if (getenv("DXL_TEST_FILTER")) /* a cmocka pattern: one case */
