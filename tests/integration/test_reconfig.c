@@ -47,6 +47,7 @@
 #include "coordinator/coord_internal.h"
 #include "dxl/co.h"
 #include "dxl/rpc.h"
+#include "tests/lib/cli_run.h"
 #include "tests/lib/faults.h"
 #include "tests/lib/proc.h"
 
@@ -102,6 +103,7 @@ static int group_teardown(void **state)
  * pull that takes long) */
 static volatile int g_hold;
 static volatile int g_fail; /* fail_cb, unlink_fail_cb */
+static volatile int g_skip_catchup; /* skip_cb */
 static void hold_cb(const char *name, void *ctx, void *arg)
 {
 	(void)name;
@@ -128,6 +130,7 @@ static int case_teardown(void **state)
 	dxlt_kill_all();
 	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE); /* a failed case's pause */
 	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_skip_catchup, 0, __ATOMIC_RELEASE);
 	dxl_testpoint_clear_all();
 	for (int i = 1; i <= MAXN; i++)
 		if (g_n[i].srv.s)
@@ -654,7 +657,6 @@ static void test_join_interrupted(void **state)
 
 /* ---- 16.2: a second failure during a join pull ------------------------------------ */
 
-static volatile int g_skip_catchup;
 static void skip_cb(const char *name, void *ctx, void *arg)
 {
 	(void)name;
@@ -1100,6 +1102,78 @@ static void test_member_mark_other_boot(void **state)
 	dxl_testpoint_clear_all();
 }
 
+/* run_tail -- 'dxl tail --shard 0 --from earliest [--replica N]' against
+ * this case's cluster; its exit status, output in out/err; *lines = lines
+ * of out */
+static int run_tail(uint32_t replica, char *out, char *err, size_t cap, size_t *lines)
+{
+	char bin[PATH_MAX], rep[16], wd[400];
+	assert_int_equal(dxlt_prog_path("dxl", bin, sizeof(bin)), 0);
+	snprintf(rep, sizeof(rep), "%u", replica);
+	snprintf(wd, sizeof(wd), "%s/c%d-tail", g_tmp, g_case);
+	mkdir(wd, 0755);
+	const char *argv[] = {bin,       "tail",   "--zk",      g_zkc,    "--cluster", g_cluster,
+			      "--shard", "0",      "--from",    "earliest", replica ? "--replica" : NULL,
+			      rep,       NULL};
+	int rc = dxlt_run(argv, NULL, wd, out, err, cap, 20000);
+	size_t k = 0;
+	for (const char *p = out; *p; p++)
+		k += *p == '\n';
+	*lines = k;
+	return rc;
+}
+
+/*
+ * dxl tail read any replica that hosted the shard and was in its replica
+ * set -- also one still joining (its join pull not done), which lacks
+ * records acknowledged before it joined: the tail printed what that copy
+ * held and skipped the rest, exit 0. Now it reads only a member with the
+ * recorded data identity: --replica naming a joiner is refused, and without
+ * --replica the tail reads the primary.
+ */
+static void test_tail_member_only(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	/* node 2 copies nothing: it has none of the records */
+	__atomic_store_n(&g_skip_catchup, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.catch_up.pass", skip_cb, NULL), 0);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts[10];
+	append(0, 10, ts);
+	/* node 2 joins; its join pulls fail (it stays joining) */
+	__atomic_store_n(&g_fail, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.fail", fail_cb, NULL), 0);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 10000);
+	assert_int_equal(holds(2, 0, ts, 10), 0);
+	static char out[65536], err[65536];
+	size_t lines = 0;
+	int rc = run_tail(2, out, err, sizeof(out), &lines);
+	if (rc == 0)
+		fail_msg("dxl tail read replica 2, which is joining (it printed %zu of 10 records)",
+			 lines);
+	assert_int_equal(rc, 1);
+	if (!strstr(err, "replica 2 is not a member of shard 0 yet (joining)"))
+		fail_msg("dxl tail: rc %d, stderr: %s", rc, err);
+	/* without --replica: the primary, every record */
+	rc = run_tail(0, out, err, sizeof(out), &lines);
+	if (rc)
+		fail_msg("dxl tail: rc %d, stderr: %s", rc, err);
+	assert_int_equal(lines, 10);
+	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_skip_catchup, 0, __ATOMIC_RELEASE);
+	dxl_testpoint_clear_all();
+}
+
 /* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
 
 /*
@@ -1373,6 +1447,7 @@ int main(void)
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_member_mark_other_boot, case_setup,
 						case_teardown),
+		cmocka_unit_test_setup_teardown(test_tail_member_only, case_setup, case_teardown),
 	};
 	if (getenv("DXL_TEST_FILTER")) /* a cmocka pattern: one case */
 		cmocka_set_test_filter(getenv("DXL_TEST_FILTER"));
