@@ -223,9 +223,6 @@ static int open_checked(const char *path, enum dxl_durability mode,
 				  "%s: file is %lld bytes, its superblock says %llu (truncated or extended)",
 				  path, (long long)st.st_size,
 				  (unsigned long long)file_size);
-	/* a region an older build left sparse gets its blocks now */
-	if (!ret && (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
-		ret = allocate(fd, path, file_size);
 	if (!ret && expect &&
 	    (strcmp(id.cluster, expect->cluster) != 0 ||
 	     id.node_id != expect->node_id))
@@ -241,6 +238,11 @@ static int open_checked(const char *path, enum dxl_durability mode,
 				  "%s: created with durability %s, opened as %s",
 				  path, dxl_durability_name(m),
 				  dxl_durability_name(mode));
+	/* a region an older build left sparse gets its blocks now -- only
+	 * once it is known to be the region asked for: a refused open
+	 * changes nothing */
+	if (!ret && (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
+		ret = allocate(fd, path, file_size);
 	if (ret) {
 		close(fd);
 		return ret;

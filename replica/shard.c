@@ -43,9 +43,27 @@ static uint64_t first_nonzero(const uint8_t *p, uint64_t n)
  * dxl_logstore_format (which writes the control blocks first and the header
  * last). Nobody can have written it since (a region is registered only once
  * it holds a log), so it holds nothing but what format wrote: format it
- * again -- after checking that everything outside cfg's control blocks is
- * zero, so that records are never formatted away.
+ * again -- after checking that every byte is zero or what format writes
+ * (ctl_is_fresh), so that neither records nor the promises of control
+ * blocks (a watermark, an owner word, a moved head) are formatted away.
  */
+/* a control block as an interrupted dxl_logstore_format may leave it: zero
+ * past the head slots (owner word, watermark, the rest), and the head slots
+ * either without a valid head (not written yet, or torn) or with the empty
+ * ring's head (position 0, nothing reclaimed) */
+static bool ctl_is_fresh(const uint8_t *ctl)
+{
+	const uint64_t slots = 2 * DXL_RING_HEAD_SLOT_SIZE;
+	if (first_nonzero(ctl + slots, DXL_RING_CTL_SIZE - slots) < DXL_RING_CTL_SIZE - slots)
+		return false;
+	struct dxl_ring_head h;
+	if (dxl_ring_head_decode(ctl, &h) != 0) {
+		dxl_err_clear();
+		return true;
+	}
+	return h.pos == 0 && h.last_ts == 0;
+}
+
 static int resume_format(struct dxl_shard *s, const char *path,
 			 const struct dxl_shard_cfg *cfg)
 {
@@ -64,6 +82,14 @@ static int resume_format(struct dxl_shard *s, const char *path,
 				   " bytes: not formatting it; move it away to start afresh",
 				   path, cfg->nrings, cfg->ring_size);
 	uint64_t stride = DXL_RING_CTL_SIZE + cfg->ring_size;
+	for (uint32_t i = 0; i < cfg->nrings; i++) {
+		uint64_t at = DXL_LOG_HDR_SIZE + (uint64_t)i * stride;
+		if (!ctl_is_fresh(d + at))
+			return dxl_err_set(DXL_E_CORRUPT,
+					   "%s has no log header, but the control block of ring %u (at byte %" PRIu64
+					   " of its data area) holds more than a new log's (an owner, a watermark or a moved head): not formatting over it",
+					   path, i, at);
+	}
 	for (uint32_t i = 0; i <= cfg->nrings; i++) {
 		/* ring i's buffer, or (i == nrings) what follows the last ring */
 		uint64_t lo = DXL_LOG_HDR_SIZE + (uint64_t)i * stride +
