@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zookeeper/zookeeper.h>
 
 #include "common/common.h"
 #include "dxl/log.h"
@@ -1123,6 +1124,27 @@ static int run_tail(uint32_t replica, char *out, char *err, size_t cap, size_t *
 	return rc;
 }
 
+/* forge_desc -- overwrite nodes/<node> (another session's ephemeral znode)
+ * with d, through a raw ZooKeeper handle */
+static void forge_desc(uint32_t node, const struct dxl_replica_desc *d)
+{
+	char *json = NULL;
+	assert_int_equal(dxl_replica_desc_encode(d, &json), 0);
+	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	zhandle_t *zh = zookeeper_init(g_zkc, NULL, 5000, NULL, NULL, 0);
+	assert_non_null(zh);
+	uint64_t end = dxl_now_ms() + 5000;
+	while (zoo_state(zh) != ZOO_CONNECTED_STATE && dxl_now_ms() < end)
+		usleep(10000);
+	char path[256];
+	snprintf(path, sizeof(path), "/dxl/%s/nodes/%u", g_cluster, node);
+	int zrc = zoo_set(zh, path, json, (int)strlen(json), -1);
+	zookeeper_close(zh);
+	free(json);
+	if (zrc != ZOK)
+		fail_msg("zoo_set %s: %s", path, zerror(zrc));
+}
+
 /*
  * dxl tail read any replica that hosted the shard and was in its replica
  * set -- also one still joining (its join pull not done), which lacks
@@ -1169,9 +1191,42 @@ static void test_tail_member_only(void **state)
 	if (rc)
 		fail_msg("dxl tail: rc %d, stderr: %s", rc, err);
 	assert_int_equal(lines, 10);
+	/* node 2 joins; then its descriptor says member, but with another
+	 * data identity than the one recorded (as if on a new store) */
 	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_skip_catchup, 0, __ATOMIC_RELEASE);
 	dxl_testpoint_clear_all();
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 15000);
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	assert_int_equal(dxl_replica_desc_get(g_zk, 2, d), 0);
+	uint64_t did = d->shards[0].data_id;
+	assert_true(did != 0);
+	/* the configuration records node 2's identity (config() records
+	 * none; the CM's next change would) */
+	struct dxl_cluster_config c;
+	int32_t ver;
+	assert_int_equal(dxl_cluster_config_read(g_zk, &c, &ver), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&c, 0, 2, did), 0);
+	c.epoch++;
+	ep = c.epoch;
+	assert_int_equal(dxl_cluster_config_cas(g_zk, &c, ver, NULL), 0);
+	dxl_cluster_config_clear(&c);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	rc = run_tail(2, out, err, sizeof(out), &lines);
+	if (rc)
+		fail_msg("dxl tail of member 2: rc %d, stderr: %s", rc, err);
+	assert_int_equal(lines, 10);
+	assert_int_equal(dxl_replica_desc_get(g_zk, 2, d), 0);
+	assert_int_equal(d->cfg_epoch, ep);
+	d->shards[0].data_id = did ^ 1;
+	forge_desc(2, d);
+	free(d);
+	rc = run_tail(2, out, err, sizeof(out), &lines);
+	if (rc == 0)
+		fail_msg("dxl tail read replica 2, whose data identity is not the recorded one");
+	if (!strstr(err, "replica 2 is on a new store for shard 0"))
+		fail_msg("dxl tail: rc %d, stderr: %s", rc, err);
 }
 
 /* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
