@@ -60,6 +60,10 @@ struct dxl_replica_server {
 	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
 	 * MEMBER of the shard as of its last configuration (member_mark) */
 	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* the mark vouches for the copy: read at start (valid), or written
+	 * while MEMBER; false from the moment the shard stops being a member,
+	 * even when the mark could not be removed (marked stays true) */
+	bool vouch[DXL_REPLICA_MAX_SHARDS];
 	/* this boot of the machine (/proc/sys/kernel/random/boot_id; "" if
 	 * unknown): in marks, which durability=process trusts only within
 	 * the boot that wrote them */
@@ -648,6 +652,7 @@ static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
 /* set_state -- shard index i's state; the member mark follows MEMBER */
 static void set_state(struct dxl_replica_server *s, uint32_t i, enum dxl_shard_state st)
 {
+	s->vouch[i] = st == DXL_SHARD_MEMBER;
 	if (st == DXL_SHARD_MEMBER && !s->marked[i])
 		member_mark(s, i, true);
 	else if (st != DXL_SHARD_MEMBER && s->marked[i])
@@ -775,7 +780,7 @@ static void apply_config(struct dxl_replica_server *s)
 				if (!store_ok && primary)
 					set_state(s, i, DXL_SHARD_CATCHING_UP);
 				else
-					set_state(s, i, (primary || s->marked[i]) && store_ok
+					set_state(s, i, (primary || s->vouch[i]) && store_ok
 								? DXL_SHARD_MEMBER
 								: DXL_SHARD_JOINING);
 			}
@@ -1431,6 +1436,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		/* no configuration yet: nothing is assigned (issue 16.8) */
 		s->st[i] = DXL_SHARD_UNASSIGNED;
 		s->marked[i] = member_mark_read(s, i);
+		s->vouch[i] = s->marked[i];
 		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64 " member_mark=%d",
 			 cfg->shards[i], s->data_id[i], s->marked[i]);
 	}

@@ -1044,10 +1044,24 @@ static void test_member_mark_unlink_fails(void **state)
 	}
 	assert_true(mark_exists(2, 0));
 	assert_true(dxl_testpoint_hits("replica.member_mark.unlink") >= 2); /* retried */
-	/* the unlink works again: the mark goes, then the copy */
+	/* added again while the mark is still there: the mark no longer
+	 * vouches (node 2 missed the last 10): it joins, and its join pull
+	 * waits for the mark to go */
+	static const uint32_t e3[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e3);
+	int ret = dxlt_wait_cfg_epoch(g_zk, 2, ep, 0, DXL_SHARD_JOINING, 10000);
+	if (ret)
+		fail_msg("node 2 added again with a mark it could not remove: %s", dxl_errmsg());
+	usleep(300000);
+	ret = dxlt_wait_cfg_epoch(g_zk, 2, ep, 0, DXL_SHARD_JOINING, 10);
+	if (ret)
+		fail_msg("node 2 joined while its mark was still there: %s", dxl_errmsg());
+	assert_true(mark_exists(2, 0));
+	assert_int_equal(holds(2, 0, ts + 10, 10), 0);
+	/* the unlink works again: the mark goes, then the join pull */
 	__atomic_store_n(&g_fail, 0, __ATOMIC_RELEASE);
-	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
-	assert_false(mark_exists(2, 0));
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	assert_true(mark_exists(2, 0)); /* a member again: marked anew */
 	assert_int_equal(holds(2, 0, ts, 20), 20);
 	dxl_testpoint_clear_all();
 }
