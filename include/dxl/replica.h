@@ -666,6 +666,12 @@ struct dxl_replica_cfg {
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */
+	uint32_t join_timeout_ms; /* replica.join_timeout_ms: a shard whose
+				    join pull has not succeeded this long
+				    after the configuration that made it
+				    join gives up: it says CATCHING_UP (the
+				    CM removes it, and adds it again once it
+				    has caught up); 0 = never (30000) */
 	/* engine.tables: the tables every hosted shard holds, "id:value_size:
 	 * capacity,..." (none); each shard's store is DATADIR/store-<s>.dat */
 	uint32_t ntables;
