@@ -116,7 +116,7 @@ static const char *const KEYS[] = {
 	"replica.create", "true", "initialise an empty or absent data directory",
 	"replica.shards", "0", "shards hosted: list of ids and ranges, e.g. 0,2,4-7",
 	"replica.service_ms", "10", "service loop period: lease checks, re-registration",
-	"replica.exist_wait_ms", "(session timeout)", "retry this long when the node id is held by another session",
+	"replica.exist_wait_ms", "(2 x session timeout)", "retry this long when the node id is held by another session",
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
@@ -485,8 +485,12 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	free(d);
 	if (ret)
 		return ret;
+	/* a dead incarnation's session expires at the earliest a session
+	 * timeout after its last contact, and ZooKeeper checks expiries only
+	 * every tick (sessions are bucketed by tick): the default is twice the
+	 * session timeout, so a restart right after a kill is not refused */
 	uint32_t wait = s->cfg.exist_wait_ms == UINT32_MAX ?
-				dxl_zk_session_timeout_ms(s->zk) :
+				2 * dxl_zk_session_timeout_ms(s->zk) :
 				s->cfg.exist_wait_ms;
 	uint64_t deadline = dxl_now_ms() + wait;
 	bool warned = false;

@@ -656,8 +656,8 @@ struct dxl_replica_cfg {
 	uint32_t retention_check_ms; /* log.retention_check_ms (1000) */
 	uint32_t service_ms;     /* replica.service_ms: loop period (10) */
 	uint32_t exist_wait_ms;  /* replica.exist_wait_ms: retry a node id
-				    held by another session (default: the
-				    session timeout) ; UINT32_MAX = default */
+				    held by another session (default: twice
+				    the session timeout); UINT32_MAX = default */
 	bool cm;                 /* replica.cm: stand for the CM (true) */
 	struct dxl_cm_params cm_params; /* cm.min_replicas, cm.replication */
 	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (500); a
