@@ -1,0 +1,463 @@
+/* test_cli_up.c -- 'dxl cluster up' is safe to retry (issue 21.1):
+ *
+ * - every bad option is refused (exit 2) before anything starts: no DIR,
+ *   no process;
+ * - an unreachable --zk is refused (exit 4) before any replica starts;
+ * - a start that fails late (a replica cannot listen) undoes everything it
+ *   began: replicas, the ZooKeeper it started, DIR/zk, the new data
+ *   directory, cluster.json; a retry then works;
+ * - a second start on a DIR whose cluster runs is refused within seconds;
+ *   a start on the data of a stopped cluster, or on a cluster name that
+ *   already has a configuration in ZooKeeper, is refused without --force
+ *   and changes nothing; --force starts it;
+ * - a ZooKeeper left running in DIR/zk is reused (no second server, no hang).
+ *
+ * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it) and java (for the
+ * ZooKeeper 'cluster up' starts itself through scripts/zk.sh); skips with
+ * a printed reason otherwise. The test process is a child subreaper, so the
+ * processes 'cluster up' detaches are reaped (and found) here. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "tests/lib/proc.h"
+
+static const char *g_zkc;
+static char g_bin[PATH_MAX];
+static char g_zksh[PATH_MAX + 32];
+static char g_tmp[128];
+static char g_cluster[32];
+static char out[65536], err[65536];
+
+static void reap_orphans(void)
+{
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+/* run -- dxl with args (NULL-terminated) and a time limit; stdout/stderr
+ * into out/err; the exit status, -1 when killed at the limit */
+static int run(const char *const *args, int timeout_ms)
+{
+	const char *argv[64];
+	int a = 0;
+	argv[a++] = g_bin;
+	for (int i = 0; args[i] && a < 63; i++)
+		argv[a++] = args[i];
+	argv[a] = NULL;
+	char of[256], ef[256];
+	snprintf(of, sizeof(of), "%s/out", g_tmp);
+	snprintf(ef, sizeof(ef), "%s/err", g_tmp);
+	fflush(NULL);
+	pid_t p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		int in = open("/dev/null", O_RDONLY);
+		int o = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int e = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (in < 0 || o < 0 || e < 0)
+			_exit(126);
+		dup2(in, 0);
+		dup2(o, 1);
+		dup2(e, 2);
+		execv(g_bin, (char *const *)argv);
+		_exit(127);
+	}
+	uint64_t end = dxl_now_ms() + (uint64_t)timeout_ms;
+	int st = 0;
+	for (;;) {
+		pid_t r = waitpid(p, &st, WNOHANG);
+		if (r == p)
+			break;
+		if (dxl_now_ms() > end) {
+			print_message("dxl %s %s did not exit in %d ms\n", args[0], args[1],
+				      timeout_ms);
+			kill(p, SIGKILL);
+			waitpid(p, &st, 0);
+			st = -1;
+			break;
+		}
+		reap_orphans();
+		usleep(5000);
+	}
+	dxlt_slurp(of, out, sizeof(out));
+	dxlt_slurp(ef, err, sizeof(err));
+	return st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define EXPECT_RC(rc, want)                                                        \
+	do {                                                                       \
+		if ((rc) != (want))                                                \
+			print_message("exit %d, want %d\nstdout:\n%s\nstderr:\n%s\n", \
+				      (rc), (want), out, err);                     \
+		assert_int_equal((rc), (want));                                    \
+	} while (0)
+
+#define EXPECT_IN(hay, needle)                                                      \
+	do {                                                                        \
+		if (!strstr((hay), (needle)))                                       \
+			print_message("'%s' not in:\n%s\n", (needle), (hay));       \
+		assert_non_null(strstr((hay), (needle)));                           \
+	} while (0)
+
+/* procs_with -- how many live processes (zombies reaped first) have
+ * needle in their command line; kill them with SIGKILL when kill_them */
+static int procs_with(const char *needle, bool kill_them)
+{
+	reap_orphans();
+	DIR *d = opendir("/proc");
+	assert_non_null(d);
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d))) {
+		int pid = atoi(e->d_name);
+		if (pid <= 0 || pid == getpid())
+			continue;
+		char path[64], buf[8192];
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		if (!len)
+			continue; /* a zombie, or a kernel thread */
+		for (size_t i = 0; i < len; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		buf[len] = 0;
+		if (strstr(buf, needle)) {
+			n++;
+			if (kill_them)
+				kill(pid, SIGKILL);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* exists -- dir + suffix exists */
+static bool exists(const char *dir, const char *suffix)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s%s", dir, suffix);
+	return access(path, F_OK) == 0;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	g_zkc = getenv("DXL_TEST_ZK");
+	assert_int_equal(dxlt_prog_path("dxl", g_bin, sizeof(g_bin)), 0);
+	char bindir[PATH_MAX];
+	snprintf(bindir, sizeof(bindir), "%s", g_bin);
+	*strrchr(bindir, '/') = 0;
+	const char *sd = getenv("DXL_SCRIPTS");
+	if (sd)
+		snprintf(g_zksh, sizeof(g_zksh), "%s/zk.sh", sd);
+	else
+		snprintf(g_zksh, sizeof(g_zksh), "%s/../../scripts/zk.sh", bindir);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-up-XXXXXX");
+	assert_non_null(mkdtemp(g_tmp));
+	snprintf(g_cluster, sizeof(g_cluster), "up%d", (int)getpid());
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	/* whatever a failed test left: every process started in g_tmp */
+	char cmd[PATH_MAX + 600];
+	const char *sub[] = {"a", "b", "c", "d", "e", "f", NULL};
+	for (int i = 0; sub[i]; i++) {
+		char dir[256];
+		snprintf(dir, sizeof(dir), "%s/%s", g_tmp, sub[i]);
+		if (exists(dir, "/cluster.json")) {
+			const char *down[] = {"cluster", "down", "--dir", dir, NULL};
+			run(down, 30000);
+		}
+		snprintf(cmd, sizeof(cmd), "'%s' stop '%s/zk' >/dev/null 2>&1", g_zksh, dir);
+		if (exists(dir, "/zk") && system(cmd) != 0)
+			fprintf(stderr, "zk.sh stop %s/zk failed\n", dir);
+	}
+	procs_with(g_tmp, true);
+	uint64_t end = dxl_now_ms() + 2000;
+	while (dxl_now_ms() < end && waitpid(-1, NULL, WNOHANG) >= 0)
+		usleep(10000);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", g_tmp);
+	return 0;
+}
+
+static bool need_zk(void)
+{
+	if (!g_zkc) {
+		print_message("SKIPPED: no ZooKeeper (DXL_TEST_ZK unset; scripts/test.sh sets it)\n");
+		return false;
+	}
+	return true;
+}
+
+static bool need_java(void)
+{
+	if (system("command -v java >/dev/null 2>&1") != 0 || access(g_zksh, X_OK) != 0) {
+		print_message("SKIPPED: no java or no %s\n", g_zksh);
+		return false;
+	}
+	return true;
+}
+
+/* every option is checked before anything starts: exit 2 at once, no DIR,
+ * no process (the old code started ZooKeeper and the replicas first for
+ * the ones the replicas check: ring size, -o keys) */
+static void test_bad_options(void **state)
+{
+	(void)state;
+	if (!need_zk())
+		skip();
+	alarm(60);
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s/a", g_tmp);
+	static const char *const bad[][6] = {
+		{"--ring-size", "1000", NULL},
+		{"-o", "no.such.key=1", NULL},
+		{"-o", "log.writer_slots=lots", NULL},
+		{"-o", "replica.node_id=7", NULL},
+		{"-o", "zk.cluster=other", NULL},
+		{"--cluster", "bad/name", NULL},
+		{"--coordinators", "nonsense", NULL},
+		{"--min-replicas", "4", NULL},
+		{"--session-timeout", "5", NULL},
+		{"--writer-slots", "0", NULL},
+		{"-o", "fabric.listen=127.0.0.1:7000", NULL},
+		{"surplus", NULL},
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		const char *args[16] = {"cluster", "up", "--dir", dir, "--zk", g_zkc, "--cluster",
+					g_cluster};
+		int a = 8;
+		for (int j = 0; bad[k][j]; j++)
+			args[a++] = bad[k][j];
+		args[a] = NULL;
+		uint64_t t0 = dxl_now_ms();
+		int rc = run(args, 30000);
+		uint64_t ms = dxl_now_ms() - t0;
+		print_message("cluster up %s %s: exit %d in %llu ms: %s", bad[k][0],
+			      bad[k][1] ? bad[k][1] : "", rc, (unsigned long long)ms, err);
+		EXPECT_RC(rc, 2);
+		assert_true(ms < 2000);
+		assert_false(exists(dir, ""));
+		assert_int_equal(procs_with(dir, false), 0);
+	}
+	alarm(0);
+}
+
+/* an unreachable ZooKeeper: exit 4, and no replica started (the old code
+ * started the three replicas first and left them running) */
+static void test_unreachable_zk(void **state)
+{
+	(void)state;
+	if (!need_zk())
+		skip();
+	alarm(60);
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s/b", g_tmp);
+	/* a port nothing listens on: bound, never listened to */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	char zk[64];
+	snprintf(zk, sizeof(zk), "127.0.0.1:%u", ntohs(sa.sin_port));
+	const char *up[] = {"cluster", "up", "--dir", dir, "--zk", zk, NULL};
+	int rc = run(up, 40000);
+	close(fd);
+	EXPECT_RC(rc, 4);
+	EXPECT_IN(err, "cannot connect to ZooKeeper");
+	assert_false(exists(dir, "/cluster.json"));
+	assert_int_equal(procs_with(dir, false), 0);
+	alarm(0);
+}
+
+/* a start that fails after ZooKeeper and a replica started undoes all of it
+ * (own ZooKeeper: stopped, DIR/zk removed; data directory removed;
+ * cluster.json removed), and a retry on the same DIR then works */
+static void test_failed_start_undone(void **state)
+{
+	(void)state;
+	if (!need_zk() || !need_java())
+		skip();
+	alarm(120);
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s/c", g_tmp);
+	/* the replica's fabric port, held by us: the replica exits at start */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 1), 0);
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	char listen_opt[64];
+	snprintf(listen_opt, sizeof(listen_opt), "fabric.listen=127.0.0.1:%u",
+		 ntohs(sa.sin_port));
+	const char *up[] = {"cluster", "up", "--dir", dir, "--replicas", "1", "--shards", "1",
+			    "-o", listen_opt, NULL};
+	int rc = run(up, 60000);
+	EXPECT_RC(rc, 1);
+	EXPECT_IN(err, "exited during start-up");
+	EXPECT_IN(err, "undone");
+	EXPECT_IN(err, "ZooKeeper stopped");
+	assert_int_equal(procs_with(dir, false), 0); /* no replica, no ZooKeeper */
+	assert_false(exists(dir, "/cluster.json"));
+	assert_false(exists(dir, "/zk"));
+	assert_false(exists(dir, "/data/1"));
+	assert_true(exists(dir, "/logs/replica-1.log")); /* the logs stay */
+	close(fd);
+	/* the retry (the port now free) starts within seconds */
+	uint64_t t0 = dxl_now_ms();
+	rc = run(up, 60000);
+	EXPECT_RC(rc, 0);
+	print_message("retry after the undone start: exit 0 in %llu ms\n",
+		      (unsigned long long)(dxl_now_ms() - t0));
+	EXPECT_IN(out, "(started here)");
+	const char *down[] = {"cluster", "down", "--dir", dir, NULL};
+	rc = run(down, 30000);
+	EXPECT_RC(rc, 0);
+	assert_int_equal(procs_with(dir, false), 0);
+	alarm(0);
+}
+
+/* a second start on a running cluster's DIR: refused at once; on the data
+ * of a stopped cluster, or on a cluster name with a configuration: refused
+ * (nothing changed) without --force */
+static void test_second_start(void **state)
+{
+	(void)state;
+	if (!need_zk())
+		skip();
+	alarm(150);
+	char dir[256], dir2[256];
+	snprintf(dir, sizeof(dir), "%s/d", g_tmp);
+	snprintf(dir2, sizeof(dir2), "%s/e", g_tmp);
+	const char *up[] = {"cluster", "up", "--dir", dir, "--zk", g_zkc, "--cluster", g_cluster,
+			    "--replicas", "2", "--shards", "1", NULL};
+	int rc = run(up, 60000);
+	EXPECT_RC(rc, 0);
+	EXPECT_IN(out, "config epoch 1");
+	char json1[8192], path[300];
+	snprintf(path, sizeof(path), "%s/cluster.json", dir);
+	dxlt_slurp(path, json1, sizeof(json1));
+
+	uint64_t t0 = dxl_now_ms();
+	rc = run(up, 20000);
+	EXPECT_RC(rc, 1);
+	assert_true(dxl_now_ms() - t0 < 5000);
+	EXPECT_IN(err, "already running");
+	char json2[8192];
+	dxlt_slurp(path, json2, sizeof(json2));
+	assert_string_equal(json1, json2); /* cluster.json untouched */
+	assert_int_equal(procs_with(dir, false), 2);
+
+	/* the same cluster name from another DIR: its configuration is not
+	 * replaced, nothing is started or created */
+	const char *up2[] = {"cluster", "up", "--dir", dir2, "--zk", g_zkc, "--cluster",
+			     g_cluster, "--replicas", "1", "--shards", "1", NULL};
+	rc = run(up2, 20000);
+	EXPECT_RC(rc, 1);
+	EXPECT_IN(err, "already has a configuration");
+	EXPECT_IN(err, "epoch 1");
+	assert_false(exists(dir2, ""));
+	assert_int_equal(procs_with(dir2, false), 0);
+
+	const char *down[] = {"cluster", "down", "--dir", dir, NULL};
+	rc = run(down, 30000);
+	EXPECT_RC(rc, 0);
+	assert_int_equal(procs_with(dir, false), 0);
+
+	/* up again on the stopped cluster's data: refused, nothing started */
+	rc = run(up, 20000);
+	EXPECT_RC(rc, 1);
+	EXPECT_IN(err, "holds the data of an earlier cluster");
+	assert_int_equal(procs_with(dir, false), 0);
+
+	/* --force: started on it, the configuration replaced (epoch 2) */
+	const char *upf[] = {"cluster", "up", "--dir", dir, "--zk", g_zkc, "--cluster", g_cluster,
+			     "--replicas", "2", "--shards", "1", "--force", NULL};
+	rc = run(upf, 60000);
+	EXPECT_RC(rc, 0);
+	EXPECT_IN(out, "config epoch 2");
+	rc = run(down, 30000);
+	EXPECT_RC(rc, 0);
+	alarm(0);
+}
+
+/* a ZooKeeper an earlier start left running in DIR/zk is reused: the start
+ * neither hangs (the old zk.sh chose new ports and waited on them for
+ * minutes) nor starts a second server */
+static void test_zk_left_running(void **state)
+{
+	(void)state;
+	if (!need_zk() || !need_java())
+		skip();
+	alarm(120);
+	char dir[256], cmd[PATH_MAX + 600], zkc[256] = "";
+	snprintf(dir, sizeof(dir), "%s/f", g_tmp);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' start '%s/zk' 2>/dev/null", g_zksh, dir);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	assert_non_null(fgets(zkc, sizeof(zkc), p));
+	assert_int_equal(pclose(p), 0);
+	zkc[strcspn(zkc, "\n")] = 0;
+	assert_int_equal(procs_with(dir, false), 1);
+
+	const char *up[] = {"cluster", "up", "--dir", dir, "--replicas", "1", "--shards", "1",
+			    NULL};
+	uint64_t t0 = dxl_now_ms();
+	int rc = run(up, 40000);
+	EXPECT_RC(rc, 0);
+	print_message("cluster up on a running DIR/zk: %llu ms\n",
+		      (unsigned long long)(dxl_now_ms() - t0));
+	char want[300];
+	snprintf(want, sizeof(want), "zookeeper: %s", zkc);
+	EXPECT_IN(out, want);
+	assert_int_equal(procs_with(dir, false), 2); /* one ZooKeeper, one replica */
+	const char *down[] = {"cluster", "down", "--dir", dir, NULL};
+	rc = run(down, 30000);
+	EXPECT_RC(rc, 0);
+	assert_int_equal(procs_with(dir, false), 0);
+	alarm(0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_options),
+		cmocka_unit_test(test_unreachable_zk),
+		cmocka_unit_test(test_failed_start_undone),
+		cmocka_unit_test(test_second_start),
+		cmocka_unit_test(test_zk_left_running),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
