@@ -10,7 +10,9 @@
  *   a start on the data of a stopped cluster, or on a cluster name that
  *   already has a configuration in ZooKeeper, is refused without --force
  *   and changes nothing; --force starts it;
- * - a ZooKeeper left running in DIR/zk is reused (no second server, no hang).
+ * - a ZooKeeper left running in DIR/zk is reused (no second server, no hang);
+ * - 'cluster status' names what is missing after a replica was removed
+ *   (issue 21.3), exit 1, and --json gives the same.
  *
  * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it) and java (for the
  * ZooKeeper 'cluster up' starts itself through scripts/zk.sh); skips with
@@ -24,6 +26,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -401,12 +404,15 @@ static void test_second_start(void **state)
 	EXPECT_IN(err, "holds the data of an earlier cluster");
 	assert_int_equal(procs_with(dir, false), 0);
 
-	/* --force: started on it, the configuration replaced (epoch 2) */
+	/* --force: started on it, the configuration replaced (a later epoch:
+	 * the CM may have changed it while 'down' stopped the replicas) */
 	const char *upf[] = {"cluster", "up", "--dir", dir, "--zk", g_zkc, "--cluster", g_cluster,
 			     "--replicas", "2", "--shards", "1", "--force", NULL};
 	rc = run(upf, 60000);
 	EXPECT_RC(rc, 0);
-	EXPECT_IN(out, "config epoch 2");
+	const char *ep = strstr(out, "config epoch ");
+	assert_non_null(ep);
+	assert_true(atoi(ep + 13) >= 2);
 	rc = run(down, 30000);
 	EXPECT_RC(rc, 0);
 	alarm(0);
@@ -450,6 +456,88 @@ static void test_zk_left_running(void **state)
 	alarm(0);
 }
 
+/* json_status -- 'cluster status --dir dir --json': its exit status; the
+ * object into *o (NULL if not JSON) */
+static int json_status(const char *dir, json_t **o)
+{
+	const char *st[] = {"cluster", "status", "--dir", dir, "--json", NULL};
+	int rc = run(st, 20000);
+	*o = json_loads(out, 0, NULL);
+	return rc;
+}
+
+/* issue 21.3: a removed replica does not just disappear from 'cluster
+ * status' with exit 0: the shards below their replication and the replica
+ * of cluster.json that is not registered are named, exit 1, and --json
+ * gives the same as data */
+static void test_status_missing(void **state)
+{
+	(void)state;
+	if (!need_zk())
+		skip();
+	alarm(120);
+	char dir[256], name[48];
+	snprintf(dir, sizeof(dir), "%s/b", g_tmp);
+	snprintf(name, sizeof(name), "%s-st", g_cluster);
+	const char *up[] = {"cluster", "up", "--dir", dir, "--zk", g_zkc, "--cluster", name,
+			    "--replicas", "3", "--shards", "1", "--session-timeout", "1000", NULL};
+	int rc = run(up, 60000);
+	EXPECT_RC(rc, 0);
+	const char *st[] = {"cluster", "status", "--dir", dir, NULL};
+	rc = run(st, 20000);
+	EXPECT_RC(rc, 0);
+	assert_null(strstr(out, "MISSING"));
+	json_t *o = NULL;
+	rc = json_status(dir, &o);
+	EXPECT_RC(rc, 0);
+	assert_non_null(o);
+	assert_true(json_is_true(json_object_get(o, "ok")));
+	assert_int_equal(json_array_size(json_object_get(o, "missing")), 0);
+	json_decref(o);
+
+	const char *kill3[] = {"cluster", "kill", "3", "--dir", dir, NULL};
+	rc = run(kill3, 30000);
+	EXPECT_RC(rc, 0);
+	/* until the CM removed it (the shard has 2 members) */
+	uint64_t end = dxl_now_ms() + 30000;
+	size_t nmem = 3;
+	while (dxl_now_ms() < end) {
+		rc = json_status(dir, &o);
+		json_t *sh = json_array_get(json_object_get(json_object_get(o, "config"), "shards"),
+					    0);
+		nmem = json_array_size(json_object_get(sh, "members"));
+		json_decref(o);
+		if (nmem == 2)
+			break;
+		usleep(200000);
+	}
+	assert_int_equal(nmem, 2);
+	rc = run(st, 20000);
+	EXPECT_RC(rc, 1);
+	EXPECT_IN(out, "MISSING");
+	EXPECT_IN(out, "shard 0: 2 of 3 members");
+	EXPECT_IN(out, "replica 3 of");
+	rc = json_status(dir, &o);
+	EXPECT_RC(rc, 1);
+	assert_non_null(o);
+	assert_true(json_is_false(json_object_get(o, "ok")));
+	json_t *ab = json_object_get(o, "absent");
+	assert_int_equal(json_array_size(ab), 1);
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(ab, 0), "id")), 3);
+	assert_int_equal(json_array_size(json_object_get(o, "missing")), 2);
+	json_decref(o);
+	/* --zk without cluster.json: the replication given checks the shard */
+	const char *stz[] = {"cluster", "status", "--zk", g_zkc, "--cluster", name,
+			     "--replication", "3", NULL};
+	rc = run(stz, 20000);
+	EXPECT_RC(rc, 1);
+	EXPECT_IN(out, "shard 0: 2 of 3 members");
+	const char *down[] = {"cluster", "down", "--dir", dir, NULL};
+	rc = run(down, 30000);
+	EXPECT_RC(rc, 0);
+	alarm(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -458,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_failed_start_undone),
 		cmocka_unit_test(test_second_start),
 		cmocka_unit_test(test_zk_left_running),
+		cmocka_unit_test(test_status_missing),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

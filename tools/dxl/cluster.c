@@ -109,7 +109,8 @@ void log_tail(const char *dir, uint32_t id)
 static void status_usage(FILE *out)
 {
 	fprintf(out,
-"Usage: dxl cluster status [--dir DIR | --zk CONNECT --cluster NAME]\n"
+"Usage: dxl cluster status [--dir DIR | --zk CONNECT [--cluster NAME]\n"
+"                          [--replication N]] [--json]\n"
 "\n"
 "Show, from ZooKeeper: the configuration manager (the elected replica); the\n"
 "cluster configuration (epoch; per shard its members, primary first, each up\n"
@@ -117,49 +118,87 @@ static void status_usage(FILE *out)
 "retains and, for backups, how far its newest record is behind the\n"
 "primary's -- statistics the replicas refresh every ~2 s); the registered\n"
 "nodes (address, pid, the configuration epoch their regions are registered\n"
-"for, and per hosted shard: member, catching_up, synced or unassigned).\n"
+"for, and per hosted shard: member, catching_up, synced, joining or\n"
+"unassigned); then what is MISSING: a shard with fewer members than the\n"
+"replication it was started with (cm.replication of DIR/cluster.json, or\n"
+"--replication), a replica of DIR/cluster.json that is not registered (a\n"
+"removed member disappears from the configuration: it is named here).\n"
 "\n"
 "  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
 "  --zk CONNECT       ZooKeeper connect string (instead of DIR/cluster.json)\n"
 "  --cluster NAME     cluster name with --zk [default]\n"
+"  --replication N    with --zk: the members every shard should have\n"
+"                     [not checked]\n"
+"  --json             the same as one JSON object on stdout\n"
 "  -h, --help         this text\n"
 "\n" EXIT_CODES_HELP
-"    (status exits 1 when a replica of a shard is down)\n");
+"    (status exits 1 when something is missing: a member of a shard down, a\n"
+"    shard below its replication, a replica of cluster.json not registered;\n"
+"    3 when there is no configuration)\n");
 }
 
-static int conn_opts(int argc, char **argv, void (*usage)(FILE *), struct conn *cn)
+/* status_expect -- from DIR/cluster.json: the replicas it lists and the
+ * replication they were started with (the last cm.replication=) */
+static void status_expect(const struct state *st, uint32_t *replication)
+{
+	*replication = st->nreplicas;
+	for (uint32_t i = 0; i < st->nopts; i++) {
+		uint32_t v;
+		if (!strncmp(st->opts[i], "cm.replication=", 15) &&
+		    !parse_u32(st->opts[i] + 15, &v))
+			*replication = v;
+	}
+}
+
+int cmd_cluster_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, 'd'},
 		{"zk", required_argument, NULL, 'z'},
 		{"cluster", required_argument, NULL, 'C'},
+		{"replication", required_argument, NULL, 'r'},
+		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *dir = "./dxl-cluster", *zk = NULL, *cl = NULL;
+	const char *dir = "./dxl-cluster", *zkc = NULL, *cl = NULL;
+	uint32_t want_rep = 0;
+	bool as_json = false, rep_given = false;
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
-		case 'z': zk = optarg; break;
+		case 'z': zkc = optarg; break;
 		case 'C': cl = optarg; break;
-		case 'h': usage(stdout); return -1;
-		default: usage(stderr); return EX_USAGE;
+		case 'r':
+			if (parse_u32(optarg, &want_rep) || !want_rep || want_rep > MAX_REPLICAS) {
+				errf("--replication '%s': want 1..%d", optarg, MAX_REPLICAS);
+				return EX_USAGE;
+			}
+			rep_given = true;
+			break;
+		case 'j': as_json = true; break;
+		case 'h': status_usage(stdout); return EX_OK;
+		default: status_usage(stderr); return EX_USAGE;
 		}
 	}
 	if (optind < argc) {
 		errf("unexpected argument '%s' (see --help)", argv[optind]);
 		return EX_USAGE;
 	}
-	return resolve_conn(dir, zk, cl, cn);
-}
-
-int cmd_cluster_status(int argc, char **argv)
-{
+	if (rep_given && !zkc) {
+		errf("--replication goes with --zk (with --dir it is read from DIR/cluster.json)");
+		return EX_USAGE;
+	}
 	struct conn cn;
-	int ret = conn_opts(argc, argv, status_usage, &cn);
+	int ret = resolve_conn(dir, zkc, cl, &cn);
 	if (ret)
-		return ret < 0 ? EX_OK : ret;
+		return ret;
+	static struct state st;
+	memset(&st, 0, sizeof(st));
+	bool have_state = !zkc && state_read(dir, &st) == 0;
+	if (have_state)
+		status_expect(&st, &want_rep);
 	struct dxl_zk *zk = NULL;
 	if ((ret = zk_connect(&cn, &zk)))
 		return ret;
@@ -170,7 +209,11 @@ int cmd_cluster_status(int argc, char **argv)
 		dxl_zk_delete(&zk);
 		return r == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
 	}
-	printf("cluster %s (zookeeper %s)\n", cn.cluster, cn.zk);
+	json_t *jo = json_object(), *jmissing = json_array();
+	json_object_set_new(jo, "cluster", json_string(cn.cluster));
+	json_object_set_new(jo, "zk", json_string(cn.zk));
+	if (!as_json)
+		printf("cluster %s (zookeeper %s)\n", cn.cluster, cn.zk);
 	/* the descriptors of the live nodes */
 	static struct dxl_replica_desc ds[64];
 	bool dok[64] = {false};
@@ -185,27 +228,40 @@ int cmd_cluster_status(int argc, char **argv)
 		json_int_t id = 0;
 		json_unpack(o, "{s?I}", "node_id", &id);
 		json_decref(o);
-		printf("configuration manager: node %lld\n", (long long)id);
+		json_object_set_new(jo, "cm", json_integer(id));
+		if (!as_json)
+			printf("configuration manager: node %lld\n", (long long)id);
 	} else {
-		printf("configuration manager: none elected\n");
+		json_object_set_new(jo, "cm", json_null());
+		if (!as_json)
+			printf("configuration manager: none elected\n");
 	}
 	free(cmdata);
 	struct dxl_cluster_config cfg;
 	r = dxl_cluster_config_read(zk, &cfg, NULL);
-	bool all_up = true;
+	char miss[128][160];
+	uint32_t nmiss = 0;
+#define MISS(...) do { if (nmiss < 128) snprintf(miss[nmiss++], sizeof(miss[0]), __VA_ARGS__); } while (0)
 	if (r == DXL_E_NOENT) {
-		printf("config: none\n");
+		if (!as_json)
+			printf("config: none\n");
+		json_object_set_new(jo, "config", json_null());
 		ret = EX_CLUSTER;
 	} else if (r) {
 		errf("reading the configuration: %s", dxl_errmsg());
 		ret = EX_FAIL;
 	} else {
-		printf("config: epoch %llu, shards: %u, nodes: %u\n",
-		       (unsigned long long)cfg.epoch, cfg.nshards, cfg.nnodes);
+		json_t *jshards = json_array();
+		if (!as_json)
+			printf("config: epoch %llu, shards: %u, nodes: %u\n",
+			       (unsigned long long)cfg.epoch, cfg.nshards, cfg.nnodes);
 		for (uint32_t i = 0; i < cfg.nshards; i++) {
 			const struct dxl_cluster_shard *sh = &cfg.shards[i];
-			printf("  shard %u:", sh->id);
+			json_t *jmem = json_array();
+			if (!as_json)
+				printf("  shard %u:", sh->id);
 			uint64_t pts = 0;
+			uint32_t nup = 0;
 			for (uint32_t j = 0; j <= sh->nbackups; j++) {
 				uint32_t id = j ? sh->backups[j - 1] : sh->primary;
 				const struct dxl_shard_desc *sd = NULL;
@@ -215,14 +271,29 @@ int cmd_cluster_status(int argc, char **argv)
 				bool up = false;
 				for (size_t k = 0; k < ml.n; k++)
 					up |= ml.v[k].node_id == id;
-				all_up &= up;
+				nup += up;
+				if (!up)
+					MISS("shard %u: member %u (%s) is DOWN (not registered)", sh->id,
+					     id, j ? "backup" : "primary");
 				char lag[48] = "";
-				if (sd && j == 0)
+				json_t *jm = json_pack("{s:i,s:s,s:b}", "id", (json_int_t)id, "role",
+						       j ? "backup" : "primary", "up", up);
+				if (sd && j == 0) {
 					pts = sd->last_ts;
-				else if (sd && pts && sd->last_ts && DXL_HLC_PHYS(pts) >= DXL_HLC_PHYS(sd->last_ts))
-					snprintf(lag, sizeof(lag), ",lag %llums",
-						 (unsigned long long)(DXL_HLC_PHYS(pts) -
-								      DXL_HLC_PHYS(sd->last_ts)));
+				} else if (sd && pts && sd->last_ts &&
+					   DXL_HLC_PHYS(pts) >= DXL_HLC_PHYS(sd->last_ts)) {
+					uint64_t l = DXL_HLC_PHYS(pts) - DXL_HLC_PHYS(sd->last_ts);
+					snprintf(lag, sizeof(lag), ",lag %llums", (unsigned long long)l);
+					json_object_set_new(jm, "lag_ms", json_integer((json_int_t)l));
+				}
+				if (sd) {
+					json_object_set_new(jm, "fill_pct", json_integer(sd->fill_pct));
+					json_object_set_new(jm, "records",
+							    json_integer((json_int_t)sd->records));
+				}
+				json_array_append_new(jmem, jm);
+				if (as_json)
+					continue;
 				if (sd)
 					printf(" %u(%s%s,fill %u%%,%llu rec%s)", id, j ? "backup," : "primary,",
 					       up ? "up" : "DOWN", sd->fill_pct,
@@ -230,34 +301,98 @@ int cmd_cluster_status(int argc, char **argv)
 				else
 					printf(" %u(%s%s)", id, j ? "backup," : "primary,", up ? "up" : "DOWN");
 			}
-			printf("\n");
+			uint32_t nmem = sh->nbackups + 1;
+			if (want_rep && nmem < want_rep)
+				MISS("shard %u: %u of %u members (below its replication)", sh->id, nmem,
+				     want_rep);
+			if (!as_json)
+				printf("%s\n", want_rep && nmem < want_rep ? "  <- UNDER-REPLICATED" : "");
+			json_array_append_new(jshards,
+					      json_pack("{s:i,s:o,s:i,s:i}", "id", (json_int_t)sh->id,
+							"members", jmem, "live", (json_int_t)nup,
+							"replication", (json_int_t)want_rep));
 		}
+		json_object_set_new(jo, "config",
+				    json_pack("{s:I,s:o}", "epoch", (json_int_t)cfg.epoch,
+					      "shards", jshards));
 		dxl_cluster_config_clear(&cfg);
 	}
-	printf("nodes: %zu registered\n", ml.n);
+	json_t *jnodes = json_array();
+	if (!as_json)
+		printf("nodes: %zu registered\n", ml.n);
 	for (size_t k = 0; k < ml.n; k++) {
 		json_t *o = json_loads(ml.v[k].payload, 0, NULL);
 		json_int_t pid = 0;
 		json_unpack(o, "{s?I}", "pid", &pid);
 		json_decref(o);
+		json_t *jn = json_pack("{s:i,s:I}", "id", (json_int_t)ml.v[k].node_id, "pid", pid);
 		if (k < nd && dok[k]) {
 			const struct dxl_replica_desc *d = &ds[k];
-			printf("  node %u: addr %s provider %s pid %lld config epoch %llu reg_epoch %llu shards",
-			       ml.v[k].node_id, d->addr, dxl_fabric_provider_name(d->provider),
-			       (long long)pid, (unsigned long long)d->cfg_epoch,
-			       (unsigned long long)d->reg_epoch);
-			for (uint32_t j = 0; j < d->nshards; j++)
-				printf(" %u=%s", d->shards[j].shard,
-				       dxl_shard_state_name(d->shards[j].state));
-			printf("\n");
-		} else {
+			json_t *jsh = json_object();
+			for (uint32_t j = 0; j < d->nshards; j++) {
+				char key[16];
+				snprintf(key, sizeof(key), "%u", d->shards[j].shard);
+				json_object_set_new(jsh, key,
+						    json_string(dxl_shard_state_name(d->shards[j].state)));
+			}
+			json_object_set_new(jn, "addr", json_string(d->addr));
+			json_object_set_new(jn, "provider",
+					    json_string(dxl_fabric_provider_name(d->provider)));
+			json_object_set_new(jn, "config_epoch", json_integer((json_int_t)d->cfg_epoch));
+			json_object_set_new(jn, "reg_epoch", json_integer((json_int_t)d->reg_epoch));
+			json_object_set_new(jn, "shards", jsh);
+			if (!as_json) {
+				printf("  node %u: addr %s provider %s pid %lld config epoch %llu reg_epoch %llu shards",
+				       ml.v[k].node_id, d->addr, dxl_fabric_provider_name(d->provider),
+				       (long long)pid, (unsigned long long)d->cfg_epoch,
+				       (unsigned long long)d->reg_epoch);
+				for (uint32_t j = 0; j < d->nshards; j++)
+					printf(" %u=%s", d->shards[j].shard,
+					       dxl_shard_state_name(d->shards[j].state));
+				printf("\n");
+			}
+		} else if (!as_json) {
 			printf("  node %u: (not a replica) pid %lld\n", ml.v[k].node_id,
 			       (long long)pid);
 		}
+		json_array_append_new(jnodes, jn);
 	}
+	json_object_set_new(jo, "nodes", jnodes);
+	/* the replicas cluster.json lists that are not registered */
+	json_t *jabsent = json_array();
+	for (uint32_t i = 0; have_state && i < st.nreplicas; i++) {
+		bool reg = false;
+		for (size_t k = 0; k < ml.n; k++)
+			reg |= ml.v[k].node_id == st.ids[i];
+		if (reg)
+			continue;
+		bool running = pid_alive(st.pids[i]) && is_replica(st.pids[i]);
+		MISS("replica %u of %s/cluster.json is not registered (process %d %s)", st.ids[i],
+		     dir, (int)st.pids[i], running ? "running" : "not running");
+		json_array_append_new(jabsent, json_pack("{s:i,s:i,s:b}", "id",
+							 (json_int_t)st.ids[i], "pid",
+							 (json_int_t)st.pids[i], "running", running));
+	}
+#undef MISS
+	json_object_set_new(jo, "absent", jabsent);
+	for (uint32_t i = 0; i < nmiss; i++)
+		json_array_append_new(jmissing, json_string(miss[i]));
+	json_object_set_new(jo, "missing", jmissing);
+	json_object_set_new(jo, "ok", json_boolean(!ret && !nmiss));
+	if (as_json) {
+		char *txt = json_dumps(jo, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (txt)
+			printf("%s\n", txt);
+		free(txt);
+	} else if (nmiss) {
+		printf("MISSING (%u):\n", nmiss);
+		for (uint32_t i = 0; i < nmiss; i++)
+			printf("  %s\n", miss[i]);
+	}
+	json_decref(jo);
 	dxl_member_list_free(&ml);
 	dxl_zk_delete(&zk);
-	if (!ret && !all_up)
+	if (!ret && nmiss)
 		ret = EX_FAIL;
 	return ret;
 }
@@ -352,6 +487,11 @@ int cmd_cluster_kill(int argc, char **argv)
 	}
 	if (optind + 1 != argc) {
 		errf(optind >= argc ? "which NODE? (see --help)" : "one NODE only (see --help)");
+		return EX_USAGE;
+	}
+	uint32_t node_arg;
+	if (parse_u32(argv[optind], &node_arg)) { /* before any file is read */
+		errf("'%s' is not a node id", argv[optind]);
 		return EX_USAGE;
 	}
 	if (pf && have_sig) {
@@ -479,6 +619,11 @@ int cmd_cluster_restart(int argc, char **argv)
 	}
 	if (optind + 1 != argc) {
 		errf(optind >= argc ? "which NODE? (see --help)" : "one NODE only (see --help)");
+		return EX_USAGE;
+	}
+	uint32_t node_arg;
+	if (parse_u32(argv[optind], &node_arg)) { /* before any file is read */
+		errf("'%s' is not a node id", argv[optind]);
 		return EX_USAGE;
 	}
 	char dir[PATH_MAX];

@@ -521,7 +521,17 @@ static int parse_common(int argc, char **argv, struct topts *o, void (*usage)(FI
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'A': o->coord = optarg; break;
+		case 'A': {
+			char host[256];
+			uint16_t port;
+			if (dxl_parse_hostport(optarg, host, sizeof(host), &port) || !port) {
+				errf("--coord '%s': want HOST:PORT (the address dxl-coord prints)",
+				     optarg);
+				return TX_USAGE;
+			}
+			o->coord = optarg;
+			break;
+		}
 		case 'd': o->dir = optarg; break;
 		case 'z': o->zk = optarg; break;
 		case 'C': o->cluster = optarg; break;
