@@ -558,9 +558,25 @@ static int wait_registered(const char *dir, const struct state *s, uint32_t i, p
 			int r = dxl_replica_desc_decode(json, strlen(json), &d);
 			free(json);
 			if (r == 0 && p == pid) {
-				printf("replica %u: registered after %.1f s, addr %s, config epoch %llu\n",
-				       s->ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr,
-				       (unsigned long long)d.cfg_epoch);
+				/* a replica registers before it applies a configuration
+				 * (cfg_epoch 0 then, e.g. after a power failure): the
+				 * cluster's epoch, and whether the replica has it yet */
+				struct dxl_cluster_config cc;
+				unsigned long long ce = 0;
+				if (dxl_cluster_config_read(zk, &cc, NULL) == 0) {
+					ce = (unsigned long long)cc.epoch;
+					dxl_cluster_config_clear(&cc);
+				}
+				char applied[96];
+				if (d.cfg_epoch)
+					snprintf(applied, sizeof(applied), "applied epoch %llu",
+						 (unsigned long long)d.cfg_epoch);
+				else
+					snprintf(applied, sizeof(applied), "no configuration applied yet");
+				printf("replica %u: registered after %.1f s, addr %s; cluster config epoch "
+				       "%llu, %s\n",
+				       s->ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr, ce,
+				       applied);
 				ret = EX_OK;
 				break;
 			}
