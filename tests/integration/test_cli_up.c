@@ -13,7 +13,9 @@
  * - a ZooKeeper left running in DIR/zk is reused (no second server, no hang);
  * - 'cluster status' names what is missing after a replica was removed
  *   (issue 21.3), exit 1, and --json gives the same;
- * - output lines of restart and log load (issue 21.8).
+ * - output lines of restart and log load (issue 21.8);
+ * - 'dxl get' right after a failover commits, and an unavailable shard is
+ *   exit 1, not "aborted by conflicts" (issue 21.2, the client's part).
  *
  * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it) and java (for the
  * ZooKeeper 'cluster up' starts itself through scripts/zk.sh); skips with
@@ -191,7 +193,7 @@ static int teardown(void **state)
 	(void)state;
 	/* whatever a failed test left: every process started in g_tmp */
 	char cmd[PATH_MAX + 600];
-	const char *sub[] = {"a", "b", "c", "d", "e", "f", NULL};
+	const char *sub[] = {"a", "b", "c", "d", "e", "f", "g", NULL};
 	for (int i = 0; sub[i]; i++) {
 		char dir[256];
 		snprintf(dir, sizeof(dir), "%s/%s", g_tmp, sub[i]);
@@ -631,6 +633,55 @@ static void test_output_lines(void **state)
 	alarm(0);
 }
 
+/* issue 21.2: right after the primary is killed (an idle dxl-coord
+ * running), 'dxl get' does not fail with "aborted by conflicts" (exit 4):
+ * it waits out the failover (retry by time, --timeout) and commits; and
+ * when the shard stays unavailable it says so with exit 1 */
+static void test_failover_client(void **state)
+{
+	(void)state;
+	if (!need_zk())
+		skip();
+	alarm(170);
+	char dir[256], name[48];
+	snprintf(dir, sizeof(dir), "%s/g", g_tmp);
+	snprintf(name, sizeof(name), "%s-fo", g_cluster);
+	const char *up[] = {"cluster", "up", "--dir", dir, "--zk", g_zkc, "--cluster", name,
+			    "--replicas", "3", "--shards", "1", "--coordinators", "1",
+			    "-o", "engine.tables=1:64:1000", NULL};
+	int rc = run(up, 90000);
+	EXPECT_RC(rc, 0);
+	const char *ins[] = {"insert", "1", "7", "seven", "--dir", dir, NULL};
+	rc = run(ins, 30000);
+	EXPECT_RC(rc, 0);
+	const char *kill1[] = {"cluster", "kill", "1", "--dir", dir, NULL};
+	rc = run(kill1, 30000);
+	EXPECT_RC(rc, 0);
+	uint64_t t0 = dxl_now_ms();
+	const char *get[] = {"get", "1", "7", "--dir", dir, NULL};
+	rc = run(get, 60000);
+	uint64_t ms = dxl_now_ms() - t0;
+	print_message("kill -> first commit of 'dxl get': %llu ms (exit %d): %s",
+		      (unsigned long long)ms, rc, err);
+	EXPECT_RC(rc, 0);
+	EXPECT_IN(out, "seven");
+	/* the new primary killed too: 1 member left, below cm.min_replicas 2:
+	 * unavailable, said as such (exit 1, not 4) within --timeout */
+	const char *kill2[] = {"cluster", "kill", "2", "--dir", dir, NULL};
+	rc = run(kill2, 30000);
+	EXPECT_RC(rc, 0);
+	const char *get2[] = {"get", "1", "7", "--dir", dir, "--timeout", "4000", NULL};
+	t0 = dxl_now_ms();
+	rc = run(get2, 60000);
+	print_message("with the shard unavailable: exit %d in %llu ms: %s", rc,
+		      (unsigned long long)(dxl_now_ms() - t0), err);
+	EXPECT_RC(rc, 1);
+	const char *down[] = {"cluster", "down", "--dir", dir, NULL};
+	rc = run(down, 40000);
+	EXPECT_RC(rc, 0);
+	alarm(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -641,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_zk_left_running),
 		cmocka_unit_test(test_status_missing),
 		cmocka_unit_test(test_output_lines),
+		cmocka_unit_test(test_failover_client),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
