@@ -43,11 +43,17 @@ static int setup(void **state)
 	assert_int_equal(dxlt_prog_path("dxl", dxl, sizeof(dxl)), 0);
 	snprintf(g_bindir, sizeof(g_bindir), "%s", dxl);
 	*strrchr(g_bindir, '/') = 0;
+	/* build/bin -> the root; build/asan/bin (sanitizer builds) -> ../../.. */
 	const char *src = getenv("DXL_SRC_DIR");
-	char guess[PATH_MAX + 16];
-	snprintf(guess, sizeof(guess), "%s/../..", g_bindir);
-	if (!realpath(src ? src : guess, g_root))
-		snprintf(g_root, sizeof(g_root), "%.4000s", src ? src : guess);
+	char guess[PATH_MAX + 32], readme[PATH_MAX + 16];
+	for (int up = 2; up <= 3; up++) {
+		snprintf(guess, sizeof(guess), "%s/..%s", g_bindir, up == 2 ? "/.." : "/../..");
+		if (!realpath(src ? src : guess, g_root))
+			snprintf(g_root, sizeof(g_root), "%.4000s", src ? src : guess);
+		snprintf(readme, sizeof(readme), "%s/README.md", g_root);
+		if (src || access(readme, F_OK) == 0)
+			break;
+	}
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-readme-XXXXXX");
 	assert_non_null(mkdtemp(g_tmp));
@@ -124,6 +130,9 @@ static int sh(const char *cmd, int timeout_s)
 		if (!freopen(of, "w", stdout) || dup2(1, 2) < 0)
 			_exit(126);
 		setenv("DXL_BIN_DIR", g_bindir, 1);
+		char scripts[PATH_MAX + 16];
+		snprintf(scripts, sizeof(scripts), "%s/scripts", g_root);
+		setenv("DXL_SCRIPTS", scripts, 0); /* zk.sh, for 'cluster up' */
 		execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
 		_exit(127);
 	}
