@@ -735,8 +735,13 @@ int cmd_cluster_up(int argc, char **argv)
 		/* data of an earlier cluster: restarting every replica on it
 		 * under a new configuration (replica 1 primary) could drop
 		 * what only another replica held */
-		for (uint32_t i = 0; !force && i < n; i++) {
-			snprintf(path, sizeof(path), "%s/data/%u", dir, i + 1);
+		for (uint32_t i = 0; !force && i <= n; i++) {
+			/* data/1..N, and anything else in data/ (an earlier
+			 * cluster's replica N+1 added with 'cluster add') */
+			if (i < n)
+				snprintf(path, sizeof(path), "%s/data/%u", dir, i + 1);
+			else
+				snprintf(path, sizeof(path), "%s/data", dir);
 			if (dir_nonempty(path)) {
 				errf("%s holds the data of an earlier cluster (stopped with 'cluster "
 				     "down'?): refused, nothing started. Use another --dir, remove "
