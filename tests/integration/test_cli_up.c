@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "dxl/membership.h"
 #include "tests/lib/proc.h"
 
 static const char *g_zkc;
@@ -687,6 +688,132 @@ static void test_failover_client(void **state)
 	alarm(0);
 }
 
+/* rp -- dxl-replica with args (NULL-terminated) to its exit, at most
+ * timeout_ms; stdout/stderr into out/err */
+static int rp(const char *const *args, int timeout_ms)
+{
+	static char bin[PATH_MAX];
+	if (!bin[0])
+		assert_int_equal(dxlt_prog_path("dxl-replica", bin, sizeof(bin)), 0);
+	char saved[PATH_MAX];
+	snprintf(saved, sizeof(saved), "%s", g_bin);
+	snprintf(g_bin, sizeof(g_bin), "%s", bin);
+	int rc = run(args, timeout_ms);
+	snprintf(g_bin, sizeof(g_bin), "%s", saved);
+	return rc;
+}
+
+/* ls_dir -- the names in dir, sorted, one line each */
+static void ls_dir(const char *dir, char *buf, size_t cap)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "ls -1 '%s' 2>/dev/null", dir);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = fread(buf, 1, cap - 1, p);
+	buf[n] = 0;
+	pclose(p);
+}
+
+/* issue 21.4: a dxl-replica start refused because its node id is held
+ * (exit 4), given new engine.tables on an existing data directory, leaves
+ * the directory as it was, and the node's normal start then works */
+static void test_refused_start_changes_nothing(void **state)
+{
+	(void)state;
+	if (!need_zk())
+		skip();
+	alarm(120);
+	char a[256], b[256], name[48];
+	snprintf(a, sizeof(a), "%s/h-a", g_tmp);
+	snprintf(b, sizeof(b), "%s/h-b", g_tmp);
+	snprintf(name, sizeof(name), "%s-rf", g_cluster);
+	/* the node's directory, made by a normal start (stopped by --exit-after
+	 * style: SIGTERM once registered) */
+	const char *base[] = {"--node-id", "1", "--data-dir", a, "--zk", g_zkc, "--cluster", name,
+			      "--shards", "0", "-o", "replica.exist_wait_ms=300", NULL};
+	char lg[300];
+	snprintf(lg, sizeof(lg), "%s/h-a.log", g_tmp);
+	char rbin[PATH_MAX];
+	assert_int_equal(dxlt_prog_path("dxl-replica", rbin, sizeof(rbin)), 0);
+	const char *first[16] = {rbin};
+	for (int i = 0; base[i]; i++)
+		first[i + 1] = base[i];
+	pid_t p1 = dxlt_spawn(first, lg, false);
+	assert_true(p1 > 0);
+	struct dxl_zk *zk = NULL;
+	assert_int_equal(dxlt_zk_open(g_zkc, name, &zk), 0);
+	uint64_t end = dxl_now_ms() + 20000;
+	char *js = NULL;
+	int64_t sess = 0;
+	while (dxl_now_ms() < end && dxl_member_get(zk, 1, &js, &sess) != 0)
+		usleep(50000);
+	free(js);
+	kill(p1, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p1, 20000), 0);
+	char before[4096], after[4096];
+	ls_dir(a, before, sizeof(before));
+	print_message("data directory before: %s", before);
+	/* another process holds node id 1 (its own directory) */
+	const char *holder[] = {rbin, "--node-id", "1", "--data-dir", b, "--zk", g_zkc,
+				"--cluster", name, "--shards", "0", NULL};
+	snprintf(lg, sizeof(lg), "%s/h-b.log", g_tmp);
+	pid_t p2 = dxlt_spawn(holder, lg, false);
+	assert_true(p2 > 0);
+	end = dxl_now_ms() + 20000;
+	bool held = false;
+	while (dxl_now_ms() < end && !held) {
+		js = NULL;
+		if (dxl_member_get(zk, 1, &js, &sess) == 0) {
+			char pidtxt[32];
+			snprintf(pidtxt, sizeof(pidtxt), "\"pid\":%d", (int)p2);
+			held = js && strstr(js, pidtxt);
+		}
+		free(js);
+		if (!held)
+			usleep(50000);
+	}
+	assert_true(held);
+	/* refused: the id is held; with tables the directory never had */
+	const char *refused[] = {"--node-id", "1", "--data-dir", a, "--zk", g_zkc, "--cluster", name,
+				 "--shards", "0", "-o", "replica.exist_wait_ms=300",
+				 "-o", "engine.tables=1:64:1000", NULL};
+	int rc = rp(refused, 30000);
+	print_message("refused start: exit %d: %s", rc, err);
+	EXPECT_RC(rc, 4);
+	ls_dir(a, after, sizeof(after));
+	print_message("data directory after: %s", after);
+	assert_string_equal(before, after);
+	kill(p2, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p2, 20000), 0);
+	/* the node's normal start works on it */
+	pid_t p3 = dxlt_spawn(first, lg, false);
+	assert_true(p3 > 0);
+	end = dxl_now_ms() + 20000;
+	held = false;
+	while (dxl_now_ms() < end && !held && kill(p3, 0) == 0) {
+		js = NULL;
+		if (dxl_member_get(zk, 1, &js, &sess) == 0) {
+			char pidtxt[32];
+			snprintf(pidtxt, sizeof(pidtxt), "\"pid\":%d", (int)p3);
+			held = js && strstr(js, pidtxt);
+		}
+		free(js);
+		if (!held)
+			usleep(50000);
+	}
+	if (!held) {
+		static char l3[8192];
+		dxlt_slurp(lg, l3, sizeof(l3));
+		print_message("the normal start did not register:\n%s\n", l3);
+	}
+	assert_true(held);
+	kill(p3, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p3, 20000), 0);
+	dxl_zk_delete(&zk);
+	alarm(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -698,6 +825,7 @@ int main(void)
 		cmocka_unit_test(test_status_missing),
 		cmocka_unit_test(test_output_lines),
 		cmocka_unit_test(test_failover_client),
+		cmocka_unit_test(test_refused_start_changes_nothing),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
