@@ -26,8 +26,9 @@
 #define CAT_ENT 32
 #define CAT_CRC_OFF 20
 
-_Static_assert(CAT_HDR + CAT_ENT * DXL_STORE_MAX_TABLES <= CAT_SIZE,
-	       "the catalog holds every table");
+_Static_assert(CAT_HDR + CAT_ENT * DXL_STORE_MAX_TABLES <= DXL_STORE_FLOOR_OFF &&
+		       DXL_STORE_FLOOR_OFF + 8 * DXL_STORE_MAX_TABLES <= CAT_SIZE,
+	       "the catalog holds every table, then the reclaim floors");
 
 enum slot_state {
 	ST_FREE = 0,
@@ -62,6 +63,12 @@ struct table {
 	 * floor_ts is at least the timestamp of every tombstone reclaimed
 	 * (what a miss without a tombstone reports) */
 	uint64_t reclaim_ts, floor_ts;
+	/* the reclaim floor (engine.h): every tombstone this table gave
+	 * away had a timestamp below it; persisted in the catalog page
+	 * (rfloor_p) before the slot of a tombstone at or above it is
+	 * reused */
+	uint64_t rfloor;
+	uint8_t *rfloor_p;
 };
 
 struct dxl_store {
@@ -291,6 +298,22 @@ static void state_set(struct table *t, uint64_t slot, uint8_t st);
 static void *slot_at(const struct table *t, uint64_t slot);
 
 /*
+ * The reclaim floor goes above ts (a tombstone's timestamp) before that
+ * tombstone's slot is reused: written and persisted first, so after a
+ * crash the floor still covers every tombstone whose slot a later write
+ * took. Table mutex held.
+ */
+static void rfloor_raise(struct dxl_store *s, struct table *t, uint64_t ts)
+{
+	if (ts < t->rfloor)
+		return;
+	t->rfloor = ts == UINT64_MAX ? ts : ts + 1;
+	uint8_t le[8];
+	dxl_put_le64(le, t->rfloor);
+	dxl_region_memcpy_persist(s->r, t->rfloor_p, le, 8);
+}
+
+/*
  * The oldest free slot whose lock word is 0 (a deleter may still hold the
  * lock of the slot it freed) and that is not a tombstone still needed (its
  * commit timestamp at or above reclaim_ts); the others go to the back. A
@@ -298,33 +321,34 @@ static void *slot_at(const struct table *t, uint64_t slot);
  * timestamp folded into floor_ts. May move key map entries (map_del): a
  * caller re-finds its own after this.
  */
-static int fq_pop(struct table *t, uint64_t *slot)
+static int fq_pop(struct dxl_store *s, struct table *t, uint64_t *slot)
 {
 	uint64_t kept = 0;
 	for (uint64_t n = t->fq_len; n; n--) {
-		uint64_t s = t->fq[t->fq_head];
+		uint64_t si = t->fq[t->fq_head];
 		t->fq_head = (t->fq_head + 1) % t->sc.capacity;
 		t->fq_len--;
-		if (__atomic_load_n(&t->locks[s], __ATOMIC_ACQUIRE) != 0) {
-			fq_push(t, s);
+		if (__atomic_load_n(&t->locks[si], __ATOMIC_ACQUIRE) != 0) {
+			fq_push(t, si);
 			continue;
 		}
-		if (state_get(t, s) == ST_TOMB) {
+		if (state_get(t, si) == ST_TOMB) {
 			struct dxl_record r;
-			dxl_record_peek(slot_at(t, s), &r);
+			dxl_record_peek(slot_at(t, si), &r);
 			if (r.ts >= t->reclaim_ts) {
 				kept++;
-				fq_push(t, s);
+				fq_push(t, si);
 				continue;
 			}
 			struct kent *e = map_find(t, r.key);
-			if (e && e->slot1 == s + 1)
+			if (e && e->slot1 == si + 1)
 				map_del(t, e);
-			state_set(t, s, ST_FREE);
+			state_set(t, si, ST_FREE);
 			t->ntomb--;
 			t->floor_ts = DXL_MAX(t->floor_ts, r.ts);
+			rfloor_raise(s, t, r.ts);
 		}
-		*slot = s;
+		*slot = si;
 		return 0;
 	}
 	return dxl_err_set(DXL_E_FULL, "table %u: all %llu slots are in use%s%s",
@@ -567,6 +591,8 @@ static int setup(struct dxl_region *r, const struct dxl_store_cfg *cfg,
 		/* without keep_tombstones a tombstone lasts until its slot is
 		 * the oldest free one (first in, first out) */
 		t->reclaim_ts = s->cfg.keep_tombstones ? 0 : UINT64_MAX;
+		t->rfloor_p = (uint8_t *)dxl_region_data(r) + DXL_STORE_FLOOR_OFF + 8 * i;
+		t->rfloor = dxl_get_le64(t->rfloor_p);
 		t->map = calloc(msize, sizeof(*t->map));
 		t->fq = calloc(sc[i].capacity, sizeof(*t->fq));
 		t->state = calloc(sc[i].capacity, 1);
@@ -744,6 +770,7 @@ static int get_slot(const struct dxl_store *s, uint32_t table, uint64_t slot,
 		    struct table **tp)
 {
 	struct table *t = find_table(s, table);
+	*tp = t;
 	if (!t)
 		return DXL_E_NOENT;
 	if (slot >= t->sc.capacity)
@@ -876,7 +903,7 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			 uint64_t *version)
 {
 	uint64_t si = 0;
-	int ret = fq_pop(t, &si);
+	int ret = fq_pop(s, t, &si);
 	if (ret)
 		return ret;
 	/* an owned insert: the lock word is taken before the index can name
@@ -894,7 +921,7 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 		if (was == 0)
 			break;
 		fq_push(t, si);
-		if (!tries || (ret = fq_pop(t, &si)))
+		if (!tries || (ret = fq_pop(s, t, &si)))
 			return ret ? ret : dxl_err_set(DXL_E_FULL,
 						       "table %u: every free slot is locked",
 						       t->sc.id);
@@ -1100,7 +1127,7 @@ static int tomb_make(struct dxl_store *s, struct table *t, uint64_t key,
 		     uint64_t v, uint64_t ts)
 {
 	uint64_t si;
-	int ret = fq_pop(t, &si);
+	int ret = fq_pop(s, t, &si);
 	if (ret)
 		return ret;
 	struct dxl_record r;
@@ -1198,6 +1225,11 @@ int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
 	return ret;
 }
 
+bool dxl_store_keeps_tombstones(const struct dxl_store *s)
+{
+	return s->cfg.keep_tombstones;
+}
+
 void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
 {
 	if (!s->cfg.keep_tombstones)
@@ -1207,6 +1239,31 @@ void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
 		s->t[i].reclaim_ts = ts;
 		pthread_mutex_unlock(&s->t[i].mu);
 	}
+}
+
+uint64_t dxl_store_reclaim_floor(struct dxl_store *s, uint32_t table)
+{
+	struct table *t = find_table(s, table);
+	if (!t) {
+		dxl_err_clear();
+		return 0;
+	}
+	pthread_mutex_lock(&t->mu);
+	uint64_t f = t->rfloor;
+	pthread_mutex_unlock(&t->mu);
+	return f;
+}
+
+int dxl_store_raise_reclaim_floor(struct dxl_store *s, uint32_t table, uint64_t floor)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	pthread_mutex_lock(&t->mu);
+	if (floor > t->rfloor)
+		rfloor_raise(s, t, floor - 1);
+	pthread_mutex_unlock(&t->mu);
+	return 0;
 }
 
 void *dxl_store_slot_ptr(const struct dxl_store *s, uint32_t table,
@@ -1304,7 +1361,7 @@ int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot)
 {
-	struct table *t;
+	struct table *t = NULL;
 	if (get_slot(s, table, slot, &t))
 		return 0;
 	return __atomic_load_n(&t->locks[slot], __ATOMIC_ACQUIRE);

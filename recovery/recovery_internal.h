@@ -23,6 +23,15 @@ bool dxl_rcv_torn_reserved(struct dxl_store *s, uint32_t table, uint64_t slot);
 void dxl_rcv_digest_add_crc(struct dxl_digest *d, uint32_t table, uint64_t key,
 			    uint64_t version, uint32_t vcrc, uint32_t len);
 
+/* true if slot of table holds key r->key's tombstone in s (r: the slot as
+ * read; the store's key map names the slot for that absent key) */
+bool dxl_rcv_is_tombstone(struct dxl_store *s, uint32_t table, uint64_t slot,
+			  const struct dxl_record *r);
+
+/* dxl_state_add with the value's CRC32C given */
+int dxl_rcv_state_add_crc(struct dxl_state *s, uint32_t table, uint64_t key, uint64_t version,
+			  uint64_t ts, bool live, uint32_t vcrc, uint32_t len);
+
 /* the writer's start_ts (informational: the heads' largest last_ts) */
 void dxl_rcv_writer_set_start_ts(struct dxl_ckpt_writer *w, uint64_t ts);
 

@@ -252,6 +252,11 @@ static void *xfer_main(void *arg)
 		ret = dxl_ctx_new(m->cfg.f, m->cfg.xfer_ctx, &ctx);
 	if (!ret)
 		ret = dxl_qp_connect(ctx, x->src->addr, x->src->ctx, &qp);
+	/* 0. the source's reclaim floors, before its log: it keeps no
+	 *    tombstone below them that the log from the start could need */
+	uint64_t floors[DXL_STORE_MAX_TABLES] = {0};
+	if (!ret)
+		ret = dxl_xfer_read_floors(qp, x->src, floors);
 	/* 1. the log: its heads are the image's start position (everything
 	 *    below them is in the source's store before its slots are read) */
 	uint64_t start_ts = 0;
@@ -273,8 +278,15 @@ static void *xfer_main(void *arg)
 	if (!ret)
 		ret = dxl_ckpt_writer_new(m->dir, m->cfg.durability, &id, shard, sc, nt, nr,
 					  dxl_logstore_ring_size(ls), start, 0, x->src->node_id, &w);
+	for (uint32_t t = 0; !ret && t < x->src->ntables; t++)
+		ret = dxl_ckpt_writer_set_floor(w, x->src->tables[t].id, floors[t]);
 	if (!ret)
 		ret = dxl_xfer_copy_store(qp, x->src, w, 0, &x->xs);
+	/* 2b. no head of the source moved meanwhile: else a tombstone whose
+	 *     key an older write in our log copy names may have been
+	 *     reclaimed before its slot was read (dxl_xfer_check_heads) */
+	if (!ret)
+		ret = dxl_xfer_check_heads(qp, x->src, start, NULL, 0);
 	if (!ret)
 		ret = dxl_ckpt_writer_commit(&w, &x->info);
 	dxl_ckpt_writer_abort(&w);
@@ -367,10 +379,12 @@ static void xfer_finish(struct dxl_rcvm *m)
 	rc->st.last_transfer_ms = ms;
 	rc->st.last_transfer_entries = m->x.info.entries;
 	DXL_INFO("event=transfer_done shard=%u source=%u checkpoint=%" PRIu64 " entries=%" PRIu64
+		 " tombstones=%" PRIu64 " below_floor=%" PRIu64
 		 " slots=%" PRIu64 " read_bytes=%" PRIu64 " retried=%" PRIu64 " torn_skipped=%" PRIu64
 		 " copy_ms=%" PRIu64 " installed_written=%" PRIu64 " removed=%" PRIu64
 		 " install_ms=%" PRIu64 " ms=%" PRIu64,
-		 shard, m->x.info.source_node, m->x.info.seq, m->x.info.entries, m->x.xs.slots,
+		 shard, m->x.info.source_node, m->x.info.seq, m->x.info.entries,
+		 m->x.info.tombstones, m->x.xs.below_floor, m->x.xs.slots,
 		 m->x.xs.bytes_read, m->x.xs.retried, m->x.xs.torn_skipped, m->x.xs.ms,
 		 m->x.is.written, m->x.is.removed, m->x.is.ms, ms);
 }

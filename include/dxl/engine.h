@@ -223,9 +223,16 @@ int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p);
  * Region data area:
  *   0      catalog (4096 B): magic "DXLSTOR\0", format, shard, ntables,
  *          CRC32C, data size, then per table {id, value_size, slot_size,
- *          capacity, offset of its slots}
+ *          capacity, offset of its slots}; at DXL_STORE_FLOOR_OFF + 8 i
+ *          (outside the CRC) the reclaim floor of the catalog's i-th table
+ *          (le64, 0 = none: see dxl_store_reclaim_floor)
  *   4096   table 0's slots (capacity * slot_size, padded to 4096), table 1's ...
+ *
+ * So the catalog of a store whose tables a peer READs is at the smallest
+ * records.addr of its dxl_table_desc minus DXL_STORE_CATALOG_SIZE.
  */
+#define DXL_STORE_CATALOG_SIZE 4096u
+#define DXL_STORE_FLOOR_OFF 3584u
 #define DXL_REGION_STORE 2u /* region kind, next to DXL_REGION_LOG (log.h) */
 #define DXL_STORE_MAX_TABLES 64
 #define DXL_TABLE_MAX_CAPACITY (1ull << 30) /* slots per table */
@@ -462,9 +469,26 @@ struct dxl_store_absence {
  * torn), DXL_E_NOENT (unknown table) */
 int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
 		      struct dxl_store_absence *out);
+/* dxl_store_keeps_tombstones -- the store was opened with keep_tombstones */
+bool dxl_store_keeps_tombstones(const struct dxl_store *s);
 /* dxl_store_set_reclaim_ts -- with keep_tombstones: tombstones whose commit
  * timestamp is below ts may give their slots to inserts (no-op otherwise) */
 void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts);
+/*
+ * dxl_store_reclaim_floor -- every tombstone table ever gave its slot away
+ * from (its key forgotten) had a commit timestamp below this; 0 if it
+ * never did (or the table is unknown). Persisted in the catalog page before
+ * the slot is reused, so it survives crashes; replicas whose tombstones
+ * differ only below each other's floors hold the same state (one
+ * reclaimed what the other still keeps): what comparisons of members use
+ * (dxl cluster verify, docs/recovery.md "Digests").
+ */
+uint64_t dxl_store_reclaim_floor(struct dxl_store *s, uint32_t table);
+/* dxl_store_raise_reclaim_floor -- the floor becomes at least `floor`
+ * (persisted): a store made a copy of another's state (a state transfer,
+ * a checkpoint installed) lacks that store's tombstones below its floor.
+ * DXL_E_NOENT for an unknown table. */
+int dxl_store_raise_reclaim_floor(struct dxl_store *s, uint32_t table, uint64_t floor);
 
 /* dxl_store_slot_ptr -- the slot's address in the mapping (NULL if out of
  * range); for tests and for serving READs locally */

@@ -42,38 +42,97 @@ extern "C" {
 /* ---- state digests ----------------------------------------------------------- */
 
 /*
- * A digest of a set of records {(table, key, version, value)}: the count
- * and two sums (mod 2^64) of independent 64-bit hashes of each record.
- * Sums make it independent of order and slot placement; two hashes make a
- * chance collision ~2^-128. Absent keys contribute nothing (a deleted key
- * and a key that was never there are the same state; tombstones, which
- * members reclaim at different times, are not hashed).
+ * A digest of a shard's state: its live records {(table, key, version,
+ * value)} and its tombstones {(table, key, version)} (a deleted key's
+ * version, docs/engine.md "Tombstones"). For each part: the count and two
+ * sums (mod 2^64) of independent 64-bit hashes of each element. Sums make
+ * it independent of order and slot placement; two hashes make a chance
+ * collision ~2^-128. A key that was never there contributes nothing.
+ * Tombstones matter: a replica that lacks one applies an older write of
+ * the key again (a deleted key comes back), so a comparison must see
+ * them. Members reclaim tombstones at different times
+ * (dxl_store_reclaim_floor), so digests that are compared take only the
+ * tombstones at or above a cut-off every member still keeps (the largest
+ * of their reclaim floors): dxl_digest_store_from, dxl_state_digest.
  */
 struct dxl_digest {
 	uint64_t records;
 	uint64_t h[2];
+	uint64_t tombstones;
+	uint64_t t[2];
 };
 
 /* dxl_digest_add -- fold one live record in */
 void dxl_digest_add(struct dxl_digest *d, uint32_t table, uint64_t key,
 		    uint64_t version, const void *value, uint32_t len);
+/* dxl_digest_add_tombstone -- fold one tombstone in */
+void dxl_digest_add_tombstone(struct dxl_digest *d, uint32_t table, uint64_t key,
+			      uint64_t version);
+/* dxl_digest_merge -- fold b into a (the digest of the union of two
+ * disjoint sets, e.g. two tables) */
+void dxl_digest_merge(struct dxl_digest *a, const struct dxl_digest *b);
+/* both parts equal */
 bool dxl_digest_equal(const struct dxl_digest *a, const struct dxl_digest *b);
-/* "records=N h=<32 hex digits>"; returns snprintf's count */
+/* "records=N h=<32 hex digits> tombstones=M t=<32 hex digits>"; returns
+ * snprintf's count */
 int dxl_digest_format(const struct dxl_digest *d, char *buf, size_t cap);
-/* the inverse of dxl_digest_format; DXL_E_INVAL if s is not one */
+/* the inverse of dxl_digest_format (the tombstone part may be absent:
+ * zero); DXL_E_INVAL if s is not one */
 int dxl_digest_parse(const char *s, struct dxl_digest *out);
 
 /*
- * dxl_digest_store -- the digest of the live records of table (UINT32_MAX:
- * every table) of s, read slot by slot with the owner's seqlock read. Torn
- * slots (cut by a crash, awaiting the log's replay) are counted in *torn
- * (may be NULL) and not hashed. Meaningful as "the state" only while no
- * writer changes the store (a quiet shard, or a stopped applier).
+ * dxl_digest_store -- the digest of table (UINT32_MAX: every table) of s:
+ * its live records and every tombstone the store keeps, read slot by slot
+ * with the owner's seqlock read. Torn slots (cut by a crash, awaiting the
+ * log's replay) are counted in *torn (may be NULL) and not hashed.
+ * Meaningful as "the state" only while no writer changes the store (a
+ * quiet shard, or a stopped applier).
+ * dxl_digest_store_from -- the same with only the tombstones whose commit
+ * timestamp is >= tomb_from_ts (UINT64_MAX: none).
  * Errors: DXL_E_NOENT (unknown table), DXL_E_AGAIN (a slot stayed busy),
  * DXL_E_CORRUPT.
  */
 int dxl_digest_store(struct dxl_store *s, uint32_t table, struct dxl_digest *out,
 		     uint64_t *torn);
+int dxl_digest_store_from(struct dxl_store *s, uint32_t table, uint64_t tomb_from_ts,
+			  struct dxl_digest *out, uint64_t *torn);
+
+/*
+ * A state read slot by slot (a member's store read with one-sided READs, a
+ * checkpoint's entries): per (table, key) the entry of the largest version
+ * -- a key can be met more than once: it moved slot during a fuzzy read,
+ * or a free slot still names a key that was deleted and written again
+ * since (a superseded tombstone); at equal versions a live record wins
+ * over a tombstone. What remains is the state: live records and
+ * tombstones.
+ */
+struct dxl_state;
+struct dxl_state_entry {
+	uint64_t key, version, ts;
+	uint32_t table;
+	uint32_t vcrc; /* CRC32C of the value (0 for a tombstone) */
+	uint32_t len;
+	bool live;
+	bool used; /* internal */
+};
+/* dxl_state_new -- sized for about `expect` keys (it grows). DXL_E_NOMEM */
+int dxl_state_new(uint64_t expect, struct dxl_state **out);
+void dxl_state_delete(struct dxl_state **s);
+/* dxl_state_add -- one slot's record (live) or tombstone (!live, len 0).
+ * DXL_E_NOMEM */
+int dxl_state_add(struct dxl_state *s, uint32_t table, uint64_t key, uint64_t version,
+		  uint64_t ts, bool live, const void *value, uint32_t len);
+/* the entry of (table, key), or NULL */
+const struct dxl_state_entry *dxl_state_find(const struct dxl_state *s, uint32_t table,
+					     uint64_t key);
+/* keys held (live or tombstone) */
+uint64_t dxl_state_count(const struct dxl_state *s);
+/* every entry, in no order; a nonzero return of fn stops and is returned */
+int dxl_state_foreach(const struct dxl_state *s,
+		      int (*fn)(void *arg, const struct dxl_state_entry *e), void *arg);
+/* the digest: every live record, the tombstones with ts >= tomb_from_ts */
+void dxl_state_digest(const struct dxl_state *s, uint64_t tomb_from_ts,
+		      struct dxl_digest *out);
 
 /* ---- log positions --------------------------------------------------------------- */
 
@@ -136,7 +195,12 @@ struct dxl_ckpt_info {
 	uint32_t source_node; /* the node whose store it images */
 	uint64_t entries;     /* all entries (tombstones included) */
 	uint64_t tombstones;
-	struct dxl_digest digest; /* of the live entries, duplicates included */
+	/* of the entries, duplicates included (the tombstone part: format 2) */
+	struct dxl_digest digest;
+	/* per table (in tables[] order): the source store's reclaim floor
+	 * (dxl_store_reclaim_floor) when it was imaged: it held no tombstone
+	 * below it that a replay could need; the image has none */
+	uint64_t floors[DXL_STORE_MAX_TABLES];
 };
 
 struct dxl_ckpt;        /* a complete checkpoint, opened read-only */
@@ -170,6 +234,10 @@ int dxl_ckpt_writer_new(const char *dir, enum dxl_durability mode,
 int dxl_ckpt_writer_add(struct dxl_ckpt_writer *w, uint32_t table, uint64_t key,
 			uint64_t version, uint64_t ts, const void *value,
 			uint32_t len, uint32_t flags);
+
+/* dxl_ckpt_writer_set_floor -- the source's reclaim floor of table (see
+ * dxl_ckpt_info.floors; 0 by default). DXL_E_NOENT for an unknown table */
+int dxl_ckpt_writer_set_floor(struct dxl_ckpt_writer *w, uint32_t table, uint64_t floor);
 
 /* the path of the file being written (for logs) */
 const char *dxl_ckpt_writer_path(const struct dxl_ckpt_writer *w);
@@ -360,6 +428,10 @@ struct dxl_xfer_stats {
 				 changed between the two READs */
 	uint64_t torn_skipped; /* slots torn at the source (its replay
 				  pending): their records are in the log */
+	uint64_t tombstones;  /* free slots naming a key at a version
+				 (tombstones, maybe superseded) taken */
+	uint64_t below_floor; /* of them, left out: below the source's
+				 reclaim floor (dxl_xfer_copy_store) */
 	uint64_t ms;
 };
 
@@ -410,16 +482,50 @@ int dxl_xfer_follow(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
 		    struct dxl_follow_stats *st);
 
 /*
- * dxl_xfer_scan_store -- the same READs, handing every live record that
- * passes the rule to fn (table, fields, value; a nonzero return stops and
- * is returned): e.g. the digest of a member's store (dxl cluster verify).
- * No writer; the source's tables need not be any local store's.
+ * dxl_xfer_scan_store -- the same READs, handing every slot that passes
+ * the rule and holds a key at a version to fn (table, fields, value; a
+ * nonzero return stops and is returned): live records (r->live) and free
+ * slots that name a key (!r->live, version >= 2: its tombstone, or a
+ * superseded one: dxl_state sorts them out). E.g. the digest of a
+ * member's store (dxl cluster verify). No writer; the source's tables
+ * need not be any local store's.
  */
 typedef int (*dxl_xfer_record_fn)(void *arg, uint32_t table, const struct dxl_record *r,
 				  const void *value);
 int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			dxl_xfer_record_fn fn, void *arg, unsigned tries,
 			struct dxl_xfer_stats *st);
+
+/*
+ * dxl_xfer_read_floors -- the reclaim floor of every table of the source
+ * (dxl_store_reclaim_floor, read from its store's catalog with one READ)
+ * into floors[0..src->ntables), in src->tables order. A state transfer
+ * reads them before it copies the log and gives them to its checkpoint
+ * (dxl_ckpt_writer_set_floor): dxl_xfer_copy_store leaves out the
+ * tombstones below them (no write older than them can be in the log from
+ * the start position on), and the install raises the receiver's floors to
+ * them. Errors: DXL_E_INVAL, DXL_E_CONFIG, DXL_E_NOMEM, the fabric's.
+ */
+int dxl_xfer_read_floors(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			 uint64_t *floors);
+
+/*
+ * dxl_xfer_read_heads -- the source's ring heads now (each ring's control
+ * block READ, the newest valid head slot) into heads[0..src->nrings).
+ * dxl_xfer_check_heads -- 0 if every ring's head is still at start[] (the
+ * start position of a copy), DXL_E_AGAIN (with why) if the source's
+ * retention moved one during the copy: a tombstone that the log from the
+ * start position needs (an older write of its key is in it) can only have
+ * been reclaimed at the source if a head moved past that write, so a copy
+ * during which no head moved holds every tombstone the receiver's replay
+ * needs; otherwise copy again (the receiver's need cursor stops the
+ * source's retention by age meanwhile: docs/recovery.md).
+ * Errors: DXL_E_INVAL, DXL_E_NOMEM, DXL_E_CORRUPT, the fabric's.
+ */
+int dxl_xfer_read_heads(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			struct dxl_ring_head *heads);
+int dxl_xfer_check_heads(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			 const struct dxl_log_pos *start, char *why, size_t cap);
 
 #ifdef __cplusplus
 }
