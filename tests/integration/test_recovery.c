@@ -36,7 +36,7 @@ struct cl {
 	char dir[256];
 	bool up;
 };
-static struct cl g_roll, g_add, g_ver, g_pf; /* brought down by the teardown too */
+static struct cl g_roll, g_add, g_ver, g_pf, g_del; /* brought down by the teardown too */
 
 static int run_dxl(const char *const *args, int timeout_ms)
 {
@@ -488,6 +488,144 @@ static void test_power_fail_during_transfer(void **state)
 	assert_true(cuts >= 1);
 }
 
+/* one transaction over keys[0..n): insert each (value "d-<key>") or delete
+ * each; retried like co_op */
+struct batch {
+	struct env *e;
+	bool del;
+	const uint64_t *keys;
+	uint32_t n;
+	int ret;
+};
+
+static void co_batch(void *arg)
+{
+	struct batch *b = arg;
+	for (int attempt = 0; attempt < 1500; attempt++) {
+		struct dxl_txn *t;
+		if ((b->ret = dxl_txn_begin(b->e->w, &t)))
+			return;
+		for (uint32_t i = 0; i < b->n && !b->ret; i++) {
+			char v[32];
+			int len = snprintf(v, sizeof(v), "d-%" PRIu64, b->keys[i]);
+			b->ret = b->del ? dxl_txn_delete(t, T_KV, b->keys[i])
+					: dxl_txn_insert(t, T_KV, b->keys[i], v, (uint32_t)len);
+		}
+		if (!b->ret)
+			b->ret = dxl_txn_commit(t, NULL);
+		else
+			dxl_txn_abort(t);
+		if (b->ret != DXL_E_CONFLICT && b->ret != DXL_E_UNAVAIL && b->ret != DXL_E_STALE)
+			return;
+		usleep(20000);
+	}
+}
+
+static void batch(struct env *e, bool del, const uint64_t *keys, uint32_t n)
+{
+	struct batch b = {.e = e, .del = del, .keys = keys, .n = n};
+	assert_int_equal(dxl_coord_worker_spawn(e->w, co_batch, &b), 0);
+	assert_int_equal(dxl_coord_worker_run(e->w), 0);
+	if (b.ret)
+		fail_msg("%s of %u keys: %s: %s", del ? "delete" : "insert", n, dxl_errname(b.ret),
+			 dxl_errmsg());
+}
+
+/* keys that must read as absent: returns how many are found */
+static int check_absent(const struct cl *c, const uint64_t *keys, uint32_t n, const char *when)
+{
+	struct env e;
+	env_open(&e, c);
+	int back = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		char got[40] = "";
+		int ret = op(&e, false, false, keys[i], NULL, got);
+		if (ret != DXL_E_NOENT) {
+			if (back < 5)
+				print_message("  %s: deleted key %" PRIu64 ": %s%s\n", when, keys[i],
+					      ret ? dxl_errname(ret) : "found: ", ret ? "" : got);
+			back++;
+		}
+	}
+	env_close(&e);
+	print_message("  %s: %d of %u deleted keys found\n", when, back, n);
+	return back;
+}
+
+/*
+ * Deletes under load and a node that gets the state by transfer: a
+ * deleted key must never come back at it. Coordinator B inserts keys
+ * D (one transaction) and stays idle: its ring's watermark stays below
+ * that record, so the primary's retention keeps it (and every backup
+ * applies nothing past it). Coordinator A deletes D and keeps writing:
+ * the primary's retention reclaims A's records, the deletes included.
+ * Node 4 is added (node 3 died): its copy of the primary's log holds D's
+ * inserts but not their deletes, so its image must carry D's tombstones.
+ * While it catches up, keys E are deleted under load. Then B finishes
+ * (its watermark passes the inserts: every replica applies them now),
+ * nodes 1 and 2 are killed, node 4 is promoted: D and E must be absent.
+ * Before the transfer carried tombstones, node 4 applied D's inserts and
+ * served D again (16 of 16).
+ */
+static void test_deletes_during_transfer(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	struct cl *c = &g_del;
+	cluster_up(c, "del", "3");
+	node_cmd(c, "kill", 3);
+	wait_config(c, 3, false, false, 30);
+	load(c);
+	enum { ND = 16, NE = 16 };
+	uint64_t dk[ND], ek[NE];
+	for (uint32_t i = 0; i < ND; i++)
+		dk[i] = 1000 + i;
+	for (uint32_t i = 0; i < NE; i++)
+		ek[i] = 2000 + i;
+	struct env eb, ea;
+	env_open(&eb, c);
+	batch(&eb, false, dk, ND); /* B: D's inserts, then idle */
+	env_open(&ea, c);
+	batch(&ea, false, ek, NE);
+	batch(&ea, true, dk, ND);  /* A: D's deletes */
+	for (int r = 0; r < 3; r++) { /* A keeps writing: its records age */
+		for (uint64_t k = 0; k < NKEYS; k++) {
+			char v[32];
+			snprintf(v, sizeof(v), "a%d-%u", r, (unsigned)k);
+			assert_int_equal(op(&ea, true, false, k, v, NULL), 0);
+			memcpy(g_want[k], v, sizeof(v));
+		}
+		wait_retention();
+	}
+	const char *add[] = {"cluster", "add", "--dir", c->dir, "--no-wait", NULL};
+	dxl_ok(add);
+	/* deletes (and writes) under load while node 4 catches up */
+	for (uint32_t i = 0; i < NE; i++) {
+		assert_int_equal(op(&ea, true, false, i, "during", NULL), 0);
+		snprintf(g_want[i], sizeof(g_want[i]), "during");
+		batch(&ea, true, &ek[i], 1);
+		usleep(100 * 1000);
+	}
+	wait_config(c, 4, true, false, 90);
+	int xfers = count_log(c, 4, "event=transfer_done");
+	env_close(&ea);
+	env_close(&eb); /* B's last watermark: its inserts are applied everywhere */
+	const char *vargs[] = {"cluster", "verify", "--dir", c->dir, "--wait", "20", NULL};
+	int vrc = run_dxl(vargs, 120000);
+	print_message("  node 4: %d state transfers; verify: %s", xfers, g_out);
+	node_cmd(c, "kill", 1);
+	node_cmd(c, "kill", 2);
+	wait_config(c, 4, true, true, 60);
+	int back = check_absent(c, dk, ND, "node 4 promoted (deleted before it came)");
+	back += check_absent(c, ek, NE, "node 4 promoted (deleted while it caught up)");
+	int bad = check_all(c, "node 4 promoted");
+	cluster_down(c);
+	assert_int_equal(back, 0);
+	assert_int_equal(bad, 0);
+	assert_int_equal(vrc, 0);
+	assert_true(xfers >= 1);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -508,6 +646,7 @@ static int group_teardown(void **state)
 	cluster_down(&g_add);
 	cluster_down(&g_ver);
 	cluster_down(&g_pf);
+	cluster_down(&g_del);
 	if (!getenv("DXL_TEST_KEEP")) {
 		char cmd[300];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
@@ -531,6 +670,7 @@ int main(void)
 		cmocka_unit_test(test_new_node),
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_power_fail_during_transfer),
+		cmocka_unit_test(test_deletes_during_transfer),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
