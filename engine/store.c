@@ -1500,78 +1500,18 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 }
 
 /*
- * The last write of each key in a log window: replay applies only those, so
- * a key that the window deletes later is never put back for a while (which
- * would write, and could need a free slot a full table does not have).
- */
-struct wkey {
-	uint64_t key;
-	uint64_t version; /* 0 = empty entry (versions are >= 2) */
-	uint32_t table;
-};
-
-struct wmap {
-	struct wkey *e;
-	uint64_t mask, n;
-};
-
-static uint64_t wmix(uint32_t table, uint64_t key)
-{
-	return mix(key ^ ((uint64_t)table << 32 | table));
-}
-
-static struct wkey *wmap_get(struct wmap *m, uint32_t table, uint64_t key,
-			     bool add)
-{
-	if (add && 2 * (m->n + 1) > m->mask + 1) {
-		uint64_t size = m->e ? 2 * (m->mask + 1) : 1024;
-		struct wkey *ne = calloc(size, sizeof(*ne));
-		if (!ne)
-			return NULL;
-		for (uint64_t i = 0; m->e && i <= m->mask; i++) {
-			if (!m->e[i].version)
-				continue;
-			uint64_t j = wmix(m->e[i].table, m->e[i].key) & (size - 1);
-			while (ne[j].version)
-				j = (j + 1) & (size - 1);
-			ne[j] = m->e[i];
-		}
-		free(m->e);
-		m->e = ne;
-		m->mask = size - 1;
-	}
-	if (!m->e)
-		return NULL;
-	for (uint64_t i = wmix(table, key) & m->mask;; i = (i + 1) & m->mask) {
-		struct wkey *w = &m->e[i];
-		if (!w->version) {
-			if (!add)
-				return NULL;
-			w->table = table;
-			w->key = key;
-			m->n++;
-			return w;
-		}
-		if (w->table == table && w->key == key)
-			return w;
-	}
-}
-
-/*
- * Apply (or, with pass1, only check and note) the entries of one write
- * set. pass1: every entry's table and length are checked and the largest
- * version per key is noted in wm; nothing is written. Later, with wm: an
- * entry below its key's largest version is superseded.
+ * Apply (or, with check, only check) the entries of one write set: with
+ * check every entry's table and length are checked and nothing is written.
  */
 static int apply_entries(struct dxl_store *s, const void *payload, uint32_t len,
 			 uint64_t ts, dxl_store_filter_fn filter, void *arg,
-			 struct dxl_replay_stats *st, struct wmap *wm, bool pass1)
+			 struct dxl_replay_stats *st, bool check)
 {
 	struct dxl_ws_iter it;
 	int ret = dxl_ws_iter_init(&it, payload, len);
 	if (ret < 0)
 		return ret;
-	if (!pass1) {
+	if (!check) {
 		st->records++;
 		st->last_ts = ts;
 	}
@@ -1579,38 +1519,23 @@ static int apply_entries(struct dxl_store *s, const void *payload, uint32_t len,
 	int applied = 0;
 	for (uint32_t i = 0; dxl_ws_iter_next(&it, &e); i++) {
 		if (filter && !filter(arg, e.table, e.key)) {
-			if (!pass1) {
+			if (!check) {
 				st->entries++;
 				st->filtered++;
 			}
 			continue;
 		}
-		if (pass1) {
+		if (check) {
 			struct table *t = find_table(s, e.table);
-			if (t)
-				ret = check_value(t, e.value, e.len);
-			else
-				ret = DXL_E_NOENT;
-			struct wkey *w = NULL;
-			if (!ret && wm && !(w = wmap_get(wm, e.table, e.key, true)))
-				ret = dxl_err_set(DXL_E_NOMEM, "replay: out of memory");
+			ret = t ? check_value(t, e.value, e.len) : DXL_E_NOENT;
 			if (ret) {
 				dxl_err_prefix("write set entry %u (table %u, key %llu)",
 					       i, e.table, (unsigned long long)e.key);
 				return ret;
 			}
-			if (w)
-				w->version = DXL_MAX(w->version, e.version);
 			continue;
 		}
 		st->entries++;
-		if (wm) {
-			struct wkey *w = wmap_get(wm, e.table, e.key, false);
-			if (w && e.version < w->version) {
-				st->superseded++;
-				continue;
-			}
-		}
 		ret = dxl_store_apply(s, e.table, e.key, e.op, e.version, ts,
 				      e.value, e.len);
 		if (ret < 0) {
@@ -1637,108 +1562,8 @@ int dxl_store_apply_writeset(struct dxl_store *s, const void *payload,
 	if (!st)
 		st = memset(&dummy, 0, sizeof(dummy));
 	/* check every entry before the first is applied */
-	int ret = apply_entries(s, payload, len, ts, filter, arg, st, NULL, true);
+	int ret = apply_entries(s, payload, len, ts, filter, arg, st, true);
 	if (ret < 0)
 		return ret;
-	return apply_entries(s, payload, len, ts, filter, arg, st, NULL, false);
-}
-
-struct aborted {
-	uint32_t writer;
-	uint64_t txn;
-};
-
-struct replay {
-	struct dxl_store *s;
-	dxl_store_filter_fn filter;
-	void *arg;
-	struct dxl_replay_stats *st;
-	struct wmap wm;
-	bool pass1;
-	int err;
-	struct aborted *ab; /* the rings' abort markers */
-	size_t nab, abcap;
-};
-
-/* pass 0: every abort marker of every ring (whatever its timestamp) */
-static int collect_marker(uint32_t ring, const struct dxl_rec *rec, uint64_t pos, void *arg)
-{
-	(void)ring;
-	(void)pos;
-	struct replay *rp = arg;
-	uint64_t txn;
-	if (dxl_abort_marker_decode(rec->payload, rec->payload_len, &txn) != 1)
-		return 0;
-	if (rp->nab == rp->abcap) {
-		size_t ncap = rp->abcap ? 2 * rp->abcap : 64;
-		struct aborted *n = realloc(rp->ab, ncap * sizeof(*n));
-		if (!n) {
-			rp->err = dxl_err_set(DXL_E_NOMEM, "replay: abort markers");
-			return 1;
-		}
-		rp->ab = n;
-		rp->abcap = ncap;
-	}
-	rp->ab[rp->nab++] = (struct aborted){.writer = rec->writer, .txn = txn};
-	return 0;
-}
-
-static bool is_aborted(const struct replay *rp, const struct dxl_rec *rec)
-{
-	for (size_t i = 0; i < rp->nab; i++)
-		if (rp->ab[i].writer == rec->writer && rp->ab[i].txn == rec->txn_id)
-			return true;
-	return false;
-}
-
-static int replay_one(uint32_t ring, const struct dxl_rec *rec, uint64_t pos,
-		      void *arg)
-{
-	struct replay *rp = arg;
-	int m = dxl_abort_marker_decode(rec->payload, rec->payload_len, NULL);
-	if (m == 1 || (m == 0 && is_aborted(rp, rec)))
-		return 0; /* a marker, or a record it cancels */
-	int ret = m < 0 ? m : apply_entries(rp->s, rec->payload, rec->payload_len,
-				rec->commit_ts, rp->filter, rp->arg, rp->st,
-				&rp->wm, rp->pass1);
-	if (ret < 0) {
-		dxl_err_prefix("replay: ring %u record seq %llu (ts %llu, position %llu)",
-			       ring, (unsigned long long)rec->seq,
-			       (unsigned long long)rec->commit_ts,
-			       (unsigned long long)pos);
-		rp->err = ret;
-		return 1;
-	}
-	return 0;
-}
-
-/*
- * Two passes over the window: the first checks every record and notes each
- * key's last version (an error there changes nothing); the second applies
- * each key's last write only.
- */
-int dxl_store_replay(struct dxl_store *s, const struct dxl_logstore *ls,
-		     uint64_t resolved_ts, dxl_store_filter_fn filter,
-		     void *arg, struct dxl_replay_stats *st)
-{
-	struct dxl_replay_stats dummy;
-	if (!st)
-		st = &dummy;
-	memset(st, 0, sizeof(*st));
-	if (!s || !ls)
-		return dxl_err_set(DXL_E_INVAL, "replay: NULL store or log");
-	struct replay rp = {.s = s, .filter = filter, .arg = arg, .st = st,
-			    .pass1 = true};
-	int n = dxl_log_scan_merged(ls, UINT64_MAX, collect_marker, &rp);
-	if (!rp.err && n >= 0)
-		n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
-	if (!rp.err && n >= 0) {
-		rp.pass1 = false;
-		n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
-	}
-	free(rp.wm.e);
-	free(rp.ab);
-	if (rp.err)
-		return rp.err;
-	return n;
+	return apply_entries(s, payload, len, ts, filter, arg, st, false);
 }

@@ -60,4 +60,23 @@ enum { DXL_RCV_XFER_TAKE = 0, DXL_RCV_XFER_SKIP = 1, DXL_RCV_XFER_AGAIN = 2 };
 int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32_t slot_size,
 		       struct dxl_record *r, uint8_t *val, int *err);
 
+/*
+ * dxl_rcv_pull_set_test_hook -- fault injection for tests: dxl_xfer_pull
+ * calls fn(attempt, arg) after each attempt's READ of the ring buffer and
+ * before it READs the control block again (attempt counts from 1), so a
+ * test can move the source's head at that exact moment. NULL = none. Set
+ * and clear it from the thread that pulls.
+ */
+typedef void (*dxl_rcv_pull_hook_fn)(uint32_t attempt, void *arg);
+void dxl_rcv_pull_set_test_hook(dxl_rcv_pull_hook_fn fn, void *arg);
+
+/*
+ * dxl_rcv_pull_set_crash_hook -- fault injection for tests: dxl_xfer_pull
+ * calls fn(arg) once the ring buffer is written and persisted, before it
+ * writes the control block; non-zero stands for a crash right there (the
+ * pull returns DXL_E_IO, the control block untouched). NULL = none.
+ */
+typedef int (*dxl_rcv_pull_crash_fn)(void *arg);
+void dxl_rcv_pull_set_crash_hook(dxl_rcv_pull_crash_fn fn, void *arg);
+
 #endif /* DXL_RECOVERY_INTERNAL_H */

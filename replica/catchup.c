@@ -431,7 +431,7 @@ static int pull_rings(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 				   shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
 				   dxl_logstore_ring_size(ls));
 	/* one bounce buffer for every copy of the loop */
-	uint64_t need = dxl_logstore_pull_bounce_bytes(dxl_logstore_ring_size(ls));
+	uint64_t need = dxl_xfer_pull_bounce_bytes(dxl_logstore_ring_size(ls));
 	if (m->bounce_len < need) {
 		dxl_mr_dereg(&m->bounce_mr);
 		free(m->bounce);

@@ -35,7 +35,7 @@ static const char usage[] =
 "      log      N x --log-frac updates of random keys logged (4 rings) and\n"
 "               applied after the checkpoint's position;\n"
 "      rebuild  a new store and index from the checkpoint (dxl_ckpt_install)\n"
-"               and the log from its position (dxl_store_replay): records/s\n"
+"               and the log from its position (dxl_recovery_replay): records/s\n"
 "               of each and of the whole, checked against the source store's\n"
 "               digest (exit 2 if they differ);\n"
 "      open     the rebuilt store closed, opened again (a scan of every\n"
@@ -317,7 +317,7 @@ static int run_one(const char *dir, uint64_t n, uint32_t vsize, double log_frac,
 		goto out;
 	struct dxl_replay_stats rs;
 	t0 = dxl_now_ns();
-	ret = dxl_store_replay(dst.s, lg.ls, UINT64_MAX, NULL, NULL, &rs);
+	ret = dxl_recovery_replay(dst.s, lg.ls, UINT64_MAX, NULL, NULL, &rs);
 	double replay_s = secs(t0);
 	if (ret < 0)
 		goto out;

@@ -708,7 +708,8 @@ struct dxl_replay_stats {
 	uint64_t entries;    /* write-set entries in them */
 	uint64_t applied;    /* entries written */
 	uint64_t skipped;    /* entries already applied (version) */
-	uint64_t superseded; /* replay: a later entry of the window writes the key */
+	uint64_t superseded; /* replay (dxl_recovery_replay): a later entry of
+				the window writes the key */
 	uint64_t filtered;   /* entries the filter refused */
 	uint64_t last_ts;    /* commit timestamp of the last record applied */
 };
@@ -728,23 +729,8 @@ int dxl_store_apply_writeset(struct dxl_store *s, const void *payload,
 			     dxl_store_filter_fn filter, void *arg,
 			     struct dxl_replay_stats *st);
 
-/*
- * dxl_store_replay -- re-apply the log window of ls: every valid data
- * record of every ring from its persisted head, in commit-timestamp order
- * (dxl_log_scan_merged), below resolved_ts (UINT64_MAX: no bound). What a
- * restarted replica does before it serves: the store is a cache of the log,
- * and some of the window may be applied already. Two passes: the first
- * checks every record (an error there changes nothing) and notes each
- * key's largest version in the window; the second applies only that last
- * write of each key (older ones are "superseded"), so a key the window
- * deletes later is never put back meanwhile. st (may be NULL) is zeroed
- * first. Returns the number of log records, or the first error
- * (DXL_E_CORRUPT for a bad write set, DXL_E_NOENT for an unknown table,
- * DXL_E_TOOBIG, naming the ring and sequence number; DXL_E_NOMEM; apply's).
- */
-int dxl_store_replay(struct dxl_store *s, const struct dxl_logstore *ls,
-		     uint64_t resolved_ts, dxl_store_filter_fn filter,
-		     void *arg, struct dxl_replay_stats *st);
+/* Re-applying a log window after a restart (each key's last write) is
+ * recovery's: dxl_recovery_replay (include/dxl/recovery.h). */
 
 #ifdef __cplusplus
 }

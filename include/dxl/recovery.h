@@ -402,6 +402,97 @@ int dxl_rcv_mark_clear(const char *dir, uint32_t shard);
  * 0 if not */
 int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap);
 
+/* ---- re-applying the log (restart) ---------------------------------------------- */
+
+/*
+ * dxl_recovery_replay -- re-apply the log window of ls to store s: every
+ * valid data record of every ring from its persisted head, in
+ * commit-timestamp order (dxl_log_scan_merged), below resolved_ts
+ * (UINT64_MAX: no bound), records cancelled by an abort marker left out.
+ * What a restarted replica does before it serves: the store is a cache of
+ * the log, and some of the window may be applied already. Two passes: the
+ * first checks every record (an error there changes nothing) and notes
+ * each key's largest version in the window; the second applies only that
+ * last write of each key (older ones are "superseded"), so a key the
+ * window deletes later is never put back meanwhile (dxl_store_apply:
+ * idempotent and order-safe by version). filter (may be NULL) keeps the
+ * entries of this replica. st (may be NULL) is zeroed first. Returns the
+ * number of log records, or the first error (DXL_E_CORRUPT for a bad
+ * write set, DXL_E_NOENT for an unknown table, DXL_E_TOOBIG, naming the
+ * ring and sequence number; DXL_E_NOMEM; dxl_store_apply's).
+ */
+int dxl_recovery_replay(struct dxl_store *s, const struct dxl_logstore *ls,
+			uint64_t resolved_ts, dxl_store_filter_fn filter, void *arg,
+			struct dxl_replay_stats *st);
+
+/* ---- copying a member's ring (catch-up) ---------------------------------------- */
+
+/*
+ * dxl_xfer_pull makes ring `ring` of the local log ls an exact copy of
+ * the remote ring src (typically the same ring of the shard's primary): its
+ * control block (both head slots, owner word, watermark, the rest) and its
+ * whole buffer, with one-sided READs on qp (connected to src->addr /
+ * src->remote_ctx; nothing else may be in flight on its ctx). It is how a
+ * replica that rejoins a shard catches up before an appender with repair
+ * (which can only copy what lies above the reference's head) takes it in.
+ *
+ * The source's writer may keep appending and its replica keep advancing
+ * the head meanwhile. The pull READs the control block, then the buffer,
+ * then the control block again. The watermark and owner are taken from
+ * the first READ (every record below that watermark is in the buffer read
+ * after it). If the head moved between the two, the buffer below the new
+ * head may have been overwritten by the writer's next lap: the pull tries
+ * again, up to DXL_PULL_MAX_ATTEMPTS copies; if the head still moves, the
+ * last copy is kept with the head of its second READ, which is consistent
+ * too (the writer never writes at or above a position the head has not
+ * passed, so from the new head on the copy is intact). A record an append
+ * was writing during the copy is either whole or ends the copy's valid
+ * content (checksum, sequence number): the copy is always a valid prefix
+ * of what the source held.
+ *
+ * Preconditions: nobody writes the local ring meanwhile -- the replica
+ * does not serve this shard's writers while it pulls (it is not in the
+ * configuration), and its own CPU does not move the ring's head. The
+ * local owner word is NIC-owned (H8) in normal operation; the pull writes
+ * it with the CPU, which is only right because of this. A crash during a
+ * pull leaves the ring in an unspecified state: pull again before using it.
+ *
+ * dxl_xfer_pull allocates and registers (on qp's fabric) a bounce
+ * buffer of dxl_xfer_pull_bounce_bytes(ring size) bytes for the call;
+ * dxl_xfer_pull_buf uses the caller's (registered DXL_MR_LOCAL_WRITE,
+ * at least that long; NULL = allocate as dxl_xfer_pull).
+ *
+ * Only bytes that differ are written locally (by page, persisted with
+ * dxl_region_memcpy_persist): the buffer first, the control block last.
+ *
+ * Errors: DXL_E_INVAL (ring out of range, src's ring size is not ls's,
+ * bounce too small), DXL_E_CORRUPT (no valid head slot at the source),
+ * DXL_E_NOMEM, and the READs' errors (DXL_E_UNREACHABLE, DXL_E_ACCESS,
+ * DXL_E_STATE).
+ */
+#define DXL_PULL_MAX_ATTEMPTS 4
+
+struct dxl_pull_stats {
+	uint64_t changed;       /* local bytes whose value the pull changed
+				   (0: the local ring was already the copy) */
+	uint64_t bytes_read;    /* READ from the source, over all attempts */
+	uint32_t attempts;      /* copies made (more: the head moved) */
+	uint32_t records;       /* data records in the copy, head to end */
+	struct dxl_ring_head head; /* the head copied */
+	uint64_t end_pos;       /* where the copy's valid content ends */
+	uint64_t end_seq;       /* (a writer's next position and sequence) */
+	uint64_t watermark;     /* the watermark copied (0: none) */
+};
+
+uint64_t dxl_xfer_pull_bounce_bytes(uint64_t ring_size);
+
+/* st may be NULL; it is zeroed first, so it is valid on error too */
+int dxl_xfer_pull(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
+		  const struct dxl_log_target *src, struct dxl_pull_stats *st);
+int dxl_xfer_pull_buf(struct dxl_logstore *ls, uint32_t ring,
+		      struct dxl_qp *qp, const struct dxl_log_target *src,
+		      struct dxl_mr *bounce, struct dxl_pull_stats *st);
+
 /* ---- state transfer --------------------------------------------------------------- */
 
 /*
@@ -461,11 +552,11 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
  * both watermarks (acknowledged everywhere, never cut) from the source's
  * head on are kept, the rest is READ from the source until its records
  * end (recovery/follow.c). Falls back to the whole ring
- * (dxl_logstore_pull_buf) when the local head is past the source's. The
- * result is what dxl_logstore_pull gives: a valid prefix of the source's
+ * (dxl_xfer_pull_buf) when the local head is past the source's. The
+ * result is what dxl_xfer_pull gives: a valid prefix of the source's
  * ring with its head (second READ), its watermark and owner (first READ).
- * bounce: registered LOCAL_WRITE memory of dxl_logstore_pull_bounce_bytes
- * (NULL: allocated here). Caller: as dxl_logstore_pull (not a member: no
+ * bounce: registered LOCAL_WRITE memory of dxl_xfer_pull_bounce_bytes
+ * (NULL: allocated here). Caller: as dxl_xfer_pull (not a member: no
  * writer uses the local ring).
  * Errors: DXL_E_INVAL, DXL_E_NOMEM, the fabric's (DXL_E_ACCESS,
  * DXL_E_UNREACHABLE), DXL_E_CORRUPT (the source's head slots).

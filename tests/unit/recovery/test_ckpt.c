@@ -365,7 +365,7 @@ static void test_install(void **state)
 	char bp[400];
 	snprintf(bp, sizeof(bp), "%s/b.store", f->dir);
 	struct dxl_store *b = dxlt_shard_new_store(&f->sh, bp);
-	assert_int_equal(dxl_store_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
+	assert_int_equal(dxl_recovery_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
 			 (int)f->sh.ntx);
 	uint8_t v[8] = "stale";
 	for (uint64_t k = 400; k < 420; k++)
@@ -392,7 +392,7 @@ static void test_install(void **state)
 	/* more transactions; retention passes the checkpoint's position on
 	 * the log: then it no longer covers it */
 	run_txns(&f->sh, 200);
-	assert_int_equal(dxl_store_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
+	assert_int_equal(dxl_recovery_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
 			 (int)f->sh.ntx);
 	dxlt_shard_assert_same(f->sh.s, b);
 	assert_int_equal(dxl_ckpt_covered(c, f->sh.log[0].ls, NULL, 0), 1);
@@ -543,7 +543,7 @@ static void test_fuzzy_checkpoint_under_writes(void **state)
 		struct dxl_store *b = dxlt_shard_new_store(&sh, bp);
 		assert_int_equal(dxl_ckpt_install(b, c, NULL), 0);
 		struct dxl_replay_stats rs;
-		assert_true(dxl_store_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
+		assert_true(dxl_recovery_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
 		replayed += rs.records;
 		dxlt_shard_assert_same(sh.s, b);
 		/* tombstones too, those both keep (the rebuilt one lacks the
@@ -566,6 +566,49 @@ static void test_fuzzy_checkpoint_under_writes(void **state)
 	assert_true(applied_during >= (uint64_t)rounds * 5);
 	assert_true(moved >= (uint64_t)rounds);
 	dxlt_watchdog_disarm();
+}
+
+/*
+ * An install never writes a lock word: in DXL_LOCKS_NIC mode the words are
+ * the NIC's (a CPU store is a broken invariant: DXL_ASSERT), so a store
+ * that is not registered and has no lock agent (every change of a word
+ * would fail with DXL_E_STATE) takes a checkpoint with live records and
+ * tombstones into a stale state -- and its lock words are all 0 after.
+ */
+static void test_install_nic_lock_words(void **state)
+{
+	struct fx *f = *state;
+	dxlt_shard_create(&f->sh, f->dir, "n", 1, 1 << 20, 17);
+	run_txns(&f->sh, 400);
+	struct dxl_ckpt_info info;
+	assert_int_equal(dxl_ckpt_write(f->dir, &DXLT_SHARD_ID, f->sh.s, f->sh.log[0].ls,
+					&info), 0);
+	assert_true(info.tombstones > 0);
+	struct dxl_ckpt *c;
+	assert_int_equal(dxl_ckpt_find(f->dir, DXL_DUR_PROCESS, &DXLT_SHARD_ID, f->sh.shard,
+				       &c, NULL), 0);
+	char bp[400];
+	snprintf(bp, sizeof(bp), "%s/nic.store", f->dir);
+	struct dxl_store_cfg cfg;
+	dxl_store_cfg_init(&cfg);
+	cfg.lock_mode = DXL_LOCKS_NIC;
+	cfg.keep_tombstones = true;
+	struct dxl_store *b;
+	assert_int_equal(dxl_store_create(bp, DXL_DUR_PROCESS, &DXLT_SHARD_ID, f->sh.shard,
+					  DXLT_SHARD_TABLES, 2, &cfg, &b), 0);
+	/* a stale state first (records the image lacks, others it has) */
+	uint8_t v[8] = "stale";
+	for (uint64_t k = 0; k < 40; k++)
+		assert_int_equal(dxl_store_apply(b, 1, k, DXL_WS_INSERT, 2, 5, v, 5), 1);
+	struct dxl_install_stats st;
+	assert_int_equal(dxl_ckpt_install(b, c, &st), 0);
+	assert_true(st.removed > 0);
+	dxlt_shard_assert_same(f->sh.s, b);
+	for (uint32_t t = 0; t < 2; t++)
+		for (uint64_t slot = 0; slot < DXLT_SHARD_TABLES[t].capacity; slot++)
+			assert_int_equal(dxl_store_lock_word(b, DXLT_SHARD_TABLES[t].id, slot), 0);
+	dxl_store_close(&b);
+	dxl_ckpt_close(&c);
 }
 
 /*
@@ -652,6 +695,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fuzzy_checkpoint_under_writes, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compare_sees_tombstones, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_install_nic_lock_words, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

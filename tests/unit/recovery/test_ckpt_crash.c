@@ -224,7 +224,7 @@ static void test_kill_during_install(void **state)
 	snprintf(stale, sizeof(stale), "%s/k.stale", g_dir);
 	{
 		struct dxl_store *b = dxlt_shard_new_store(&sh, stale);
-		assert_true(dxl_store_replay(b, sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL) > 0);
+		assert_true(dxl_recovery_replay(b, sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL) > 0);
 		dxl_store_close(&b);
 	}
 

@@ -208,7 +208,7 @@ static void test_copy_while_committing(void **state)
 			struct dxl_store *b = dxlt_shard_new_store(&sh, bp);
 			assert_int_equal(dxl_ckpt_install(b, c, NULL), 0);
 			struct dxl_replay_stats rs;
-			assert_true(dxl_store_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
+			assert_true(dxl_recovery_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
 			dxlt_shard_assert_same(sh.s, b);
 			dxl_store_close(&b);
 			dxl_ckpt_close(&c);
@@ -296,7 +296,7 @@ static struct dxl_store *transfer(struct dxlt_shard *sh, struct dxl_qp *qp,
 	for (uint32_t r = 0; r < DXLT_SHARD_NRINGS; r++)
 		assert_int_equal(dxl_logstore_set_head(sh->log[1].ls, r, start[r].pos, start[r].seq,
 						       0), 0);
-	if (dxl_store_replay(b, sh->log[1].ls, UINT64_MAX, NULL, NULL, NULL) < 0)
+	if (dxl_recovery_replay(b, sh->log[1].ls, UINT64_MAX, NULL, NULL, NULL) < 0)
 		fail_msg("replay: %s", dxl_errmsg());
 	return b;
 }
