@@ -773,6 +773,55 @@ int dxl_ckpt_prune(const char *dir, enum dxl_durability mode,
 
 /* ---- the fuzzy checkpoint of a local store ---------------------------------------- */
 
+enum { SLOT_TAKEN = 0, SLOT_LOCKED = 1, SLOT_BUSY = 2 };
+#define LOCKED_TRIES 5000 /* rounds of 1 ms */
+
+/*
+ * One slot of s into w: a live record, or a tombstone at or above the
+ * table's floor (below it, every write older than it had left the log
+ * before the image's start position was read: the floor rose only once
+ * the log's oldest record was past it). The same rule as a transfer's
+ * (transfer.c): the slot read consistent, then its lock word 0, then the
+ * slot still at that version -- an insert is locked from before it is
+ * live until its transaction decides (an abort deletes it, unlogged,
+ * before it unlocks), a write-back happens under the lock. SLOT_LOCKED:
+ * read it again later. SLOT_BUSY: it stays inconsistent (torn by a
+ * crash, awaiting the replay; or written right now): whatever is being
+ * written there is a record at or above the start position, which the
+ * replay applies -- left out.
+ */
+static int take_slot(struct dxl_store *s, struct dxl_ckpt_writer *w, uint32_t table,
+		     uint64_t slot, uint64_t floor, uint8_t *val)
+{
+	struct dxl_record r;
+	int ret;
+	for (int k = 0;; k++) {
+		ret = dxl_store_read(s, table, slot, &r, val, DXL_ENGINE_MAX_VALUE);
+		if (ret != DXL_E_AGAIN || k == 20)
+			break;
+		usleep(50);
+	}
+	if (ret == DXL_E_AGAIN) {
+		dxl_err_clear();
+		return SLOT_BUSY;
+	}
+	if (ret)
+		return ret;
+	bool tomb = !r.live && r.version >= 2 && r.ts >= floor;
+	if (!r.live && !tomb)
+		return SLOT_TAKEN; /* free, never used, or below the floor */
+	if (dxl_store_lock_word(s, table, slot) != 0 ||
+	    dxl_record_version(dxl_store_slot_ptr(s, table, slot)) != r.version)
+		return SLOT_LOCKED;
+	if (r.live)
+		return dxl_ckpt_writer_add(w, table, r.key, r.version, r.ts, val, r.len,
+					   DXL_CKPT_LIVE);
+	if (!dxl_rcv_is_tombstone(s, table, slot, &r))
+		return SLOT_TAKEN; /* a superseded one */
+	return dxl_ckpt_writer_add(w, table, r.key, r.version, r.ts, NULL, 0, DXL_CKPT_TOMBSTONE);
+}
+
+
 int dxl_ckpt_write(const char *dir, const struct dxl_region_id *id,
 		   struct dxl_store *s, const struct dxl_logstore *ls,
 		   struct dxl_ckpt_info *info)
@@ -834,41 +883,69 @@ int dxl_ckpt_write_from(const char *dir, const struct dxl_region_id *id,
 	 * older than it left the log before this started (the floor rose
 	 * only once the log's oldest record was past it) */
 	static __thread uint8_t val[DXL_ENGINE_MAX_VALUE];
-	uint64_t busy = 0, floors[DXL_STORE_MAX_TABLES];
+	uint64_t busy = 0, locked = 0, floors[DXL_STORE_MAX_TABLES];
 	for (unsigned t = 0; t < nt; t++) {
 		floors[t] = dxl_store_reclaim_floor(s, sc[t].id);
 		dxl_ckpt_writer_set_floor(w, sc[t].id, floors[t]);
 	}
+	struct again {
+		unsigned t;
+		uint64_t slot;
+	} *again = NULL;
+	size_t nagain = 0, cagain = 0;
 	for (unsigned t = 0; !ret && t < nt; t++)
 		for (uint64_t slot = 0; !ret && slot < sc[t].capacity; slot++) {
-			struct dxl_record r;
-			for (int k = 0;; k++) {
-				ret = dxl_store_read(s, sc[t].id, slot, &r, val, sizeof(val));
-				if (ret != DXL_E_AGAIN || k == 20)
-					break;
-				usleep(50);
-			}
-			if (ret == DXL_E_AGAIN) {
+			int k = take_slot(s, w, sc[t].id, slot, floors[t], val);
+			if (k == SLOT_LOCKED) {
+				if (nagain == cagain) {
+					cagain = cagain ? 2 * cagain : 256;
+					struct again *na = realloc(again, cagain * sizeof(*na));
+					if (!na) {
+						ret = dxl_err_set(DXL_E_NOMEM, "checkpoint");
+						break;
+					}
+					again = na;
+				}
+				again[nagain++] = (struct again){t, slot};
+			} else if (k == SLOT_BUSY) {
 				busy++;
-				ret = 0;
-				dxl_err_clear();
-				continue;
+			} else if (k < 0) {
+				ret = k;
 			}
-			if (!ret && r.live)
-				ret = dxl_ckpt_writer_add(w, sc[t].id, r.key, r.version, r.ts,
-							  val, r.len, DXL_CKPT_LIVE);
-			else if (!ret && r.version >= 2 && r.ts >= floors[t] &&
-				 dxl_rcv_is_tombstone(s, sc[t].id, slot, &r))
-				ret = dxl_ckpt_writer_add(w, sc[t].id, r.key, r.version, r.ts,
-							  NULL, 0, DXL_CKPT_TOMBSTONE);
 		}
+	/* the slots that were locked (a transaction holds them: an insert
+	 * not decided yet, a write-back coming): again, one at a time, until
+	 * free -- an uncommitted insert must never be imaged (an abort
+	 * deletes it, unlogged) */
+	for (size_t a = 0; !ret && a < nagain; a++) {
+		locked++;
+		for (unsigned round = 0;; round++) {
+			int k = take_slot(s, w, sc[again[a].t].id, again[a].slot, floors[again[a].t],
+					  val);
+			if (k == SLOT_BUSY)
+				busy++;
+			if (k != SLOT_LOCKED) {
+				ret = k < 0 ? k : 0;
+				break;
+			}
+			if (round >= LOCKED_TRIES) {
+				ret = dxl_err_set(DXL_E_TIMEDOUT,
+						  "table %u slot %" PRIu64 " stayed locked for %u ms",
+						  sc[again[a].t].id, again[a].slot, LOCKED_TRIES);
+				break;
+			}
+			usleep(1000);
+		}
+	}
+	free(again);
 	if (ret) {
 		dxl_err_prefix("checkpoint of shard %u", shard);
 		dxl_ckpt_writer_abort(&w);
 		return ret;
 	}
-	if (busy)
-		DXL_INFO("event=checkpoint_busy_skipped shard=%u slots=%" PRIu64, shard, busy);
+	if (busy || locked)
+		DXL_INFO("event=checkpoint_busy_skipped shard=%u slots=%" PRIu64 " locked_again=%" PRIu64,
+			 shard, busy, locked);
 	return dxl_ckpt_writer_commit(&w, info);
 }
 

@@ -101,6 +101,8 @@ static const char *const KEYS[] = {
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"recovery.checkpoint_ms", "600000", "a member writes a checkpoint of each shard's tables this often (0 = never); the log from its start is kept for it (docs/recovery.md)",
+	"recovery.need_cursor_ttl_ms", "600000", "the need cursor of a node catching up that is no longer live is dropped after this long (retention by age keeps the log for it until then)",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
 	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
@@ -147,6 +149,8 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->cm_check_ms = 500;
 	cfg->pull_ms = 200;
 	cfg->sync_bytes = 256 << 10;
+	cfg->checkpoint_ms = 600000;
+	cfg->need_ttl_ms = 600000;
 	dxl_fabric_cfg_init(&cfg->fabric);
 	dxl_zk_cfg_init(&cfg->zk);
 }
@@ -268,7 +272,8 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
-		"log.retention_check_ms", "log.level", "fabric.*", "zk.*", NULL,
+		"log.retention_check_ms", "log.level", "recovery.checkpoint_ms",
+		"recovery.need_cursor_ttl_ms", "fabric.*", "zk.*", NULL,
 	};
 	int ret = dxl_config_check_known(conf, known);
 	if (ret)
@@ -342,6 +347,11 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	    (ret = dxl_config_get_size(conf, "log.retention_bytes",
 				       cfg->retention_bytes, 0, 1ull << 40,
 				       &cfg->retention_bytes)))
+		return ret;
+	if ((ret = dxl_config_get_u64(conf, "recovery.checkpoint_ms", cfg->checkpoint_ms, 0,
+				      UINT64_MAX, &cfg->checkpoint_ms)) ||
+	    (ret = dxl_config_get_u64(conf, "recovery.need_cursor_ttl_ms", cfg->need_ttl_ms, 1000,
+				      UINT64_MAX, &cfg->need_ttl_ms)))
 		return ret;
 	if ((ret = dxl_log_configure(conf)))
 		return ret;
@@ -825,6 +835,18 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (s->rcvm) { /* checkpoints, their cursors, stale cursors (catchup.c) */
+			const struct dxl_cluster_shard *sh =
+				dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
+			struct dxl_rcvm_tick t = {
+				.zk = s->zk, .conf = &s->conf, .now_ms = dxl_now_ms(),
+				.member = s->st[i] == DXL_SHARD_MEMBER,
+				.primary = s->st[i] == DXL_SHARD_MEMBER && sh &&
+					   sh->primary == s->cfg.node_id && !s->gated[i],
+				.may_start = s->serving,
+			};
+			dxl_rcvm_tick(s->rcvm, i, &t);
+		}
 		if (s->st[i] != DXL_SHARD_MEMBER || (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i)))
 			continue; /* a copy in progress: its heads are the source's */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
@@ -1109,6 +1131,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			.nshards = s->nshards,
 			.shards = s->shards,
 			.tables = s->tables,
+			.checkpoint_ms = cfg->checkpoint_ms,
+			.need_ttl_ms = cfg->need_ttl_ms,
 		};
 		if ((ret = dxl_rcvm_new(&rc, &s->rcvm)))
 			goto fail;

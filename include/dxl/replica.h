@@ -641,6 +641,12 @@ struct dxl_replica_cfg {
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */
+	uint64_t checkpoint_ms;  /* recovery.checkpoint_ms: a member writes a
+				    checkpoint of each shard's tables this
+				    often (600000; 0 = never) */
+	uint64_t need_ttl_ms;    /* recovery.need_cursor_ttl_ms: the need
+				    cursor of a node catching up that is gone
+				    is dropped after this long (600000) */
 	/* engine.tables: the tables every hosted shard holds, "id:value_size:
 	 * capacity,..." (none); each shard's store is DATADIR/store-<s>.dat */
 	uint32_t ntables;

@@ -36,7 +36,7 @@ struct cl {
 	char dir[256];
 	bool up;
 };
-static struct cl g_roll, g_add, g_ver, g_pf, g_del; /* brought down by the teardown too */
+static struct cl g_roll, g_add, g_ver, g_pf, g_del, g_lost, g_cur; /* brought down by the teardown too */
 
 static int run_dxl(const char *const *args, int timeout_ms)
 {
@@ -57,20 +57,33 @@ static void dxl_ok(const char *const *args)
 }
 
 /* short retention: a record is reclaimed about a second after every
- * member has it */
-static void cluster_up(struct cl *c, const char *tag, const char *replicas)
+ * member has it; extra: more "-o key=value" options (NULL-terminated) */
+static void cluster_up_opts(struct cl *c, const char *tag, const char *replicas,
+			    const char *const *extra)
 {
 	snprintf(c->name, sizeof(c->name), "rc-%d-%s", (int)getpid(), tag);
 	snprintf(c->dir, sizeof(c->dir), "%s/%s", g_tmp, tag);
-	const char *args[] = {"cluster", "up", "--dir", c->dir, "--zk", g_zkc,
-			      "--cluster", c->name, "--replicas", replicas, "--shards", "2",
-			      "--ring-size", "256K", "--writer-slots", "4",
-			      "--session-timeout", "1000", "--min-replicas", "1",
-			      "-o", "engine.tables=1:32:1024",
-			      "-o", "log.retention_ms=500", "-o", "log.retention_check_ms=100",
-			      NULL};
+	const char *args[48] = {"cluster", "up", "--dir", c->dir, "--zk", g_zkc,
+				"--cluster", c->name, "--replicas", replicas, "--shards", "2",
+				"--ring-size", "256K", "--writer-slots", "4",
+				"--session-timeout", "1000", "--min-replicas", "1",
+				"-o", "engine.tables=1:32:1024",
+				"-o", "log.retention_ms=500", "-o", "log.retention_check_ms=100"};
+	int a = 0;
+	while (args[a])
+		a++;
+	for (int k = 0; extra && extra[k] && a < 45; k++) {
+		args[a++] = "-o";
+		args[a++] = extra[k];
+	}
+	args[a] = NULL;
 	dxl_ok(args);
 	c->up = true;
+}
+
+static void cluster_up(struct cl *c, const char *tag, const char *replicas)
+{
+	cluster_up_opts(c, tag, replicas, NULL);
 }
 
 static void cluster_down(struct cl *c)
@@ -626,6 +639,96 @@ static void test_deletes_during_transfer(void **state)
 	assert_true(xfers >= 1);
 }
 
+/*
+ * Members write checkpoints (recovery.checkpoint_ms), and a member whose
+ * store file is lost rebuilds it from its own checkpoint and its log
+ * (which the checkpoint's cursor kept): node 2's stores are deleted while
+ * it is down and nothing is written meanwhile, so the members' logs still
+ * look like a continuation of node 2's and no gap shows. Before, node 2
+ * came back with empty stores, replayed its log window into them and
+ * served only that window's keys once promoted.
+ */
+static void test_lost_store_rebuilt(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	struct cl *c = &g_lost;
+	const char *opts[] = {"recovery.checkpoint_ms=700", NULL};
+	cluster_up_opts(c, "lost", "3", opts);
+	load(c);
+	/* writes go on while checkpoints are taken (and retention reclaims
+	 * what is older than 500 ms unless a checkpoint's cursor keeps it);
+	 * node 2 is killed right after the last one */
+	int before = count_log(c, 2, "event=checkpoint_done"), round = 1;
+	while (count_log(c, 2, "event=checkpoint_done") < before + 6 && round < 200)
+		update(c, round++, 1, NKEYS);
+	node_cmd(c, "kill", 2);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -f '%s'/data/2/store-*.dat", c->dir);
+	assert_int_equal(system(cmd), 0);
+	usleep(1500 * 1000); /* its ZooKeeper session expires */
+	node_cmd(c, "restart", 2);
+	wait_config(c, 2, true, false, 60);
+	int lost = count_log(c, 2, "event=store_lost");
+	int rebuilt = count_log(c, 2, "event=store_rebuilt");
+	int xfers = count_log(c, 2, "event=transfer_done");
+	print_message("  node 2: %d checkpoints written, stores lost %d, rebuilt from a checkpoint %d, "
+		      "state transfers %d\n", count_log(c, 2, "event=checkpoint_done"), lost, rebuilt,
+		      xfers);
+	node_cmd(c, "kill", 1);
+	node_cmd(c, "kill", 3);
+	wait_config(c, 2, true, true, 60);
+	int bad = check_all(c, "node 2 promoted");
+	cluster_down(c);
+	assert_int_equal(bad, 0);
+	assert_int_equal(lost, 2);
+	assert_int_equal(rebuilt, 2);
+}
+
+/*
+ * A cursor of a node that no longer needs the log does not hold retention
+ * for ever: the shard's primary drops the need cursor of a node that is
+ * not live once it is older than recovery.need_cursor_ttl_ms (a node that
+ * died while it caught up), and the checkpoint cursor of a node that is
+ * not a member. A live consumer group's cursor stays.
+ */
+static void test_stale_cursors_dropped(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	struct cl *c = &g_cur;
+	const char *opts[] = {"recovery.need_cursor_ttl_ms=3000", NULL};
+	cluster_up_opts(c, "cur", "3", opts);
+	load(c);
+	struct dxl_zk *zk = zk_open(c);
+	/* node 9 is not live: it caught up once and died */
+	assert_int_equal(dxl_cursor_set(zk, "dxl-recovery-9", 0, 1, DXL_ZK_VERSION_ANY, NULL), 0);
+	assert_int_equal(dxl_cursor_set(zk, "dxl-ckpt-9", 0, 1, DXL_ZK_VERSION_ANY, NULL), 0);
+	assert_int_equal(dxl_cursor_set(zk, "app-consumer", 0, 1, DXL_ZK_VERSION_ANY, NULL), 0);
+	uint64_t t0 = dxl_now_ms(), ts;
+	int need_gone_ms = -1, ckpt_gone_ms = -1;
+	while (dxl_now_ms() - t0 < 20000 && need_gone_ms < 0) {
+		if (ckpt_gone_ms < 0 && dxl_cursor_get(zk, "dxl-ckpt-9", 0, &ts, NULL) == DXL_E_NOENT)
+			ckpt_gone_ms = (int)(dxl_now_ms() - t0);
+		if (dxl_cursor_get(zk, "dxl-recovery-9", 0, &ts, NULL) == DXL_E_NOENT)
+			need_gone_ms = (int)(dxl_now_ms() - t0);
+		usleep(100 * 1000);
+	}
+	int app = dxl_cursor_get(zk, "app-consumer", 0, &ts, NULL);
+	dxl_cursor_delete(zk, "app-consumer", 0);
+	dxl_zk_delete(&zk);
+	int lines = 0;
+	for (uint32_t n = 1; n <= 3; n++)
+		lines += count_log(c, n, "event=need_cursor_dropped");
+	print_message("  a dead node's checkpoint cursor dropped after %d ms, its need cursor after "
+		      "%d ms (TTL 3000 ms); %d log lines\n", ckpt_gone_ms, need_gone_ms, lines);
+	cluster_down(c);
+	assert_true(ckpt_gone_ms >= 0);
+	assert_true(need_gone_ms >= 2500);
+	assert_int_equal(app, 0);
+	assert_true(lines >= 1);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -647,6 +750,8 @@ static int group_teardown(void **state)
 	cluster_down(&g_ver);
 	cluster_down(&g_pf);
 	cluster_down(&g_del);
+	cluster_down(&g_lost);
+	cluster_down(&g_cur);
 	if (!getenv("DXL_TEST_KEEP")) {
 		char cmd[300];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
@@ -671,6 +776,8 @@ int main(void)
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_power_fail_during_transfer),
 		cmocka_unit_test(test_deletes_during_transfer),
+		cmocka_unit_test(test_lost_store_rebuilt),
+		cmocka_unit_test(test_stale_cursors_dropped),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
