@@ -612,6 +612,96 @@ static void test_install_nic_lock_words(void **state)
 }
 
 /*
+ * A checkpoint never images a slot whose lock is held: an insert whose
+ * transaction has not decided is live in the store from before its
+ * commit, and an abort deletes it without a log record, so an image that
+ * took it would install a key that was never committed. Here key 900 is
+ * inserted owned (locked) and aborted (deleted, unlocked) 150 ms into the
+ * checkpoint; key 901 is inserted owned and committed (unlocked) the same
+ * way. The image must lack 900 live and hold 901. Before, the scan took
+ * 900 as it found it.
+ */
+struct lockjob {
+	struct dxl_store *s;
+	uint64_t slot_abort, slot_commit;
+	int ret;
+};
+
+static void *lock_release_main(void *arg)
+{
+	struct lockjob *j = arg;
+	usleep(150 * 1000);
+	j->ret = dxl_store_delete(j->s, 1, j->slot_abort, 77, dxl_now_ms(), NULL);
+	if (!j->ret)
+		j->ret = dxl_store_unlock(j->s, 1, j->slot_abort, 77);
+	if (!j->ret)
+		j->ret = dxl_store_unlock(j->s, 1, j->slot_commit, 78);
+	return NULL;
+}
+
+struct find_key {
+	uint64_t key;
+	int live, tomb;
+};
+
+static int find_key_fn(void *arg, const struct dxl_ckpt_entry *e)
+{
+	struct find_key *fk = arg;
+	if (e->table == 1 && e->key == fk->key) {
+		if (e->flags == DXL_CKPT_LIVE)
+			fk->live++;
+		else
+			fk->tomb++;
+	}
+	return 0;
+}
+
+static void test_checkpoint_skips_locked_insert(void **state)
+{
+	struct fx *f = *state;
+	char bp[400];
+	snprintf(bp, sizeof(bp), "%s/locked.store", f->dir);
+	struct dxl_store_cfg cfg;
+	dxl_store_cfg_init(&cfg);
+	cfg.keep_tombstones = true;
+	struct dxl_store *s;
+	assert_int_equal(dxl_store_create(bp, DXL_DUR_PROCESS, &DXLT_SHARD_ID, 5,
+					  DXLT_SHARD_TABLES, 2, &cfg, &s), 0);
+	uint8_t v[8] = "value";
+	for (uint64_t k = 0; k < 100; k++)
+		assert_int_equal(dxl_store_insert(s, 1, k, dxl_now_ms(), v, 5, NULL, NULL), 0);
+	struct lockjob j = {.s = s};
+	assert_int_equal(dxl_store_insert_owned(s, 1, 900, dxl_now_ms(), v, 5, 77,
+						&j.slot_abort, NULL), 0);
+	assert_int_equal(dxl_store_insert_owned(s, 1, 901, dxl_now_ms(), v, 5, 78,
+						&j.slot_commit, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lock_release_main, &j), 0);
+	struct dxl_log_pos start[1] = {{0}};
+	struct dxl_ckpt_info info;
+	uint64_t t0 = dxl_now_ms();
+	int ret = dxl_ckpt_write_from(f->dir, &DXLT_SHARD_ID, s, start, 1, 1 << 20, 0, &info);
+	uint64_t ms = dxl_now_ms() - t0;
+	pthread_join(th, NULL);
+	assert_int_equal(j.ret, 0);
+	assert_int_equal(ret, 0);
+	struct dxl_ckpt *c;
+	assert_int_equal(dxl_ckpt_find(f->dir, DXL_DUR_PROCESS, &DXLT_SHARD_ID, 5, &c, NULL), 0);
+	struct find_key aborted = {.key = 900}, committed = {.key = 901}, other = {.key = 7};
+	assert_int_equal(dxl_ckpt_foreach(c, find_key_fn, &aborted), 0);
+	assert_int_equal(dxl_ckpt_foreach(c, find_key_fn, &committed), 0);
+	assert_int_equal(dxl_ckpt_foreach(c, find_key_fn, &other), 0);
+	print_message("  checkpoint took %" PRIu64 " ms (locks released after 150 ms): %" PRIu64
+		      " entries; aborted insert live %d, committed insert live %d\n",
+		      ms, info.entries, aborted.live, committed.live);
+	assert_int_equal(aborted.live, 0);
+	assert_int_equal(committed.live, 1);
+	assert_int_equal(other.live, 1);
+	dxl_ckpt_close(&c);
+	dxl_store_close(&s);
+}
+
+/*
  * Comparing replicas sees tombstones (a reviewer found a backup that
  * lacked one pass the store comparison): two stores with the same live
  * records differ when one lacks a deleted key's tombstone -- in the
@@ -696,6 +786,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compare_sees_tombstones, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_install_nic_lock_words, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_checkpoint_skips_locked_insert, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
