@@ -69,6 +69,14 @@ struct dxl_replica_server {
 	uint64_t nrec[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_stats_pub_ms;
 	uint64_t cursor_warn_ms[DXL_REPLICA_MAX_SHARDS]; /* last unreadable-cursor warning */
+	/* the size cap's reclaims of records a cursor still needs, summed
+	 * between two event=retention_cap lines (at most one per shard every
+	 * CAP_WARN_MS: a checkpoint cursor is always there, a busy shard
+	 * would say it on every pass and ring) */
+	uint64_t cap_warn_ms[DXL_REPLICA_MAX_SHARDS];
+	uint64_t cap_records[DXL_REPLICA_MAX_SHARDS], cap_from_ts[DXL_REPLICA_MAX_SHARDS];
+	uint64_t cap_need_ts[DXL_REPLICA_MAX_SHARDS];
+	uint32_t cap_rings[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
 	/* engine.lock_mode=nic: the node's own lock-word changes go through
@@ -920,7 +928,7 @@ static void join_pulls(struct dxl_replica_server *s)
 
 static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		       uint32_t ring, uint64_t now_ms, uint64_t keep_from,
-		       uint64_t applied_pos)
+		       uint64_t applied_pos, uint64_t *cap_records, uint64_t *cap_from_ts)
 {
 	uint64_t wm = dxl_logstore_watermark(ls, ring);
 	if (!wm)
@@ -957,14 +965,14 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		last_ts = rec.commit_ts;
 		n++;
 	}
-	/* the size cap reclaims what a consumer group or a node catching up
-	 * (its dxl-recovery-<node> cursor) still needs: say so; that group
-	 * gets DXL_E_STALE, that node a state transfer */
-	if (needed)
-		DXL_WARN("event=retention_cap shard=%u ring=%u records=%" PRIu64 " from_ts=%" PRIu64
-			 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still needs:"
-			 " a consumer group behind it gets DXL_E_STALE, a node catching up transfers state\"",
-			 dxl_logstore_shard(ls), ring, needed, needed_ts, keep_from);
+	/* the size cap reclaims what a consumer group, a node catching up
+	 * (its dxl-recovery-<node> cursor) or a member's checkpoint
+	 * (dxl-ckpt-<node>) still needs: counted, said by the caller */
+	if (needed) {
+		*cap_records += needed;
+		if (!*cap_from_ts || needed_ts < *cap_from_ts)
+			*cap_from_ts = needed_ts;
+	}
 	if (n) {
 		struct dxl_ring_head h;
 		if ((ret = dxl_logstore_head(ls, ring, &h)))
@@ -1014,6 +1022,28 @@ static bool refresh_stats(struct dxl_replica_server *s)
 	return changed;
 }
 
+#define CAP_WARN_MS 10000
+
+/* one event=retention_cap line per shard at most every CAP_WARN_MS, with
+ * what the size cap reclaimed since the last one */
+static void cap_warn(struct dxl_replica_server *s, uint32_t i)
+{
+	uint64_t now = dxl_now_ms();
+	if (!s->cap_records[i] || (s->cap_warn_ms[i] && now - s->cap_warn_ms[i] < CAP_WARN_MS))
+		return;
+	DXL_WARN("event=retention_cap shard=%u rings=0x%x records=%" PRIu64 " from_ts=%" PRIu64
+		 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still"
+		 " needs (since the last such line, at most one every %d s): a consumer group behind"
+		 " it gets DXL_E_STALE, a node catching up transfers state, a member's checkpoint no"
+		 " longer rebuilds a lost store\"",
+		 dxl_shard_id(s->shards[i]), s->cap_rings[i], s->cap_records[i], s->cap_from_ts[i],
+		 s->cap_need_ts[i], CAP_WARN_MS / 1000);
+	s->cap_warn_ms[i] = now;
+	s->cap_records[i] = 0;
+	s->cap_from_ts[i] = 0;
+	s->cap_rings[i] = 0;
+}
+
 int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
@@ -1057,18 +1087,25 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 			keep_from = 0;
 		}
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+			uint64_t capped = s->cap_records[i];
 			int n = retain_ring(s, ls, r, now_ms, keep_from,
-					    dxl_tables_applied_pos(s->tables[i], r));
+					    dxl_tables_applied_pos(s->tables[i], r),
+					    &s->cap_records[i], &s->cap_from_ts[i]);
 			if (n < 0) {
 				DXL_WARN("event=retention_failed shard=%u ring=%u msg=\"%s\"",
 					 dxl_shard_id(s->shards[i]), r, dxl_errmsg());
 				continue;
+			}
+			if (s->cap_records[i] > capped) {
+				s->cap_rings[i] |= r < 32 ? 1u << r : 0;
+				s->cap_need_ts[i] = keep_from;
 			}
 			if (n)
 				DXL_DEBUG("event=retained shard=%u ring=%u records=%d",
 					  dxl_shard_id(s->shards[i]), r, n);
 			total += n;
 		}
+		cap_warn(s, i);
 	}
 	return total;
 }
