@@ -623,6 +623,7 @@ static void *ck_main(void *arg)
 	struct dxl_rcvm *m = j->m;
 	struct dxl_region_id id;
 	region_id(m, &id);
+	DXL_TESTPOINT("recovery.checkpoint.write", m); /* (tests: a slow write) */
 	j->result = dxl_ckpt_write_from(m->dir, &id, dxl_tables_store(m->tables[j->i]), j->start,
 					j->nrings, j->ring_size, j->start_ts, &j->info);
 	snprintf(j->msg, sizeof(j->msg), "%s", j->result ? dxl_errmsg() : "");
@@ -632,11 +633,14 @@ static void *ck_main(void *arg)
 
 /* the smallest commit timestamp of a record at or after the positions
  * start[] (a ring without one: its watermark, a writer never appends
- * below it): what the log must keep for an image from start */
+ * below it; a ring without a watermark, never written or nothing
+ * acknowledged yet: the clock now -- a 0 there held every ring's
+ * retention by age for ever): what the log must keep for an image from
+ * start */
 static uint64_t keep_ts(const struct dxl_logstore *ls, const struct dxl_log_pos *start,
 			uint32_t nrings)
 {
-	uint64_t keep = UINT64_MAX;
+	uint64_t keep = UINT64_MAX, now = DXL_HLC_MAKE(dxl_wall_ms(), 0);
 	for (uint32_t r = 0; r < nrings && r < dxl_logstore_nrings(ls); r++) {
 		struct dxl_ring_iter it;
 		struct dxl_rec rec;
@@ -647,10 +651,40 @@ static uint64_t keep_ts(const struct dxl_logstore *ls, const struct dxl_log_pos 
 					ts = rec.commit_ts;
 					break;
 				}
-		keep = DXL_MIN(keep, ts ? ts : dxl_logstore_watermark(ls, r));
+		uint64_t wm = dxl_logstore_watermark(ls, r);
+		keep = DXL_MIN(keep, ts ? ts : wm ? wm : now);
 	}
 	dxl_err_clear();
 	return keep;
+}
+
+/* *out: the position of ring's first record at or after applied (its end
+ * if none); *last_ts: raised to the newest commit timestamp before it */
+static int ck_start(const struct dxl_logstore *ls, uint32_t ring, uint64_t applied,
+		    struct dxl_log_pos *out, uint64_t *last_ts)
+{
+	struct dxl_ring_head h;
+	int ret = dxl_logstore_head(ls, ring, &h);
+	if (ret)
+		return ret;
+	*out = (struct dxl_log_pos){.pos = h.pos, .seq = h.seq};
+	*last_ts = DXL_MAX(*last_ts, h.last_ts);
+	struct dxl_ring_iter it;
+	if ((ret = dxl_ring_iter_init(&it, ls, ring)))
+		return ret;
+	struct dxl_rec rec;
+	uint64_t at;
+	while ((ret = dxl_ring_iter_next(&it, &rec, &at)) == 1) {
+		if (at >= applied) {
+			*out = (struct dxl_log_pos){.pos = at, .seq = rec.seq};
+			return 0;
+		}
+		*last_ts = DXL_MAX(*last_ts, rec.commit_ts);
+	}
+	if (ret < 0)
+		return ret;
+	*out = (struct dxl_log_pos){.pos = it.pos, .seq = it.seq}; /* the end */
+	return 0;
 }
 
 static void ckpt_group(const struct dxl_rcvm *m, char *buf, size_t cap)
@@ -668,6 +702,9 @@ static void ck_finish(struct dxl_rcvm *m, const struct dxl_rcvm_tick *t)
 	struct rc *rc = &m->rc[i];
 	pthread_join(j->th, NULL);
 	j->running = false;
+	/* the period runs from the end of a write: one that takes longer than
+	 * it must not starve the node's other shards (one write at a time) */
+	rc->last_ckpt_ms = dxl_now_ms();
 	uint64_t ms = dxl_now_ms() - j->t0_ms;
 	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
 	struct dxl_region_id id;
@@ -828,8 +865,12 @@ void dxl_rcvm_tick(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t
 	if (t->now_ms - rc->last_ckpt_ms < m->cfg.checkpoint_ms)
 		return;
 	rc->last_ckpt_ms = t->now_ms;
-	/* the start position: the heads, read here (this thread moves them);
-	 * everything below them is in the store (the replica's rule) */
+	/* the start position: per ring, the first record whose effects may
+	 * not be in the store yet (dxl_tables_applied_pos: a backup's applier,
+	 * a primary's durable write-backs), read here (this thread applies and
+	 * moves the heads). Not the heads: a cursor at the heads would keep
+	 * everything the log holds, and the next checkpoint would start there
+	 * again -- retention by age held for ever */
 	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
 	struct ckjob *j = &m->ck;
 	memset(j, 0, sizeof(*j));
@@ -841,14 +882,30 @@ void dxl_rcvm_tick(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t
 	if (!j->start)
 		return;
 	for (uint32_t r = 0; r < j->nrings; r++) {
-		struct dxl_ring_head h;
-		if (dxl_logstore_head(ls, r, &h)) {
+		if (ck_start(ls, r, dxl_tables_applied_pos(m->tables[i], r), &j->start[r],
+			     &j->start_ts)) {
+			dxl_err_clear();
 			free(j->start);
 			j->start = NULL;
 			return;
 		}
-		j->start[r] = (struct dxl_log_pos){.pos = h.pos, .seq = h.seq};
-		j->start_ts = DXL_MAX(j->start_ts, h.last_ts);
+	}
+	/* the first checkpoint of this run: the log from its start is kept
+	 * from now on (the cursor set before it is written, in this thread,
+	 * before the next retention pass), or a write that takes longer than
+	 * log.retention_ms on a loaded machine finds its start reclaimed, every
+	 * time. Later ones: the previous checkpoint's cursor is older than
+	 * this start and keeps it already */
+	if (!rc->ckpt_set && t->zk) {
+		char g[64];
+		ckpt_group(m, g, sizeof(g));
+		uint64_t keep = keep_ts(ls, j->start, j->nrings);
+		if (dxl_cursor_set(t->zk, g, shard, keep, DXL_ZK_VERSION_ANY, NULL)) {
+			DXL_WARN("event=ckpt_cursor_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
+		} else {
+			rc->ckpt_set = true;
+			rc->ckpt_ts = keep;
+		}
 	}
 	j->t0_ms = dxl_now_ms();
 	if (pthread_create(&j->th, NULL, ck_main, j)) {
