@@ -795,7 +795,7 @@ static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_
 	bool live_known = false;
 	uint64_t wall = dxl_wall_ms();
 	for (uint32_t k = 0; k < n; k++) {
-		uint32_t node;
+		uint32_t node = 0;
 		int kind = cursor_kind(v[k].group, &node);
 		if (!kind || node == m->cfg.node_id)
 			continue;
