@@ -18,6 +18,7 @@
 #include "common/common.h"
 #include "dxl/engine.h"
 #include "dxl/membership.h"
+#include "dxl/replica.h"
 #include "dxl/txn.h"
 #include "tests/lib/cli_run.h"
 #include "tests/lib/proc.h"
@@ -140,6 +141,19 @@ static void wait_config(const struct cl *c, uint32_t node, bool member, bool pri
 				ok &= in == member && (!primary || (s && s->primary == node));
 			}
 			dxl_cluster_config_clear(&cfg);
+		}
+		/* a member: the node itself says so too (its join pull done),
+		 * else killing the others next would leave a shard no member
+		 * in sync (the CM makes it unavailable rather than lose data) */
+		if (ok && member) {
+			struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+			assert_non_null(d);
+			ok = dxl_replica_desc_get(zk, node, d) == 0;
+			for (uint32_t sh = 0; ok && sh < 2; sh++) {
+				const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, sh);
+				ok = sd && sd->state == DXL_SHARD_MEMBER;
+			}
+			free(d);
 		}
 		if (ok)
 			break;
