@@ -60,6 +60,16 @@ struct dxl_replica_server {
 	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
 	 * MEMBER of the shard as of its last configuration (member_mark) */
 	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* the mark vouches for the copy: read at start (valid), or written
+	 * while MEMBER; false from the moment the shard stops being a member,
+	 * even when the mark could not be removed (marked stays true) */
+	bool vouch[DXL_REPLICA_MAX_SHARDS];
+	/* this boot of the machine (/proc/sys/kernel/random/boot_id; "" if
+	 * unknown): in marks, which durability=process trusts only within
+	 * the boot that wrote them */
+	char boot_id[40];
+	/* when a JOINING shard started joining in its current epoch */
+	uint64_t join_since_ms[DXL_REPLICA_MAX_SHARDS];
 	/* a configuration was read (or found absent) on this session: only
 	 * then is nodes/<id> published (issue 16.8) */
 	bool cfg_synced;
@@ -114,12 +124,13 @@ static const char *const KEYS[] = {
 	"replica.create", "true", "initialise an empty or absent data directory",
 	"replica.shards", "0", "shards hosted: list of ids and ranges, e.g. 0,2,4-7",
 	"replica.service_ms", "10", "service loop period: lease checks, re-registration",
-	"replica.exist_wait_ms", "(session timeout)", "retry this long when the node id is held by another session",
+	"replica.exist_wait_ms", "(2 x session timeout)", "retry this long when the node id is held by another session",
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
 	"recovery.checkpoint_ms", "600000", "a member writes a checkpoint of each shard's tables this often (0 = never); the log from its start is kept for it (docs/recovery.md)",
 	"recovery.need_cursor_ttl_ms", "600000", "the need cursor of a node catching up that is no longer live is dropped after this long (retention by age keeps the log for it until then)",
+	"replica.join_timeout_ms", "30000", "a shard whose join pull has not succeeded this long gives up joining (catching_up: the CM removes it and adds it again once caught up); 0 = never",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
 	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
@@ -168,6 +179,7 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->sync_bytes = 256 << 10;
 	cfg->checkpoint_ms = 600000;
 	cfg->need_ttl_ms = 600000;
+	cfg->join_timeout_ms = 30000;
 	dxl_fabric_cfg_init(&cfg->fabric);
 	dxl_zk_cfg_init(&cfg->zk);
 }
@@ -285,7 +297,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"replica.node_id", "replica.data_dir", "replica.durability",
 		"replica.create", "replica.shards", "replica.service_ms",
 		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
-		"replica.sync_bytes", "cm.min_replicas", "cm.replication",
+		"replica.sync_bytes", "replica.join_timeout_ms", "cm.min_replicas", "cm.replication",
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
@@ -344,6 +356,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
 	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
 	U32("replica.pull_ms", pull_ms, 1, 3600000);
+	U32("replica.join_timeout_ms", join_timeout_ms, 0, 86400000);
 	U32("cm.check_ms", cm_check_ms, 1, 3600000);
 	U32("cm.min_replicas", cm_params.min_replicas, 1, DXL_CONFIG_MAX_REPLICAS);
 	U32("cm.replication", cm_params.replication, 1, DXL_CONFIG_MAX_REPLICAS);
@@ -490,8 +503,12 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	free(d);
 	if (ret)
 		return ret;
+	/* a dead incarnation's session expires at the earliest a session
+	 * timeout after its last contact, and ZooKeeper checks expiries only
+	 * every tick (sessions are bucketed by tick): the default is twice the
+	 * session timeout, so a restart right after a kill is not refused */
 	uint32_t wait = s->cfg.exist_wait_ms == UINT32_MAX ?
-				dxl_zk_session_timeout_ms(s->zk) :
+				2 * dxl_zk_session_timeout_ms(s->zk) :
 				s->cfg.exist_wait_ms;
 	uint64_t deadline = dxl_now_ms() + wait;
 	bool warned = false;
@@ -528,10 +545,31 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
  * nothing: nothing was acknowledged without it), an unmarked one JOINING --
  * e.g. a node that was added, then stopped before its join pull was done,
  * still lacks what was acknowledged before it joined.
+ *
+ * Two rules keep the mark from vouching for a copy it does not describe:
+ *  - a mark that could not be removed stays "on" in memory, and no copy
+ *    rewrites the shard's rings until it is gone (mark_gone): a crash in
+ *    the middle of such a copy would bring the node back a member;
+ *  - with durability=process the log lives in the page cache: an OS crash
+ *    loses what was not written back, but not the fsynced mark. The mark
+ *    says which boot wrote it, and in process mode a mark of another boot
+ *    (or without one) is stale: the copy joins again.
  */
 static void mark_path(const struct dxl_replica_server *s, uint32_t i, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s/shard-%u.member", s->cfg.data_dir, dxl_shard_id(s->shards[i]));
+}
+
+static void read_boot_id(char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
 }
 
 static void fsync_dir(const char *dir)
@@ -544,22 +582,34 @@ static void fsync_dir(const char *dir)
 	}
 }
 
-/* member_mark -- write (on) or remove (off) the mark of shard index i */
+/* member_mark -- write (on) or remove (off) the mark of shard index i;
+ * s->marked[i] says whether it is (still) there */
 static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
 {
 	char path[1100], tmp[1110];
 	mark_path(s, i, path, sizeof(path));
 	if (!on) {
-		if (unlink(path) && errno != ENOENT)
-			DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path, errno);
+		int err = 0; /* (tests: an unlink that fails) */
+		DXL_TESTPOINT("replica.member_mark.unlink", &err);
+		if (err ? (errno = err, -1) : unlink(path)) {
+			if (errno != ENOENT) {
+				/* still there: still "on", retried by the next
+				 * set_state or mark_gone; nothing copies into
+				 * the rings meanwhile */
+				DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path,
+					  errno);
+				return;
+			}
+		}
 		fsync_dir(s->cfg.data_dir);
 		s->marked[i] = false;
 		return;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	char text[128];
-	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\n", s->data_id[i]);
+	char text[192];
+	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\nboot_id=%s\n", s->data_id[i],
+			 s->boot_id);
 	bool ok = fd >= 0 && write(fd, text, (size_t)n) == n && fsync(fd) == 0;
 	if (fd >= 0)
 		close(fd);
@@ -575,24 +625,48 @@ static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
 	s->marked[i] = true;
 }
 
+/* mark_gone -- shard index i has no mark (removing it if needed): only
+ * then may a copy rewrite its rings */
+static bool mark_gone(struct dxl_replica_server *s, uint32_t i)
+{
+	if (s->marked[i])
+		member_mark(s, i, false);
+	return !s->marked[i];
+}
+
 /* member_mark_read -- the mark of shard index i is there, for this identity
- * (a mark of another identity is stale: removed) */
+ * (and, with durability=process, this boot); another one is stale: removed */
 static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
 {
-	char path[1100], text[128] = "";
+	char path[1100], text[256] = "";
 	mark_path(s, i, path, sizeof(path));
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return false;
-	bool got = fgets(text, sizeof(text), f) != NULL;
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
 	fclose(f);
+	text[got] = 0;
 	uint64_t id = 0;
-	text[strcspn(text, "\n")] = 0;
-	if (got && !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
-	    id == s->data_id[i])
+	char boot[64] = "";
+	char *nl = strchr(text, '\n');
+	if (nl) {
+		*nl = 0;
+		const char *b = nl + 1;
+		if (!strncmp(b, "boot_id=", 8)) {
+			snprintf(boot, sizeof(boot), "%s", b + 8);
+			boot[strcspn(boot, "\n")] = 0;
+		}
+	}
+	bool id_ok = !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
+		     id == s->data_id[i];
+	bool boot_ok = s->cfg.durability != DXL_DUR_PROCESS ||
+		       (s->boot_id[0] && !strcmp(boot, s->boot_id));
+	if (id_ok && boot_ok)
 		return true;
-	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " action=remove", path,
-		 s->data_id[i]);
+	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " reason=%s action=remove",
+		 path, s->data_id[i], !id_ok ? "data_id" : "boot_id");
+	/* removed; if that fails it stays stale for good (its identity or
+	 * boot never matches again): harmless, copies may go on */
 	member_mark(s, i, false);
 	return false;
 }
@@ -600,6 +674,7 @@ static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
 /* set_state -- shard index i's state; the member mark follows MEMBER */
 static void set_state(struct dxl_replica_server *s, uint32_t i, enum dxl_shard_state st)
 {
+	s->vouch[i] = st == DXL_SHARD_MEMBER;
 	if (st == DXL_SHARD_MEMBER && !s->marked[i])
 		member_mark(s, i, true);
 	else if (st != DXL_SHARD_MEMBER && s->marked[i])
@@ -709,15 +784,30 @@ static void apply_config(struct dxl_replica_server *s)
 		 * added again with this identity (issue 16.3) */
 		uint64_t rec = dxl_cluster_shard_data_id(sh, s->cfg.node_id);
 		bool renewed = in_shard(sh, s->cfg.node_id) && rec && rec != s->data_id[i];
+		/* a store marked incomplete (a copy or a state transfer was
+		 * cut short) misses records' effects: never a member at once */
+		bool store_ok = !s->rcvm || dxl_rcvm_store_ok(s->rcvm, i);
 		if (in_shard(sh, s->cfg.node_id) && !renewed) {
 			/* a node that joins copies the shard from the primary
 			 * once more before it says MEMBER (join_pulls); the
 			 * other shards do not wait for it (issue 16.1). A copy
 			 * that was a member when the node stopped (its mark)
-			 * is one at once: nothing was acknowledged without it */
-			if (s->st[i] != DXL_SHARD_MEMBER)
-				set_state(s, i, primary || s->marked[i] ? DXL_SHARD_MEMBER :
-									   DXL_SHARD_JOINING);
+			 * is one at once: nothing was acknowledged without it.
+			 * With an incomplete store: a backup joins again (its
+			 * join pull transfers state from the primary); the
+			 * primary, which has nobody to join from, says it is
+			 * not a member (catching up: the CM promotes a member
+			 * that counts) */
+			if (s->st[i] != DXL_SHARD_MEMBER) {
+				if (!store_ok && primary)
+					set_state(s, i, DXL_SHARD_CATCHING_UP);
+				else
+					set_state(s, i, (primary || s->vouch[i]) && store_ok
+								? DXL_SHARD_MEMBER
+								: DXL_SHARD_JOINING);
+			}
+			if (s->st[i] == DXL_SHARD_JOINING)
+				s->join_since_ms[i] = dxl_now_ms(); /* its timeout */
 		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING ||
 			   (s->st[i] == DXL_SHARD_UNASSIGNED && (sh || renewed))) {
 			set_state(s, i, DXL_SHARD_CATCHING_UP);
@@ -824,6 +914,8 @@ static void catch_up(struct dxl_replica_server *s)
 		enum dxl_shard_state old = s->st[i];
 		if (s->st[i] == DXL_SHARD_SYNCED && ++s->pull_skip[i] % 5)
 			continue; /* synced: one pass in five */
+		if (!mark_gone(s, i))
+			continue; /* its member mark is still there: no copy */
 		bool skip = false; /* (tests: a copy that takes long) */
 		DXL_TESTPOINT("replica.catch_up.pass", &skip);
 		if (skip)
@@ -904,14 +996,41 @@ static void join_pulls(struct dxl_replica_server *s)
 		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch && psd &&
 			     psd->state == DXL_SHARD_MEMBER;
 		uint64_t changed = 0;
+		if (ready && !mark_gone(s, i)) {
+			ready = false; /* a mark that will not go: no copy */
+			ret = dxl_err_set(DXL_E_IO, "shard %u: its member mark cannot be removed",
+					  shard);
+		}
 		if (ready) {
 			DXL_TESTPOINT("replica.join_pull.copy", s);
-			ret = pull_shard(s, i, s->src_desc, &changed);
+			int inj = 0; /* (tests: a copy that fails) */
+			DXL_TESTPOINT("replica.join_pull.fail", &inj);
+			ret = inj ? dxl_err_set(inj, "join pull failed (injected)")
+				  : pull_shard(s, i, s->src_desc, &changed);
 		}
 		if (!ready || ret) {
 			if (ret)
 				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
 					  sh->primary, dxl_errmsg());
+			/* a join that does not get done in join_timeout_ms
+			 * (the primary unreachable from here, copies failing,
+			 * a state transfer failing; not one under way) is
+			 * given up: the shard says it is not a member, the CM
+			 * removes it (min_replicas allowing) and adds it again
+			 * once it has caught up -- instead of a member that
+			 * writers refuse to open with, kept for good */
+			uint64_t waited = dxl_now_ms() - s->join_since_ms[i];
+			if (s->cfg.join_timeout_ms && waited >= s->cfg.join_timeout_ms &&
+			    !(s->rcvm && dxl_rcvm_busy(s->rcvm, i))) {
+				DXL_WARN("event=join_timeout shard=%u epoch=%" PRIu64 " source=%u ms=%" PRIu64
+					 " msg=\"%s\" action=catch_up",
+					 shard, s->cfg_epoch, sh->primary, waited,
+					 ret ? dxl_errmsg() : "the primary is not registered for the epoch");
+				set_state(s, i, DXL_SHARD_CATCHING_UP);
+				s->published = false;
+				DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64
+					 " state=catching_up was=joining", shard, s->cfg_epoch);
+			}
 			continue;
 		}
 		set_state(s, i, DXL_SHARD_MEMBER);
@@ -1299,6 +1418,68 @@ static void undo_fresh_dir(const char *path, int before)
 		rmdir(path);
 }
 
+/* the names in an existing data directory before a start (issue 21.4) */
+struct dir_names {
+	char **v;
+	size_t n;
+};
+
+static void dir_names_read(const char *path, struct dir_names *dn)
+{
+	memset(dn, 0, sizeof(*dn));
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	size_t cap = 0;
+	while ((e = readdir(d))) {
+		if (dn->n == cap) {
+			size_t nc = cap ? cap * 2 : 32;
+			char **nv = realloc(dn->v, nc * sizeof(*nv));
+			if (!nv)
+				break;
+			dn->v = nv;
+			cap = nc;
+		}
+		if (!(dn->v[dn->n] = strdup(e->d_name)))
+			break;
+		dn->n++;
+	}
+	closedir(d);
+}
+
+static void dir_names_free(struct dir_names *dn)
+{
+	for (size_t i = 0; i < dn->n; i++)
+		free(dn->v[i]);
+	free(dn->v);
+	memset(dn, 0, sizeof(*dn));
+}
+
+/* undo_new_files -- a start that failed on an existing data directory it
+ * had locked: remove the files it created there (e.g. store-<s>.dat for
+ * new engine.tables, shard-<s>.log for a new shard), so the refusal changes
+ * nothing and the normal start still works (docs/replica.md) */
+static void undo_new_files(const char *path, const struct dir_names *before)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		bool old = false;
+		for (size_t i = 0; !old && i < before->n; i++)
+			old = !strcmp(before->v[i], e->d_name);
+		if (old || e->d_type == DT_DIR)
+			continue;
+		char f[1024];
+		if (snprintf(f, sizeof(f), "%s/%s", path, e->d_name) < (int)sizeof(f) &&
+		    unlink(f) == 0)
+			DXL_WARN("event=start_undone removed=%s", f);
+	}
+	closedir(d);
+}
+
 int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			   struct dxl_replica_server **out)
 {
@@ -1331,6 +1512,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	/* 1. the data directory: lock, identity, durability (nothing else
 	 *    happens before we own it) */
 	int before = dir_state(cfg->data_dir);
+	struct dir_names names;
+	dir_names_read(cfg->data_dir, &names);
 	int ret = dxl_datadir_open(cfg->data_dir, cluster, cfg->node_id,
 				   cfg->durability, cfg->create, &s->dd);
 	if (ret)
@@ -1375,9 +1558,12 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
 		s->data_id[i] = shard_data_id(s, i);
+		if (!i)
+			read_boot_id(s->boot_id, sizeof(s->boot_id));
 		/* no configuration yet: nothing is assigned (issue 16.8) */
 		s->st[i] = DXL_SHARD_UNASSIGNED;
 		s->marked[i] = member_mark_read(s, i);
+		s->vouch[i] = s->marked[i];
 		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64 " member_mark=%d",
 			 cfg->shards[i], s->data_id[i], s->marked[i]);
 	}
@@ -1430,6 +1616,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		goto fail;
 	/* (the CM candidacy starts in the service loop) */
 	s->last_retain_ms = dxl_now_ms();
+	dir_names_free(&names);
 	*out = s;
 	return 0;
 fail:
@@ -1439,9 +1626,13 @@ fail:
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 		bool ours = s->dd != NULL && before < 2;
+		bool locked = s->dd != NULL; /* nobody else changed the directory */
 		dxl_replica_server_delete(&s);
 		if (ours)
 			undo_fresh_dir(cfg->data_dir, before);
+		else if (locked && names.n)
+			undo_new_files(cfg->data_dir, &names);
+		dir_names_free(&names);
 		dxl_err_set(ret, "%s", msg);
 	}
 	return ret;

@@ -1290,9 +1290,23 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		dxl_store_absence(st, r->table, r->key, &ab);
 		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
 					     r->len, r->owner, &slot, NULL);
-		if (!ret && !(ret = read_fields(st, r->table, slot, rep)))
-			rep->holder = ab.ts;
-		return ret;
+		if (ret)
+			return ret;
+		if ((ret = read_fields(st, r->table, slot, rep))) {
+			/* an error must mean "not inserted" (the caller then
+			 * believes it holds no lock here): undo it, as LOCK
+			 * does */
+			char msg[512];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+			if (r->owner && dxl_store_delete(st, r->table, slot, r->owner, r->ts,
+							 NULL) == 0) {
+				dxl_store_unlock(st, r->table, slot, r->owner);
+				return dxl_err_set(ret, "%s (not inserted)", msg);
+			}
+			return dxl_err_set(ret, "%s (inserted at slot %" PRIu64 ")", msg, slot);
+		}
+		rep->holder = ab.ts;
+		return 0;
 	}
 	case DXL_RPC_ID_TABLE_DELETE:
 		if ((r->flags & DXL_TABLE_DEL_AT_SLOT) && r->slot < tb->sc.capacity &&
@@ -1430,6 +1444,25 @@ void dxl_table_svc_set_lease(struct dxl_table_svc *svc, uint64_t (*fn)(void *arg
 	pthread_mutex_unlock(&svc->mu);
 }
 
+/* mutates -- the operation changes the store (or a lock word) when it
+ * succeeds. Every other one (LOOKUP, READ, TXN_STATUS, IN_DOUBT, and any
+ * operation added later unless listed here) only answers, and its answer is
+ * what must not outlive the lease. */
+static bool mutates(uint16_t op)
+{
+	switch (op) {
+	case DXL_RPC_ID_TABLE_INSERT:
+	case DXL_RPC_ID_TABLE_DELETE:
+	case DXL_RPC_ID_TABLE_LOCK:
+	case DXL_RPC_ID_TABLE_UNLOCK:
+	case DXL_RPC_ID_TABLE_WRITEBACK:
+	case DXL_RPC_ID_TABLE_RESOLVE:
+	case DXL_RPC_ID_TABLE_UNLOCK_COORD:
+		return true;
+	}
+	return false;
+}
+
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		  size_t len, void *reply, size_t cap, size_t *reply_len)
 {
@@ -1474,10 +1507,15 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 				  svc->node_id, r.shard);
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);
-	/* and before the reply: what was read may be stale once the lease is
-	 * over (another primary may have been promoted; issue 16.5) */
+	/* and before the reply of a read-only operation: what was read may be
+	 * stale once the lease is over (another primary may have been
+	 * promoted; issue 16.5). Not for an operation that changed the store:
+	 * it is done, and an error would tell its caller "not done" (a
+	 * coordinator would never release the lock of its insert or LOCK); its
+	 * caller's next step in the epoch is fenced anyway (the log's rkeys,
+	 * the epoch of every later request). */
 	DXL_TESTPOINT("replica.table_rpc.served", svc);
-	if (!ret && !lease_ok(svc)) {
+	if (!ret && !mutates(op) && !lease_ok(svc)) {
 		ret = dxl_err_set(DXL_E_UNAVAIL,
 				  "node %u: its ZooKeeper lease ran out while it served the request",
 				  svc->node_id);

@@ -50,7 +50,7 @@ enum {
 	H_DROPQP = 3, /* one-way: after 50 ms, delete the QP it came on */
 	H_NOP = 4,   /* one-way: nothing */
 	H_STOP = 5,
-	H_NAP = 6,   /* one-way: the server's thread sleeps 100 ms (no poll) */
+	H_NAP = 6,   /* one-way: the server's thread sleeps until woken (no poll) */
 	H_ADD = 7,   /* one-way: count it (1 ms) */
 };
 
@@ -75,7 +75,7 @@ struct srv {
 	struct dxl_qp *victim;
 	atomic_uint asleep; /* drop_victim rounds begun (the client waits) */
 	uint32_t poll_batch; /* of the server's scheduler; 0 = default */
-	atomic_uint napping, adds;
+	atomic_uint napping, adds, wake;
 };
 
 static int h_echo(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
@@ -137,7 +137,10 @@ static int h_nap(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
 {
 	struct srv *sv = arg;
 	atomic_store(&sv->napping, 1);
-	usleep(100000);
+	/* until the test wakes it (a fixed nap was too short on a loaded
+	 * machine: the server woke before the client had closed), 10 s at most */
+	for (int i = 0; i < 1000 && !atomic_load(&sv->wake); i++)
+		usleep(10000);
 	atomic_store(&sv->napping, 0);
 	return 0;
 }
@@ -530,6 +533,7 @@ static void test_requests_of_a_closed_qp_served(void **state)
 	dxl_rpc_forget_qp(e.rpc, qp);
 	dxl_qp_delete(&qp);
 	/* the server wakes up, serves, and reclaims the QP */
+	atomic_store(&e.sv.wake, 1);
 	end = dxl_now_ms() + 2000;
 	while (atomic_load(&e.sv.adds) < nreq && dxl_now_ms() < end)
 		usleep(10000);
