@@ -80,6 +80,7 @@ struct doubt {
 struct prov {
 	uint32_t table;
 	uint64_t slot, owner, version;
+	struct dxl_store_absence was; /* the key's absence the insert replaced */
 };
 
 struct dxl_tables {
@@ -783,6 +784,8 @@ int dxl_tables_clear_locks(struct dxl_tables *t)
 	return n;
 }
 
+static int prov_reserve(struct dxl_tables *t);
+
 int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
 			     uint32_t *nlocks)
 {
@@ -842,11 +845,26 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 				/* an insert in doubt: the record as logged, held
 				 * for its transaction (a commit finds it, an abort
 				 * deletes it; issue 20) */
-				int x = dxl_store_insert_at(t->st, e[k].table, e[k].key, e[k].version,
-							    rec.commit_ts, e[k].value, e[k].len,
-							    rec.txn_id, NULL);
-				if (x == 1)
+				struct dxl_store_absence was;
+				uint64_t islot = 0;
+				int x = dxl_store_absence(t->st, e[k].table, e[k].key, &was);
+				if (!x)
+					x = prov_reserve(t);
+				if (!x)
+					x = dxl_store_insert_at(t->st, e[k].table, e[k].key,
+								e[k].version, rec.commit_ts,
+								e[k].value, e[k].len, rec.txn_id,
+								&islot);
+				if (x == 1) {
+					/* an abort gives the key back this absence,
+					 * as the backups have it (undo_insert) */
+					t->pv[t->npv++] = (struct prov){.table = e[k].table,
+									.slot = islot,
+									.owner = rec.txn_id,
+									.version = e[k].version,
+									.was = was};
 					nl++;
+				}
 				else if (x < 0)
 					DXL_WARN("event=txn_in_doubt_insert_failed shard=%u txn=0x%" PRIx64
 						 " table=%u key=%" PRIu64 " msg=\"%s\"",
@@ -1227,6 +1245,28 @@ static int del_keep_ts(struct dxl_store *st, uint32_t table, uint64_t slot, uint
 	return dxl_store_delete(st, table, slot, owner, cur.ts, NULL);
 }
 
+/*
+ * undo_insert -- remove the record at slot that owner inserted and never
+ * committed. One this node made at owner's lock phase (struct prov) gives
+ * the key back the absence it replaced, exactly -- the tombstone's version
+ * and timestamp, or none (dxl_store_undo_insert): the backups never saw
+ * the insert (its write set was never applied there), so a new tombstone
+ * here -- another version, or one they lack -- would part the replicas
+ * (recovery2 compares tombstones), and its version, above what another
+ * primary may give the key next, would make this node pass over that
+ * insert as older. Any other (a promotion gate's record, made from the
+ * logged write set): del_keep_ts.
+ */
+static int undo_insert(struct dxl_tables *t, uint32_t table, uint64_t slot, uint64_t owner)
+{
+	for (size_t i = 0; i < t->npv; i++) {
+		const struct prov *p = &t->pv[i];
+		if (p->table == table && p->slot == slot && p->owner == owner && prov_live(t, p))
+			return dxl_store_undo_insert(t->st, table, slot, owner, &p->was);
+	}
+	return del_keep_ts(t->st, table, slot, owner);
+}
+
 static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
 {
 	for (size_t i = 0; i < n; i++)
@@ -1338,7 +1378,7 @@ static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
 		struct dxl_record cur;
 		if (dxl_store_read(t->st, p->table, p->slot, &cur, NULL, 0))
 			continue;
-		if (del_keep_ts(t->st, p->table, p->slot, p->owner) == 0) {
+		if (undo_insert(t, p->table, p->slot, p->owner) == 0) {
 			gone++;
 			DXL_INFO("event=coord_insert_removed shard=%u table=%u key=%" PRIu64
 				 " txn=0x%" PRIx64 " msg=\"inserted by a transaction that never logged\"",
@@ -1481,7 +1521,7 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 			     dxl_store_read(st, r->table, slot, &cur, NULL, 0) == 0 && cur.live &&
 			     cur.version == r->version);
 		if (mine)
-			ret = del_keep_ts(st, r->table, slot, r->owner);
+			ret = undo_insert(t, r->table, slot, r->owner);
 	} else if (!abort) {
 		ret = dxl_store_apply(st, r->table, r->key, (enum dxl_ws_op)opv, r->version,
 				      r->ts, r->value, r->len);
@@ -1611,7 +1651,7 @@ static int serve(struct dxl_tables *t, uint16_t op,
 			 * does (keeping the absence's timestamp, issue 20) */
 			char msg[512];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
-			if (r->owner && del_keep_ts(st, r->table, slot, r->owner) == 0) {
+			if (r->owner && dxl_store_undo_insert(st, r->table, slot, r->owner, &ab) == 0) {
 				dxl_store_unlock(st, r->table, slot, r->owner);
 				return dxl_err_set(ret, "%s (not inserted)", msg);
 			}
@@ -1621,7 +1661,7 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		if (r->owner)
 			t->pv[t->npv++] = (struct prov){.table = r->table, .slot = slot,
 							.owner = r->owner,
-							.version = rep->rec.version};
+							.version = rep->rec.version, .was = ab};
 		return 0;
 	}
 	case DXL_RPC_ID_TABLE_DELETE:
@@ -1653,7 +1693,14 @@ static int serve(struct dxl_tables *t, uint16_t op,
 						   ", the delete is for version %" PRIu64 " (not deleted)",
 						   r->table, r->key, cur.version, r->version);
 			/* no timestamp (an abort undoing its insert): the record's,
-			 * the absence's it replaced (del_keep_ts) */
+			 * the absence's it replaced (del_keep_ts), or that very
+			 * absence for an insert made here at its lock phase
+			 * (undo_insert) */
+			if (!dts && r->version) {
+				if ((ret = undo_insert(t, r->table, slot, r->owner)))
+					return ret;
+				return read_fields(st, r->table, slot, rep);
+			}
 			if (!dts)
 				dts = cur.ts;
 		}
@@ -2062,7 +2109,7 @@ static void settle_one(struct dxl_tables *t, const struct doubt *d)
 			if (e[k].op == DXL_WS_INSERT &&
 			    dxl_store_read(t->st, e[k].table, slot, &cur, NULL, 0) == 0 &&
 			    (cur.version == e[k].version || cur.version + 2 == e[k].version))
-				ret = del_keep_ts(t->st, e[k].table, slot, d->txn);
+				ret = undo_insert(t, e[k].table, slot, d->txn);
 		} else {
 			ret = dxl_store_apply(t->st, e[k].table, e[k].key, e[k].op, e[k].version,
 					      d->ts, e[k].value, e[k].len);
