@@ -19,6 +19,10 @@
 #   wait_listen PORT [PID]       wait (<= 20 s) for a TCP or rdma_cm listener
 #   check_gid1                   rxe0 port 1: ACTIVE, RoCE v2 GID at index 1
 #                                is IPv4-mapped 10.0.2.15
+#   ext4_scratch                 mount (once) an ext4 file system on a loop
+#       device over a file in the guest's RAM at /tmp/rg-ext4, print that
+#       path: a disk file system (msync writes blocks, O_DIRECT reads them)
+#       for durability tests (DXL_TEST_DISK_DIR)
 #   dxl_tests NAME|GLOB...       run the built dxl test binaries that exist
 #       ($RG_ROOT/${DXL_BUILD:-build}/tests/NAME) with scripts/run-tests.sh; names
 #       that are not built are listed and skipped; fails if none exists.
@@ -104,6 +108,19 @@ check_gid1() {
 	[ "$type" = "RoCE v2" ] || { echo "check_gid1: gid[1] is not RoCE v2"; return 1; }
 }
 
+ext4_scratch() {
+	local m=/tmp/rg-ext4 img=/tmp/rg-ext4.img dev
+	if ! grep -q " $m ext4 " /proc/mounts; then
+		mkdir -p "$m" &&
+			dd if=/dev/zero of="$img" bs=1M count=96 status=none &&
+			mkfs.ext4 -q -F "$img" &&
+			dev=$(losetup -f --show "$img") &&
+			mount -t ext4 "$dev" "$m" ||
+			{ echo "ext4_scratch: cannot mount ext4 on a loop device" >&2; return 1; }
+	fi
+	echo "$m"
+}
+
 dxl_tests() { # NAME|GLOB...
 	local b=${DXL_BUILD:-build} tdir pat f names=() missing=()
 	[ "${b:0:1}" = / ] || b=$RG_ROOT/$b
@@ -120,7 +137,7 @@ dxl_tests() { # NAME|GLOB...
 	[ ${#names[@]} -gt 0 ] || { echo "dxl_tests: none of '$*' is built in $tdir"; return 1; }
 	"$RG_ROOT/scripts/run-tests.sh" "$tdir" "${names[@]}"
 }
-export -f wait_listen pair check_gid1 dxl_tests
+export -f wait_listen pair check_gid1 ext4_scratch dxl_tests
 
 cd "$RG_CWD" || { echo "guest-run: cannot cd to $RG_CWD" >&2; cd /; }
 mkdir -p "$dir/res"
