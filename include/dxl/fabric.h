@@ -198,7 +198,9 @@ void dxl_mr_mark_durable(struct dxl_mr *mr, const void *addr, size_t len);
  * needs a CPU action (msync of a file mapping) does it there, so "the flush
  * READ completed" means what it says. Default: none (the model only).
  * The verbs provider ignores it: on real persistent memory with DDIO off
- * the NIC's READ is the flush (000 L494-500). Set it right after
+ * the NIC's READ is the flush (000 L494-500); a log region in msync mode
+ * served over verbs gets the log's persister instead (dxl_persist_needed,
+ * include/dxl/log.h). Set it right after
  * dxl_mr_reg, before peers learn the region's descriptor.
  */
 typedef void (*dxl_mr_persist_fn)(void *arg, const void *addr, size_t len);
