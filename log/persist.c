@@ -97,6 +97,9 @@ void dxl_logstore_persister_mark(struct dxl_logstore *ls, int on)
 	struct dxl_region *r = dxl_logstore_region(ls);
 	for (uint32_t i = 0; i < dxl_logstore_nrings(ls); i++) {
 		uint8_t *line = ctl_of(ls, i) + DXL_RING_PDONE_OFF;
+		uint64_t done;
+		if (dxl_ring_pdone_decode(line, &done) == !!on)
+			continue; /* already so (one msync per ring saved) */
 		store64(line, on ? DXL_RING_PERSISTER_ON : 0);
 		dxl_region_persist(r, line, DXL_RING_PLINE_SIZE);
 	}

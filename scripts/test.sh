@@ -40,7 +40,7 @@ if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	echo "=== Soft-RoCE guest (verbs provider)"
 	rdma_rc=0
 	scripts/rdma-guest.sh -q --timeout 540 --list tests/rdma/smoke.list \
-		--list tests/rdma/dxl.list || rdma_rc=$?
+		--list tests/rdma/dxl.list --list tests/rdma/cluster.list || rdma_rc=$?
 	case $rdma_rc in
 	0) echo "=== Soft-RoCE guest: passed"; passed=$((passed + 1)) ;;
 	77) echo "=== Soft-RoCE guest: SKIPPED (see the line above)"; skipped=$((skipped + 1)) ;;

@@ -118,6 +118,21 @@ struct dxl_config;
  */
 int dxl_fabric_cfg_load(const struct dxl_config *conf, struct dxl_fabric_cfg *cfg);
 
+/*
+ * dxl_fabric_cfg_client -- make cfg fit a process that connects out to
+ * peers of provider p (a log writer, a coordinator, a tailer): sets
+ * cfg->provider = p. With verbs, a loopback listen address (the default
+ * "127.0.0.1:0") cannot work -- no RDMA device sits on lo, rdma_cm then
+ * fails every connection -- so it becomes "A:0", A being the local address
+ * the kernel routes peer ("host:port") from: the interface, hence the RDMA
+ * device, that reaches the peer; "0.0.0.0:0" (the first device) when there
+ * is no route. A listen address that is not loopback is kept; tcp keeps
+ * everything. Errors: DXL_E_INVAL (cfg NULL, or listen address not
+ * host:port).
+ */
+int dxl_fabric_cfg_client(struct dxl_fabric_cfg *cfg, enum dxl_fabric_provider p,
+			  const char *peer);
+
 /* "tcp"/"verbs" <-> enum; parse returns DXL_E_INVAL on an unknown name */
 const char *dxl_fabric_provider_name(enum dxl_fabric_provider p);
 int dxl_fabric_provider_parse(const char *name, enum dxl_fabric_provider *out);

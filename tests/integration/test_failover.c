@@ -63,6 +63,7 @@
 #include "dxl/membership.h"
 #include "dxl/replica.h"
 #include "tests/lib/cli_run.h"
+#include "tests/lib/fabric_fixture.h"
 #include "tests/lib/proc.h"
 
 #define SESSION_MS "1000" /* zk.sh: tickTime 200, minSessionTimeout 400 */
@@ -534,6 +535,7 @@ static void up(const char *tag, uint32_t shards, const char *const *extra)
 				"--ring-size", RING_SIZE, "--writer-slots", SLOTS,
 				"--session-timeout", SESSION_MS};
 	int a = 18;
+	dxlt_cluster_args(args, &a, 47); /* DXL_TEST_PROVIDER=verbs */
 	for (int i = 0; extra && extra[i] && a < 47; i++)
 		args[a++] = extra[i];
 	args[a] = NULL;

@@ -23,6 +23,10 @@
 #       device over a file in the guest's RAM at /tmp/rg-ext4, print that
 #       path: a disk file system (msync writes blocks, O_DIRECT reads them)
 #       for durability tests (DXL_TEST_DISK_DIR)
+#   zk_up                        print a ZooKeeper connect string: the host's
+#       DXL_TEST_ZK if it answers (QEMU forwards 10.0.2.2 to the host), else
+#       one started in the guest (once, /tmp/rg-zk, scripts/zk.sh: the host's
+#       java over 9p, ~20 s under TCG) that runs until the guest ends
 #   dxl_tests NAME|GLOB...       run the built dxl test binaries that exist
 #       ($RG_ROOT/${DXL_BUILD:-build}/tests/NAME) with scripts/run-tests.sh; names
 #       that are not built are listed and skipped; fails if none exists.
@@ -121,6 +125,27 @@ ext4_scratch() {
 	echo "$m"
 }
 
+zk_ok() { # HOST:PORT -> 0 if a ZooKeeper server answers "srvr"
+	local host=${1%:*} port=${1##*:} out
+	out=$(timeout 3 bash -c "exec 3<>/dev/tcp/$host/$port && printf srvr >&3 && cat <&3" 2>/dev/null)
+	[[ $out == *Mode:* ]]
+}
+
+zk_up() {
+	local d=/tmp/rg-zk zk
+	if [ -n "${DXL_TEST_ZK:-}" ] && zk_ok "${DXL_TEST_ZK%%,*}"; then
+		echo "$DXL_TEST_ZK"
+		return 0
+	fi
+	if [ -f "$d/connect" ] && zk_ok "$(cat "$d/connect")"; then
+		cat "$d/connect"
+		return 0
+	fi
+	rm -rf "$d"
+	zk=$("$RG_ROOT/scripts/zk.sh" start "$d") || { echo "zk_up: ZooKeeper did not start in the guest" >&2; return 1; }
+	echo "$zk"
+}
+
 dxl_tests() { # NAME|GLOB...
 	local b=${DXL_BUILD:-build} tdir pat f names=() missing=()
 	[ "${b:0:1}" = / ] || b=$RG_ROOT/$b
@@ -137,7 +162,7 @@ dxl_tests() { # NAME|GLOB...
 	[ ${#names[@]} -gt 0 ] || { echo "dxl_tests: none of '$*' is built in $tdir"; return 1; }
 	"$RG_ROOT/scripts/run-tests.sh" "$tdir" "${names[@]}"
 }
-export -f wait_listen pair check_gid1 ext4_scratch dxl_tests
+export -f wait_listen pair check_gid1 ext4_scratch zk_ok zk_up dxl_tests
 
 cd "$RG_CWD" || { echo "guest-run: cannot cd to $RG_CWD" >&2; cd /; }
 mkdir -p "$dir/res"
