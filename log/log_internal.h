@@ -45,4 +45,14 @@ int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 typedef void (*dxl_pull_hook_fn)(uint32_t attempt, void *arg);
 void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
 
+/*
+ * dxl_persist_set_test_hook -- for tests of the persister's ordering: after
+ * each dxl_region_persist a persister pass makes while serving a request of
+ * ring `ring`, fn(ring, addr, len, arg) is called (the confirmation must not
+ * be published yet). NULL = none. Set it while no persister runs.
+ */
+typedef void (*dxl_persist_hook_fn)(uint32_t ring, const void *addr, size_t len,
+				    void *arg);
+void dxl_persist_set_test_hook(dxl_persist_hook_fn fn, void *arg);
+
 #endif /* DXL_LOG_INTERNAL_H */

@@ -10,6 +10,7 @@
 #include "common/common.h"
 #include "common/endian.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 
 /*
  * Who may call: dxl_logstore_persist_step from one thread at a time per
@@ -120,16 +121,33 @@ static void touch(void *p)
 #endif
 }
 
+static dxl_persist_hook_fn g_hook;
+static void *g_hook_arg;
+
+void dxl_persist_set_test_hook(dxl_persist_hook_fn fn, void *arg)
+{
+	g_hook = fn;
+	g_hook_arg = arg;
+}
+
+static void persist(struct dxl_region *r, uint32_t ring, const void *addr,
+		    size_t len)
+{
+	dxl_region_persist(r, addr, len);
+	if (g_hook)
+		g_hook(ring, addr, len, g_hook_arg);
+}
+
 /* touch and persist buffer bytes [off, off + len) of a ring (page-aligned
  * buffer, so every touched word is a ring-buffer word) */
-static void persist_piece(struct dxl_region *r, uint8_t *buf, uint64_t off,
-			  uint64_t len)
+static void persist_piece(struct dxl_region *r, uint32_t ring, uint8_t *buf,
+			  uint64_t off, uint64_t len)
 {
 	if (!len)
 		return;
 	for (uint64_t pg = off & ~4095ull; pg < off + len; pg += 4096)
 		touch(buf + pg);
-	dxl_region_persist(r, buf + off, len);
+	persist(r, ring, buf + off, len);
 }
 
 static int serve(struct dxl_logstore *ls, uint32_t ring, uint64_t *last,
@@ -159,19 +177,19 @@ static int serve(struct dxl_logstore *ls, uint32_t ring, uint64_t *last,
 	if (q.to < q.from || q.to - q.from >= size) {
 		/* a lap or more (an opening writer's whole ring), or nonsense:
 		 * the whole buffer */
-		persist_piece(r, buf, 0, size);
+		persist_piece(r, ring, buf, 0, size);
 		st->bytes += size;
 	} else {
 		uint64_t off = q.from % size, len = q.to - q.from;
 		uint64_t first = DXL_MIN(len, size - off);
-		persist_piece(r, buf, off, first);
-		persist_piece(r, buf, 0, len - first);
+		persist_piece(r, ring, buf, off, first);
+		persist_piece(r, ring, buf, 0, len - first);
 		st->bytes += len;
 	}
 	/* the control block: watermark, owner word (the NIC's: not touched;
 	 * the confirmation line is ours and on the same page) */
 	touch(ctl + DXL_RING_PDONE_OFF + 8);
-	dxl_region_persist(r, ctl, DXL_RING_CTL_SIZE);
+	persist(r, ring, ctl, DXL_RING_CTL_SIZE);
 	/* only now: confirmed (the id word is checked against the second) */
 	store64(ctl + DXL_RING_PDONE_OFF + 8, q.id);
 	store64(ctl + DXL_RING_PDONE_OFF + 16, q.id ^ PDONE_MAGIC);

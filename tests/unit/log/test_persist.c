@@ -36,6 +36,7 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
 
@@ -78,6 +79,32 @@ static void test_request_codec(void **state)
 	assert_false(dxl_persist_needed(DXL_DUR_PROCESS, DXL_FABRIC_VERBS));
 }
 
+/* what the persister made durable while serving one request, and whether
+ * its confirmation was already visible then (ordering rule: persist, then
+ * confirm) */
+struct seen {
+	struct dxl_logstore *ls;
+	uint64_t serving;  /* the request id being served */
+	uint64_t early;    /* persists after the confirmation was published */
+	uint64_t buf_bytes, ctl_bytes, calls;
+};
+
+static void hook(uint32_t ring, const void *addr, size_t len, void *arg)
+{
+	struct seen *s = arg;
+	const uint8_t *d = dxl_region_data(dxl_logstore_region(s->ls));
+	const uint8_t *ctl = d + dxl_logstore_ctl_off(s->ls, ring);
+	uint64_t done;
+	dxl_ring_pdone_decode(ctl + DXL_RING_PDONE_OFF, &done);
+	if (done >= s->serving)
+		s->early++;
+	if ((const uint8_t *)addr == ctl)
+		s->ctl_bytes += len;
+	else
+		s->buf_bytes += len;
+	s->calls++;
+}
+
 /* one pass over a local log: what is served, what is skipped */
 static void test_step_local(void **state)
 {
@@ -101,11 +128,22 @@ static void test_step_local(void **state)
 
 	uint64_t last[2] = {0, 0};
 	struct dxl_persist_stats st = {0};
+	struct seen seen = {.ls = ls};
+	dxl_persist_set_test_hook(hook, &seen);
 	assert_int_equal(dxl_logstore_persist_step(ls, last, &st), 0); /* nothing asked */
+	assert_true(seen.calls == 0);
 	/* ring 1: a request across the ring's end */
 	struct dxl_persist_req q = {.id = 5, .from = 8192 + 4096 + 64, .to = 8192 * 2 + 128};
 	dxl_ring_preq_encode(&q, ctl1 + DXL_RING_PREQ_OFF);
+	seen.serving = 5;
 	assert_int_equal(dxl_logstore_persist_step(ls, last, &st), 1);
+	/* both pieces and the control block, all before the confirmation */
+	print_message("  request 5: %llu persists (%llu ring bytes, %llu control block), "
+		      "%llu after the confirmation\n",
+		      (unsigned long long)seen.calls, (unsigned long long)seen.buf_bytes,
+		      (unsigned long long)seen.ctl_bytes, (unsigned long long)seen.early);
+	assert_true(seen.calls == 3 && seen.early == 0);
+	assert_true(seen.buf_bytes == q.to - q.from && seen.ctl_bytes == DXL_RING_CTL_SIZE);
 	assert_int_equal(dxl_ring_pdone_decode(ctl1 + DXL_RING_PDONE_OFF, &done), 1);
 	assert_true(done == 5 && last[1] == 5 && last[0] == 0);
 	assert_true(st.requests == 1 && st.bytes == q.to - q.from);
@@ -126,8 +164,11 @@ static void test_step_local(void **state)
 	/* more than a lap (an opening writer's): the whole buffer */
 	q = (struct dxl_persist_req){.id = 9, .from = 100, .to = 100 + 8192 + 64};
 	dxl_ring_preq_encode(&q, ctl1 + DXL_RING_PREQ_OFF);
+	seen.serving = 9;
 	assert_int_equal(dxl_logstore_persist_step(ls, last, &st), 1);
 	assert_true(st.bytes == (8192 * 2 + 128 - (8192 + 4096 + 64)) + 8192);
+	assert_true(seen.early == 0);
+	dxl_persist_set_test_hook(NULL, NULL);
 	/* unmarked: a writer will not wait */
 	dxl_logstore_persister_mark(ls, 0);
 	assert_int_equal(dxl_ring_pdone_decode(ctl1 + DXL_RING_PDONE_OFF, &done), 0);
