@@ -213,6 +213,8 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	dxl_ring_preq_decode(hb + DXL_RING_PREQ_OFF, &q);
 	t->preq_base = DXL_MAX(q.id, done);
 	t->pdone = t->preq_base;
+	if (t->confirm)
+		a->pst.targets |= 1u << (unsigned)(t - a->tg);
 	t->head_gen = v->head.gen;
 	t->head_pos = v->head.pos;
 	v->last_ts = v->head.last_ts;
@@ -409,7 +411,6 @@ static int open_confirm(struct dxl_appender *a)
 		struct target *t = &a->tg[i];
 		if (!t->confirm)
 			continue;
-		a->pst.targets |= 1u << i;
 		struct dxl_persist_req q = {.id = t->preq_base + 1,
 					    .from = t->head_pos,
 					    .to = a->tail_pos + DXL_REC_MIN_SIZE};
