@@ -61,6 +61,7 @@ struct target {
 	uint32_t rr_idle;     /* re-reads in a row that found no progress */
 	uint64_t rr_due_ns;   /* the next re-read not before (backing off) */
 	uint64_t wait_ms;     /* waiting for it since (no progress); 0: not */
+	uint64_t warned_ms;   /* the wait_ms a slow-persister warning was for */
 };
 
 struct slot {
@@ -909,6 +910,15 @@ static void confirm_check(struct dxl_appender *a)
 			continue;
 		if (!now)
 			now = dxl_now_ms();
+		if (now - tg->wait_ms >= 1000 && tg->warned_ms != tg->wait_ms) {
+			tg->warned_ms = tg->wait_ms;
+			DXL_WARN("appender (writer %u): ring %u at %s: its persister has confirmed nothing for %llu ms (confirmed id %llu, next wanted %llu, %llu re-reads so far)",
+				 a->cfg.writer_id, tg->t.ring, tg->t.addr,
+				 (unsigned long long)(now - tg->wait_ms),
+				 (unsigned long long)tg->pdone,
+				 (unsigned long long)preq_id(tg, a->done_token),
+				 (unsigned long long)a->pst.rereads);
+		}
 		if (now - tg->wait_ms < a->cfg.persist_timeout_ms)
 			continue;
 		DXL_WARN("appender (writer %u): ring %u at %s failed: its persister confirmed nothing in %u ms",
