@@ -171,7 +171,17 @@ static int serve(struct dxl_logstore *ls, uint32_t ring, uint64_t *last,
 			st->torn++;
 		return 0;
 	}
-	if (q.id <= *last)
+	/* what this ring says is confirmed, not what we remember: a state
+	 * transfer (dxl_logstore_pull) or a restart may have changed the
+	 * line. Serving a request again is harmless; never serving one (a
+	 * remembered id above the writers' ids) would stall them. The mark
+	 * is re-asserted too. */
+	uint64_t done;
+	if (!dxl_ring_pdone_decode(ctl + DXL_RING_PDONE_OFF, &done)) {
+		store64(ctl + DXL_RING_PDONE_OFF, DXL_RING_PERSISTER_ON);
+		dxl_region_persist(r, ctl + DXL_RING_PDONE_OFF, DXL_RING_PLINE_SIZE);
+	}
+	if (q.id <= done)
 		return 0;
 	uint8_t *buf = ctl + DXL_RING_CTL_SIZE;
 	if (q.to < q.from || q.to - q.from >= size) {

@@ -191,6 +191,11 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 	/* the buffer first, the control block (head) last */
 	struct dxl_region *r = dxl_logstore_region(ls);
 	uint8_t *data = dxl_region_data(r);
+	/* the persist request and confirmation lines are this replica's own
+	 * (its persister's state and mark, its writers' request ids): kept */
+	memcpy(c1 + DXL_RING_PREQ_OFF,
+	       data + dxl_logstore_ctl_off(ls, ring) + DXL_RING_PREQ_OFF,
+	       DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE - DXL_RING_PREQ_OFF);
 	st->changed = sync_bytes(r, data + dxl_logstore_buf_off(ls, ring),
 				       buf, size);
 	st->changed += sync_bytes(r, data + dxl_logstore_ctl_off(ls, ring),

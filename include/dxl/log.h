@@ -483,10 +483,12 @@ struct dxl_persist_stats {
 
 /*
  * dxl_logstore_persist_step -- one pass over every ring of ls: serve each
- * new request (touch, persist, confirm). last[] (nrings entries) holds the
- * last id served per ring, updated here (start it from the confirmation
- * lines: dxl_ring_pdone_decode). Returns the number of requests served.
- * For the persister thread, and for tests that drive it by hand.
+ * request whose id is above the ring's confirmation line (touch, persist,
+ * confirm) and keep the rings marked DXL_RING_PERSISTER_ON (the line, not
+ * a remembered id, decides: a state transfer or a restart may rewrite
+ * it). last[] (nrings entries) receives the id served last per ring.
+ * Returns the number of requests served. For the persister thread, and for
+ * tests that drive it by hand.
  */
 int dxl_logstore_persist_step(struct dxl_logstore *ls, uint64_t *last,
 			      struct dxl_persist_stats *st);

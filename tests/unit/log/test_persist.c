@@ -105,6 +105,14 @@ static void hook(uint32_t ring, const void *addr, size_t len, void *arg)
 	s->calls++;
 }
 
+/* a failed test_step_local must not leave its hook to the replica
+ * processes the next tests fork */
+static int no_hook(void **state)
+{
+	dxl_persist_set_test_hook(NULL, NULL);
+	return 0;
+}
+
 /* one pass over a local log: what is served, what is skipped */
 static void test_step_local(void **state)
 {
@@ -167,6 +175,19 @@ static void test_step_local(void **state)
 	seen.serving = 9;
 	assert_int_equal(dxl_logstore_persist_step(ls, last, &st), 1);
 	assert_true(st.bytes == (8192 * 2 + 128 - (8192 + 4096 + 64)) + 8192);
+	assert_true(seen.early == 0);
+	/* the line was rewritten lower (a state transfer, a restart): a new
+	 * writer's ids start above it, below what was served before; they
+	 * must be served (a remembered id would stall that writer), and a
+	 * cleared mark comes back */
+	uint8_t *pd = ctl1 + DXL_RING_PDONE_OFF;
+	memset(pd, 0, DXL_RING_PLINE_SIZE);
+	q = (struct dxl_persist_req){.id = 4, .from = 0, .to = 64};
+	dxl_ring_preq_encode(&q, ctl1 + DXL_RING_PREQ_OFF);
+	seen.serving = 4;
+	assert_int_equal(dxl_logstore_persist_step(ls, last, &st), 1);
+	assert_int_equal(dxl_ring_pdone_decode(pd, &done), 1);
+	assert_true(done == 4 && last[1] == 4);
 	assert_true(seen.early == 0);
 	dxl_persist_set_test_hook(NULL, NULL);
 	/* unmarked: a writer will not wait */
@@ -488,14 +509,63 @@ static void test_acked_is_on_disk(void **state)
 	fx_free(x);
 }
 
+/* a state transfer copies the ring, not the lines of the persister: the
+ * copy keeps its own mark and ids */
+static void test_pull_keeps_own_lines(void **state)
+{
+	struct fx *x = fx_new("/tmp", 1, 0);
+	if (!x)
+		skip();
+	struct dxl_appender *a = open_appender(x, 10000);
+	struct dxl_append_result res;
+	for (uint64_t i = 1; i <= 3; i++) {
+		assert_int_equal(post(a, i), 0);
+		assert_int_equal(result_within(a, &res, dxlt_wait_ms()), 1);
+		assert_int_equal(res.status, 0);
+	}
+	dxl_appender_delete(&a);
+	/* a local copy without a persister, its lines its own */
+	char path[400];
+	snprintf(path, sizeof(path), "%s/local.log", x->dir);
+	struct dxl_region_id id = {.cluster = "t", .node_id = 9, .kind = DXL_REGION_LOG};
+	struct dxl_region *r;
+	struct dxl_logstore *ls;
+	assert_int_equal(dxl_region_create(path, dxl_logstore_bytes(2, RING),
+					   DXL_DUR_PROCESS, &id, &r), 0);
+	assert_int_equal(dxl_logstore_format(r, 0, 2, RING), 0);
+	assert_int_equal(dxl_logstore_open(r, &ls), 0);
+	uint8_t *ctl = (uint8_t *)dxl_region_data(r) + dxl_logstore_ctl_off(ls, 0);
+	struct dxl_persist_req mine = {.id = 77, .from = 1, .to = 2}, q;
+	dxl_ring_preq_encode(&mine, ctl + DXL_RING_PREQ_OFF);
+	struct dxl_qp *qp;
+	assert_int_equal(dxl_qp_connect(x->c, x->rep[0].target[0].addr,
+					x->rep[0].target[0].remote_ctx, &qp), 0);
+	struct dxl_pull_stats st;
+	assert_int_equal(dxl_logstore_pull(ls, 0, qp, &x->rep[0].target[0], &st), 0);
+	uint64_t done;
+	int on = dxl_ring_pdone_decode(ctl + DXL_RING_PDONE_OFF, &done);
+	assert_int_equal(dxl_ring_preq_decode(ctl + DXL_RING_PREQ_OFF, &q), 0);
+	print_message("  pulled %u records; the copy's lines: mark %s, confirmed %llu, request %llu\n",
+		      st.records, on ? "ON" : "off", (unsigned long long)done,
+		      (unsigned long long)q.id);
+	assert_int_equal(st.records, 3);
+	assert_int_equal(on, 0);
+	assert_true(done == 0 && q.id == 77);
+	dxl_qp_delete(&qp);
+	dxl_logstore_close(&ls);
+	dxl_region_close(&r);
+	fx_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_request_codec),
-		cmocka_unit_test(test_step_local),
+		cmocka_unit_test_teardown(test_step_local, no_hook),
 		cmocka_unit_test(test_ack_waits_for_persister),
 		cmocka_unit_test(test_silent_persister_fails_target),
 		cmocka_unit_test(test_acked_is_on_disk),
+		cmocka_unit_test(test_pull_keeps_own_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
