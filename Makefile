@@ -105,7 +105,7 @@ test: all
 test-rdma: all
 	zkd=$$(mktemp -d /tmp/dxl-zk-rdma.XXXXXX) && \
 	export DXL_TEST_ZK=$${DXL_TEST_ZK:-$$(scripts/zk.sh start $$zkd)}; \
-	scripts/rdma-guest.sh -q --timeout 540 --env DXL_BUILD=$(O) \
+	scripts/rdma-guest.sh -q --timeout 580 --env DXL_BUILD=$(O) \
 		--list tests/rdma/smoke.list --list tests/rdma/dxl.list \
 		--list tests/rdma/cluster.list; \
 	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
