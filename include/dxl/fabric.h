@@ -41,7 +41,10 @@ extern "C" {
  *  - a READ posted after a WRITE on the same QP returns data placed after
  *    the WRITE (read-your-writes), and its completion means the WRITE has
  *    been placed at the target. For a region registered DXL_MR_PERSISTENT it
- *    also means the WRITE is durable (H9, 000 L665-675).
+ *    also means the WRITE is durable (H9, 000 L665-675) as far as placing
+ *    makes it so: tcp runs the region's persist function first; verbs only
+ *    where the NIC writes into the persistence domain (persistent memory),
+ *    not into a file's page cache (docs/log.md: the log's persister).
  *  - CAS and FAA are atomic against all other fabric atomics on the same
  *    8-byte word from any QP of any node. They are not atomic against CPU
  *    stores of the target: a word is owned by the NIC or by the CPU, never
