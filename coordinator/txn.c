@@ -18,10 +18,25 @@ struct nqp { /* a QP to one node's RPC ctx (one-sided ops use it too) */
 };
 
 struct pend { /* an append waiting for its result, in append order */
-	struct dxl_txn *t;
+	struct dxl_txn *t; /* NULL: a background abort marker (und) */
 	uint64_t ts;
 	uint64_t gen; /* t->gen when appended: a result for an older run is dropped */
 	uint32_t idx; /* in t->lrec */
+	uint64_t txn; /* background marker: its transaction */
+};
+
+/*
+ * A record of an aborted transaction that is not decided yet: an abort
+ * marker could not be written after it within log_unavail_ms (or a marker
+ * that may be in the log). The worker keeps appending markers for it
+ * (dxl_coord_worker_poll) until one is acknowledged; then the record and
+ * every marker sent for it are decided (issue 20: an undecided record
+ * holds its ring's watermark, and every backup's applier, for good).
+ */
+struct und {
+	uint32_t shard;
+	uint64_t txn, ts;
+	bool inflight; /* a background marker for txn is pending */
 };
 
 struct wlog { /* the worker's writer of one shard */
@@ -57,6 +72,9 @@ struct dxl_coord_worker {
 	uint32_t ndead, deadcap;
 	struct wlog *logs;           /* per shard */
 	uint32_t nlogs;
+	struct und *und;             /* records not decided yet (struct und) */
+	uint32_t nund, undcap;
+	uint64_t und_next_ms;        /* next background marker round */
 	struct stats st;             /* written by the worker, read by anyone */
 	uint64_t rng;
 };
@@ -133,6 +151,17 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 	struct dxl_coord_worker *w = wp ? *wp : NULL;
 	if (!w)
 		return;
+	/* records not decided yet: a last try (2 s) to mark them */
+	for (int k = 0; k < 200 && w->nund; k++) {
+		w->und_next_ms = 0;
+		dxl_coord_worker_poll(w);
+		if (w->nund)
+			usleep(10000);
+	}
+	if (w->nund)
+		DXL_WARN("event=coord_undecided_left worker=%u records=%u msg=\"left for resolution\"",
+			 w->idx, w->nund);
+	free(w->und);
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		/* a last watermark past every decided record: the next holder
 		 * of the slot finds nothing in doubt */
@@ -140,10 +169,18 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 			struct dxl_log_writer_result res[16];
 			for (int k = 0; k < 50 && dxl_log_writer_pending(w->logs[s].lw); k++)
 				dxl_log_writer_poll(w->logs[s].lw, res, 16, 10);
-			if (dxl_log_writer_hold(w->logs[s].lw) == UINT64_MAX &&
-			    dxl_log_writer_flush(w->logs[s].lw, 2000))
-				DXL_DEBUG("event=coord_final_flush_failed shard=%u msg=\"%s\"", s,
-					  dxl_errmsg());
+			/* retried across a reopen (a new epoch fails a flush):
+			 * committed records above the watermark of a ring whose
+			 * writer is gone are never applied by the backups */
+			int ret = DXL_E_STATE;
+			uint64_t end = dxl_now_ms() + 10000;
+			while (dxl_log_writer_hold(w->logs[s].lw) == UINT64_MAX &&
+			       (ret = dxl_log_writer_flush(w->logs[s].lw, 2000)) &&
+			       ret != DXL_E_STATE && dxl_now_ms() < end)
+				dxl_log_writer_poll(w->logs[s].lw, res, 16, 100);
+			if (ret)
+				DXL_WARN("event=coord_final_flush_failed shard=%u msg=\"%s\"", s,
+					 dxl_errmsg());
 		}
 		dxl_log_writer_delete(&w->logs[s].lw);
 		free(w->logs[s].q);
@@ -288,6 +325,7 @@ static int wlog_get(struct dxl_coord_worker *w, uint32_t shard, struct wlog **ou
 		lc.max_inflight = 64;
 		lc.hold_until_decided = true;
 		lc.no_resend_on_new_primary = true;
+		lc.wall_ms = w->c->cfg.wall_ms;
 		int ret = dxl_log_writer_new(w->c->zk, &lc, &l->lw);
 		if (ret) {
 			dxl_err_prefix("log writer of shard %u", shard);
@@ -315,10 +353,13 @@ struct op {
 	uint64_t key;
 	const struct view_table *vt;
 	/* E */
-	bool read;       /* the caller read it (validate it unless written) */
+	bool read;       /* the caller read it, its value or its existence
+			    (validated: under the lock if written, else by V) */
 	bool fetched;    /* E done: exists/slot/version known */
 	bool exists;
-	uint64_t slot, version;
+	uint64_t slot;
+	uint64_t version; /* the record's; absent: its tombstone's (0: none
+			     or not known: a one-sided miss, until V) */
 	uint32_t inc;
 	uint32_t vlen;
 	size_t voff;     /* value read, in the arena */
@@ -355,9 +396,22 @@ struct dxl_txn {
 		bool done, maybe, marker;
 	} lrec[2 * DXL_TXN_MAX_OPS];
 	uint32_t nlrec;
+	/* the largest commit timestamp of a state it read, overwrote or
+	 * replaced (records, tombstones): its own are larger (issue 20) */
+	uint64_t seen_ts;
+	/* the tag of its current batch of one-sided requests (wr_ids): a
+	 * completion of an older batch (left behind by an error) is stale */
+	uint64_t wtag;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
 };
+
+/* a state of commit timestamp ts was seen (read, locked, replaced) */
+static void seen(struct dxl_txn *t, uint64_t ts)
+{
+	if (ts > t->seen_ts)
+		t->seen_ts = ts;
+}
 
 static void worker_free_txns(struct dxl_coord_worker *w)
 {
@@ -390,8 +444,62 @@ static uint32_t lkey(const struct dxl_txn *t)
 	return dxl_mr_lkey(t->w->mr);
 }
 
-/* the coroutine id from a slot's scratch (wr_ids carry the coroutine) */
-static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
+/* a new batch of one-sided requests of t: its wr_id tag */
+static uint64_t batch(struct dxl_txn *t)
+{
+	t->wtag = (t->wtag + 1) & DXL_CO_WRID_TAG_MAX;
+	if (!t->wtag)
+		t->wtag = 1;
+	return t->wtag;
+}
+
+/*
+ * wait_tag -- k completions of batch tag for the calling coroutine; those
+ * of other batches (requests an early error left in flight, unsignalled
+ * ones that failed) are dropped: counted toward this batch they returned
+ * before its own requests were done, and a READ into scratch memory that
+ * another batch reuses landed later (a "record" shifted by 8 bytes: issue
+ * 20). Returns the failed count (the first failure's status in *st), < 0
+ * on error. Then drains what is buffered already.
+ */
+static int wait_tag(int k, uint64_t tag, enum dxl_wc_status *st)
+{
+	int failed = 0;
+	while (k > 0) {
+		struct dxl_wc wc;
+		int f = dxl_co_wait_completions(1, &wc, -1);
+		if (f < 0)
+			return f;
+		uint64_t wt = 0;
+		if (dxl_co_wrid_decode(wc.wr_id, NULL, &wt) || wt != tag)
+			continue; /* stale: another batch's */
+		if (f) {
+			failed++;
+			if (st && *st == DXL_WC_SUCCESS)
+				*st = wc.status;
+		}
+		k--;
+	}
+	/* an unsignalled request of this batch that failed also produced a
+	 * completion */
+	while (dxl_co_completions_buffered() > 0) {
+		struct dxl_wc wc;
+		int f = dxl_co_wait_completions(1, &wc, 0);
+		if (f < 0)
+			break;
+		uint64_t wt = 0;
+		if (f > 0 && !dxl_co_wrid_decode(wc.wr_id, NULL, &wt) && wt == tag) {
+			failed++;
+			if (st && *st == DXL_WC_SUCCESS)
+				*st = wc.status;
+		}
+	}
+	return failed;
+}
+
+/* post chain (every wr_id of batch tag) and wait for its nsignaled
+ * completions */
+static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled, uint64_t tag,
 			const char *what)
 {
 	struct dxl_wr *bad = NULL;
@@ -406,30 +514,10 @@ static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
 		dxl_err_prefix("%s", what);
 		return ret;
 	}
-	struct dxl_wc wc[64];
-	int k = nsignaled;
-	int failed = 0;
 	enum dxl_wc_status st = DXL_WC_SUCCESS;
-	while (k > 0) {
-		int m = DXL_MIN(k, 64);
-		int f = dxl_co_wait_completions(m, wc, -1);
-		if (f < 0)
-			return f;
-		for (int i = 0; i < m; i++)
-			if (wc[i].status != DXL_WC_SUCCESS && st == DXL_WC_SUCCESS)
-				st = wc[i].status;
-		failed += f;
-		k -= m;
-	}
-	/* an unsignalled request that failed also produced a completion */
-	while (dxl_co_completions_buffered() > 0) {
-		int f = dxl_co_wait_completions(1, wc, 0);
-		if (f > 0 && st == DXL_WC_SUCCESS)
-			st = wc[0].status;
-		if (f < 0)
-			break;
-		failed += f > 0;
-	}
+	int failed = wait_tag(nsignaled, tag, &st);
+	if (failed < 0)
+		return failed;
 	if (!failed)
 		return 0;
 	if (st == DXL_WC_REM_ACCESS_ERR)
@@ -438,10 +526,10 @@ static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled,
 }
 
 static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
-		    uint64_t raddr, uint32_t rkey, bool signaled)
+		    uint64_t raddr, uint32_t rkey, bool signaled, uint64_t tag)
 {
 	memset(wr, 0, sizeof(*wr));
-	wr->wr_id = dxl_co_wrid(0);
+	wr->wr_id = dxl_co_wrid(tag);
 	wr->op = DXL_WR_READ;
 	wr->flags = signaled ? DXL_WR_SIGNALED : 0;
 	wr->local = local;
@@ -452,10 +540,10 @@ static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
 }
 
 static void wr_cas(struct dxl_wr *wr, uint64_t *local, uint32_t lk, uint64_t raddr,
-		   uint32_t rkey, uint64_t cmp, uint64_t swp, bool signaled)
+		   uint32_t rkey, uint64_t cmp, uint64_t swp, bool signaled, uint64_t tag)
 {
 	memset(wr, 0, sizeof(*wr));
-	wr->wr_id = dxl_co_wrid(0);
+	wr->wr_id = dxl_co_wrid(tag);
 	wr->op = DXL_WR_CAS;
 	wr->flags = signaled ? DXL_WR_SIGNALED : 0;
 	wr->local = local;
@@ -561,9 +649,10 @@ static int read_bucket(void *arg, uint64_t off, void *buf)
 	}
 	uint8_t *local = a->t->scr + COORD_SCRATCH - DXL_INDEX_BUCKET_SIZE;
 	struct dxl_wr wr;
+	uint64_t tag = batch(a->t);
 	wr_read(&wr, local, lkey(a->t), DXL_INDEX_BUCKET_SIZE, a->vt->st.index.addr + off,
-		a->vt->st.index.rkey, true);
-	int ret = co_post_wait(a->qp, &wr, 1, "index bucket READ");
+		a->vt->st.index.rkey, true, tag);
+	int ret = co_post_wait(a->qp, &wr, 1, tag, "index bucket READ");
 	if (!ret)
 		memcpy(buf, local, DXL_INDEX_BUCKET_SIZE);
 	return ret;
@@ -579,9 +668,10 @@ static int read_slot(struct dxl_txn *t, struct op *o, struct dxl_qp *qp, uint64_
 	uint8_t *local = t->scr;
 	for (int tries = 0;; tries++) {
 		struct dxl_wr wr;
+		uint64_t tag = batch(t);
 		wr_read(&wr, local, lkey(t), ss, vt->st.t.records.addr + slot * ss,
-			vt->st.t.records.rkey, true);
-		int ret = co_post_wait(qp, &wr, 1, "record READ");
+			vt->st.t.records.rkey, true, tag);
+		int ret = co_post_wait(qp, &wr, 1, tag, "record READ");
 		if (ret)
 			return ret;
 		struct dxl_record r;
@@ -599,6 +689,7 @@ static int read_slot(struct dxl_txn *t, struct op *o, struct dxl_qp *qp, uint64_
 		o->version = r.version;
 		o->inc = r.inc;
 		o->vlen = r.len;
+		seen(t, r.ts);
 		return 1;
 	}
 }
@@ -613,18 +704,18 @@ static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
 	uint8_t *bk = t->scr + COORD_SCRATCH - DXL_INDEX_BUCKET_SIZE;
 	uint64_t boff = 0;
 	bool refill = ba && ba->qp && t->w->c->cfg.mode == DXL_TXN_HYBRID;
+	uint64_t tag = batch(t);
 	if (refill) {
 		boff = dxl_index_bucket_addr(&o->vt->st.ihdr, o->key);
 		struct dxl_wr wr;
 		wr_read(&wr, bk, lkey(t), DXL_INDEX_BUCKET_SIZE, o->vt->st.index.addr + boff,
-			o->vt->st.index.rkey, true);
+			o->vt->st.index.rkey, true, tag);
 		if (dxl_qp_post(ba->qp, &wr, NULL))
 			refill = false;
 	}
 	int ret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, val, cap);
 	if (refill) {
-		struct dxl_wc wc;
-		if (dxl_co_wait_completions(1, &wc, -1) == 0) {
+		if (wait_tag(1, tag, NULL) == 0) {
 			struct dxl_index_find f;
 			if (dxl_index_bucket_find(&o->vt->st.ihdr, bk, o->key, &f) >= 0)
 				dxl_loccache_fill(o->vt->lc, boff, bk);
@@ -634,8 +725,10 @@ static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
 	}
 	st_add(&t->w->st.rpc_reads, 1);
 	if (ret == DXL_E_NOENT) {
+		/* a versioned miss: the tombstone (0: none) */
 		o->exists = false;
-		o->version = 0;
+		o->version = rep.rec.version;
+		seen(t, rep.rec.ts);
 		return 0;
 	}
 	if (ret)
@@ -645,6 +738,7 @@ static int exec_rpc(struct dxl_txn *t, struct op *o, uint8_t *val, uint32_t cap,
 	o->version = rep.rec.version;
 	o->inc = rep.rec.inc;
 	o->vlen = rep.rec.len;
+	seen(t, rep.rec.ts);
 	return 0;
 }
 
@@ -733,6 +827,7 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	t->used = 0;
 	t->log_wait = 0;
 	t->nlrec = 0;
+	t->seen_ts = 0;
 	memset(&t->info, 0, sizeof(t->info));
 	t->info.id = t->id;
 	*out = t;
@@ -852,6 +947,20 @@ int dxl_txn_get(struct dxl_txn *t, uint32_t table, uint64_t key, void *buf,
 	return 0;
 }
 
+/* the lock word of o's record at the primary (RPC READ: any mode), and
+ * whether the record is still the version E saw */
+static int read_holder(struct dxl_txn *t, struct op *o, uint64_t *holder, bool *same)
+{
+	struct dxl_table_req req = {.slot = o->slot};
+	struct dxl_table_rep rep;
+	int ret = table_rpc(t, o, DXL_RPC_ID_TABLE_READ, &req, &rep, NULL, 0);
+	if (ret && ret != DXL_E_TOOBIG)
+		return ret;
+	*holder = rep.holder;
+	*same = rep.rec.live && rep.rec.key == o->key && rep.rec.version == o->version;
+	return 0;
+}
+
 static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop,
 			const void *value, uint32_t len)
 {
@@ -874,9 +983,29 @@ static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop
 		if ((ret = ensure_fetched(t, o)))
 			return op_fail(t, ret, "write");
 		exists = o->exists;
+		/* what the caller learns (exists or not) is a read: validated
+		 * at commit like a value (issue 20) */
+		o->read = true;
 	}
-	if (wop == DXL_WS_INSERT && exists)
+	if (wop == DXL_WS_INSERT && exists) {
+		if (!o->wop) {
+			/* another transaction's insert is live (locked) from
+			 * its lock phase on, before it may abort: "exists" only
+			 * for a record nobody holds (issue 20) */
+			uint64_t holder = 0;
+			bool same = false;
+			if ((ret = read_holder(t, o, &holder, &same)))
+				return op_fail(t, ret, "insert");
+			if (holder || !same) {
+				coord_note_holder(t->w, holder);
+				return op_fail(t, dxl_err_set(DXL_E_CONFLICT,
+							      "table %u key %" PRIu64 ": %s (an insert not yet committed?)",
+							      table, key, holder ? "locked" : "changed"),
+					       "insert");
+			}
+		}
 		return dxl_err_set(DXL_E_EXIST, "table %u: key %" PRIu64 " exists", table, key);
+	}
 	if (wop != DXL_WS_INSERT && !exists)
 		return dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64, table, key);
 	/* what the log will say: relative to the record at the primary */
@@ -886,7 +1015,8 @@ static int buffer_write(struct dxl_txn *t, uint32_t table, uint64_t key, int wop
 	if (!o->exists && wop == DXL_WS_UPDATE)
 		eff = DXL_WS_INSERT; /* inserted here, then updated */
 	if (!o->exists && wop == DXL_WS_DELETE)
-		eff = W_NONE;        /* inserted here, then deleted: nothing */
+		eff = W_NONE;        /* inserted here, then deleted: nothing (the
+				        absence read stays: validated by V) */
 	size_t off = 0;
 	if (len && (ret = arena_put(t, value, len, &off)))
 		return ret;
@@ -930,9 +1060,10 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 			return ret;
 		uint64_t *res = (uint64_t *)(t->scr + COORD_SCRATCH - 8);
 		struct dxl_wr wr;
+		uint64_t tag = batch(t);
 		wr_cas(&wr, res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, t->id, 0, true);
-		ret = co_post_wait(qp, &wr, 1, "unlock CAS");
+		       o->vt->st.t.locks.rkey, t->id, 0, true, tag);
+		ret = co_post_wait(qp, &wr, 1, tag, "unlock CAS");
 	} else {
 		struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
 		struct dxl_table_rep rep;
@@ -984,7 +1115,9 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 		o->slot = rep.slot;
 		bool nic = nic_locks(o);
 		int ret = DXL_E_STATE;
-		if (commit && o->wop == DXL_WS_UPDATE) {
+		if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT)) {
+			/* an insert: the gate made the logged record live for
+			 * t (version new_version): the write-back finds it */
 			struct dxl_table_req wb = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
 						   .version = o->new_version,
 						   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
@@ -993,11 +1126,19 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 			if (!ret && nic)
 				unlock_one(t, o);
 		} else if (commit && o->wop == DXL_WS_DELETE) {
-			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
+			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts,
+						    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
 			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
 			if (!ret)
 				unlock_one(t, o);
 		} else if (lock_is_ours(t, o)) {
+			if (o->wop == DXL_WS_INSERT && !o->exists) {
+				/* aborted: the insert the gate made for it goes */
+				struct dxl_table_req del = {.key = o->key, .owner = t->id,
+							    .slot = o->slot,
+							    .flags = DXL_TABLE_DEL_AT_SLOT};
+				table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			}
 			ret = unlock_one(t, o);
 		}
 		if (!ret)
@@ -1049,6 +1190,7 @@ static int lock_phase(struct dxl_txn *t)
 	uint32_t nn = 0;
 	int ret = 0;
 	enum dxl_txn_mode mode = t->w->c->cfg.mode;
+	uint64_t tag = batch(t);
 	/* pass 0: RPCs (inserts, CPU-owned locks); pass 1: the CAS+READ batch,
 	 * so that an early refusal never leaves posted CASes behind */
 	for (int pass = 0; pass < 2; pass++)
@@ -1059,11 +1201,13 @@ static int lock_phase(struct dxl_txn *t)
 		bool nic = nic_locks(o);
 		if ((pass == 1) != (nic && o->exists))
 			continue;
-		if ((nic && mode == DXL_TXN_TWOSIDED) || (!nic && mode != DXL_TXN_TWOSIDED))
-			return dxl_err_set(DXL_E_CONFIG,
-					   "table %u: lock words are %s-owned (engine.lock_mode=%s) but the coordinator's mode is %s (use %s)",
-					   o->table, nic ? "NIC" : "CPU", nic ? "nic" : "cpu",
-					   dxl_txn_mode_name(mode), nic ? "hybrid or onesided" : "twosided");
+		if ((nic && mode == DXL_TXN_TWOSIDED) || (!nic && mode != DXL_TXN_TWOSIDED)) {
+			ret = dxl_err_set(DXL_E_CONFIG,
+					  "table %u: lock words are %s-owned (engine.lock_mode=%s) but the coordinator's mode is %s (use %s)",
+					  o->table, nic ? "NIC" : "CPU", nic ? "nic" : "cpu",
+					  dxl_txn_mode_name(mode), nic ? "hybrid or onesided" : "twosided");
+			goto reap;
+		}
 		if (!o->exists) { /* insert: created locked at the primary */
 			struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = 0,
 						    .value = t->arena + o->woff, .len = o->wlen};
@@ -1079,6 +1223,7 @@ static int lock_phase(struct dxl_txn *t)
 			o->inc = rep.rec.inc;
 			o->lock_version = rep.rec.version;
 			o->new_version = rep.rec.version;
+			seen(t, rep.holder); /* the absence it replaces */
 			continue;
 		}
 		if (!nic) {
@@ -1094,48 +1239,43 @@ static int lock_phase(struct dxl_txn *t)
 				return ret;
 			o->locked = true;
 			o->lock_version = rep.rec.version;
+			seen(t, rep.rec.ts);
 			if (!rep.rec.live || rep.rec.key != o->key || rep.rec.version != o->version)
 				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed since read (version %" PRIu64 " -> %" PRIu64 ")",
 						   o->table, o->key, o->version, rep.rec.version);
 			continue;
 		}
-		if (nn * 72 + 72 > COORD_SCRATCH - 256)
-			return dxl_err_set(DXL_E_INVAL, "write set too large for one lock round");
+		if (nn * 72 + 72 > COORD_SCRATCH - 256) {
+			ret = dxl_err_set(DXL_E_INVAL, "write set too large for one lock round");
+			goto reap;
+		}
 		const struct view_shard *vs = &t->v->shards[o->shard];
 		if ((ret = node_qp(t->w, vs, &bt[nn].qp)))
-			return ret;
+			goto reap;
 		bt[nn].o = o;
 		bt[nn].cas = (uint64_t *)(t->scr + nn * 72);
 		bt[nn].hdr = t->scr + nn * 72 + 8;
 		struct dxl_wr wr[2];
 		wr_cas(&wr[0], bt[nn].cas, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, 0, t->id, false);
+		       o->vt->st.t.locks.rkey, 0, t->id, true, tag);
 		wr_read(&wr[1], bt[nn].hdr, lkey(t), 64,
 			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, true);
+			o->vt->st.t.records.rkey, true, tag);
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(bt[nn].qp, wr, &bad)) == DXL_E_AGAIN)
 			dxl_co_yield();
 		if (ret)
-			return ret;
+			goto reap;
 		nn++;
 	}
 	if (!nn)
 		return 0;
-	/* one completion per READ (the CAS is unsignalled; its failure, if
-	 * any, arrives as an error completion) */
-	int failed = 0;
-	struct dxl_wc wc[DXL_TXN_MAX_OPS];
-	int f = dxl_co_wait_completions((int)nn, wc, -1);
-	if (f < 0)
-		return f;
-	failed = f;
-	while (dxl_co_completions_buffered() > 0) {
-		struct dxl_wc x;
-		if (dxl_co_wait_completions(1, &x, 0) > 0)
-			failed++;
-	}
+	/* two completions per op (CAS and READ, both signalled: the count is
+	 * exact whatever fails) */
+	int failed = wait_tag(2 * (int)nn, tag, NULL);
+	if (failed < 0)
+		return failed;
 	int verdict = 0;
 	for (uint32_t k = 0; k < nn; k++) {
 		struct op *o = bt[k].o;
@@ -1160,6 +1300,7 @@ static int lock_phase(struct dxl_txn *t)
 		uint32_t lf = dxl_get_le32(h + 28);
 		o->lock_version = ver;
 		o->inc = dxl_get_le32(h + 24);
+		seen(t, dxl_get_le64(h + 8)); /* the commit timestamp of what it overwrites */
 		if (!verdict && ((ver & 1) || ver != o->version || key != o->key ||
 				 !(lf & DXL_RECORD_LIVE)))
 			verdict = dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed since read (version %" PRIu64 " -> %" PRIu64 ")",
@@ -1168,11 +1309,26 @@ static int lock_phase(struct dxl_txn *t)
 	if (failed)
 		return dxl_err_set(DXL_E_UNREACHABLE, "lock CAS/READ failed (%d completions)", failed);
 	return verdict;
+reap:
+	/* an error after some CASes were posted: they may land; wait for
+	 * them, and release by owner where they did (release_all: a CAS from
+	 * t->id to 0 is harmless where one did not) */
+	if (nn) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		wait_tag(2 * (int)nn, tag, NULL);
+		for (uint32_t k = 0; k < nn; k++)
+			bt[k].o->locked = true;
+		dxl_err_set(ret, "%s", msg);
+	}
+	return ret;
 }
 
 /* ---- V: validating the read set ----------------------------------------------- */
 
-static int validate_phase(struct dxl_txn *t)
+/* all: also the reads of records it writes (before the lock phase:
+ * dxl_txn_validate), else those were checked under their locks */
+static int validate_phase(struct dxl_txn *t, bool all)
 {
 	if (t->w->c->cfg.no_validation)
 		return 0;
@@ -1184,9 +1340,16 @@ static int validate_phase(struct dxl_txn *t)
 	} v[DXL_TXN_MAX_OPS];
 	uint32_t nv = 0;
 	int ret;
+	uint64_t tag = batch(t);
+	/* an error once READs are posted: wait for them first (reap) */
+#define V_FAIL(e)                  \
+	do {                       \
+		ret = (e);         \
+		goto reap;         \
+	} while (0)
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
-		if (!o->read || o->wop)
+		if (!o->read || (o->wop && !all))
 			continue; /* written records were checked under their lock */
 		if (!o->exists || mode == DXL_TXN_TWOSIDED) {
 			/* absence (any mode), or everything in two-sided mode: RPC */
@@ -1199,20 +1362,25 @@ static int validate_phase(struct dxl_txn *t)
 				req.key = o->key;
 			ret = table_rpc(t, o, opc, &req, &rep, NULL, 0);
 			if (!o->exists) {
-				if (ret == DXL_E_NOENT)
+				if (ret == DXL_E_NOENT) {
+					/* still absent: the state at V (its
+					 * tombstone) is what it read */
+					o->version = rep.rec.version;
+					seen(t, rep.rec.ts);
 					continue;
+				}
 				if (ret == 0 || ret == DXL_E_TOOBIG)
-					return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted since read",
-							   o->table, o->key);
-				return ret;
+					V_FAIL(dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": inserted since read",
+							   o->table, o->key));
+				V_FAIL(ret);
 			}
 			if (ret && ret != DXL_E_TOOBIG)
-				return ret == DXL_E_NOENT ? dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": deleted since read", o->table, o->key) : ret;
+				V_FAIL(ret == DXL_E_NOENT ? dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": deleted since read", o->table, o->key) : ret);
 			coord_note_holder(t->w, rep.holder);
 			if (rep.rec.version != o->version || rep.rec.key != o->key || !rep.rec.live ||
 			    rep.holder)
-				return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed or locked since read",
-						   o->table, o->key);
+				V_FAIL(dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": changed or locked since read",
+						   o->table, o->key));
 			continue;
 		}
 		v[nv].o = o;
@@ -1221,32 +1389,28 @@ static int validate_phase(struct dxl_txn *t)
 		const struct view_shard *vs = &t->v->shards[o->shard];
 		struct dxl_qp *qp;
 		if ((ret = node_qp(t->w, vs, &qp)))
-			return ret;
+			V_FAIL(ret);
 		struct dxl_wr wr[2];
 		wr_read(&wr[0], v[nv].hdr, lkey(t), 64,
 			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, false);
+			o->vt->st.t.records.rkey, true, tag);
 		wr_read(&wr[1], v[nv].lock, lkey(t), 8, o->vt->st.t.locks.addr + 8 * o->slot,
-			o->vt->st.t.locks.rkey, true);
+			o->vt->st.t.locks.rkey, true, tag);
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(qp, wr, &bad)) == DXL_E_AGAIN)
 			dxl_co_yield();
 		if (ret)
-			return ret;
+			V_FAIL(ret);
 		nv++;
 	}
+#undef V_FAIL
 	if (!nv)
 		return 0;
-	struct dxl_wc wc[DXL_TXN_MAX_OPS];
-	int f = dxl_co_wait_completions((int)nv, wc, -1);
+	/* two signalled READs per record: the count is exact */
+	int f = wait_tag(2 * (int)nv, tag, NULL);
 	if (f < 0)
 		return f;
-	while (dxl_co_completions_buffered() > 0) {
-		struct dxl_wc x;
-		if (dxl_co_wait_completions(1, &x, 0) > 0)
-			f++;
-	}
 	if (f)
 		return dxl_err_set(DXL_E_UNREACHABLE, "validation READs failed (%d)", f);
 	for (uint32_t k = 0; k < nv; k++) {
@@ -1259,9 +1423,87 @@ static int validate_phase(struct dxl_txn *t)
 					   o->table, o->key, lock ? "locked" : "changed");
 	}
 	return 0;
+reap:
+	if (nv) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+		wait_tag(2 * (int)nv, tag, NULL);
+		dxl_err_set(ret, "%s", msg);
+	}
+	return ret;
 }
 
 /* ---- Log ---------------------------------------------------------------------------- */
+
+/* ---- records that are not decided yet: background abort markers ------------ */
+
+static void und_add(struct dxl_coord_worker *w, uint32_t shard, uint64_t txn, uint64_t ts)
+{
+	if (w->nund == w->undcap) {
+		uint32_t nc = w->undcap ? 2 * w->undcap : 16;
+		struct und *n = realloc(w->und, nc * sizeof(*n));
+		DXL_ASSERTF(n, "worker %u: no memory for %u undecided records", w->idx, nc);
+		w->und = n;
+		w->undcap = nc;
+	}
+	w->und[w->nund++] = (struct und){.shard = shard, .txn = txn, .ts = ts};
+}
+
+/* a background marker for txn in shard's ring was acknowledged or failed:
+ * the marker is decided either way (harmless wherever it is); its records
+ * once it is in the log */
+static void und_result(struct dxl_coord_worker *w, uint32_t shard, struct wlog *l,
+		       uint64_t txn, uint64_t mts, int status)
+{
+	if (dxl_log_writer_decide(l->lw, mts))
+		DXL_WARN("event=coord_decide_failed shard=%u ts=%" PRIu64 " msg=\"%s\"", shard, mts,
+			 dxl_errmsg());
+	uint32_t keep = 0;
+	for (uint32_t i = 0; i < w->nund; i++) {
+		struct und *u = &w->und[i];
+		if (u->shard == shard && u->txn == txn) {
+			u->inflight = false;
+			if (!status) {
+				if (dxl_log_writer_decide(l->lw, u->ts))
+					DXL_WARN("event=coord_decide_failed shard=%u ts=%" PRIu64
+						 " msg=\"%s\"", shard, u->ts, dxl_errmsg());
+				DXL_INFO("event=coord_abort_marked txn=0x%" PRIx64 " shard=%u ts=%" PRIu64
+					 " msg=\"decided late\"", txn, shard, u->ts);
+				continue;
+			}
+		}
+		w->und[keep++] = *u;
+	}
+	w->nund = keep;
+}
+
+/* a marker for every transaction with records not decided yet (at most
+ * every 50 ms; results through dxl_coord_worker_poll) */
+static void und_round(struct dxl_coord_worker *w)
+{
+	uint64_t now = dxl_now_ms();
+	if (!w->nund || now < w->und_next_ms)
+		return;
+	w->und_next_ms = now + 50;
+	for (uint32_t i = 0; i < w->nund; i++) {
+		struct und *u = &w->und[i];
+		if (u->inflight || u->shard >= w->nlogs || !w->logs[u->shard].lw)
+			continue;
+		struct wlog *l = &w->logs[u->shard];
+		if (l->n == l->qcap)
+			continue;
+		uint8_t m[DXL_ABORT_SIZE];
+		dxl_abort_marker_encode(u->txn, m, sizeof(m));
+		uint64_t ts = 0;
+		if (dxl_log_writer_append_ex(l->lw, m, sizeof(m), u->txn, NULL, 0, &ts))
+			continue; /* full or broken: the next round */
+		l->q[(l->head + l->n) % l->qcap] = (struct pend){.ts = ts, .txn = u->txn};
+		l->n++;
+		for (uint32_t k = i; k < w->nund; k++)
+			if (w->und[k].shard == u->shard && w->und[k].txn == u->txn)
+				w->und[k].inflight = true;
+	}
+}
 
 void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 {
@@ -1285,6 +1527,10 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 					DXL_WARN("event=coord_log_order shard=%u want=%" PRIu64 " got=%" PRIu64,
 						 s, p->ts, res[i].ts);
 				struct dxl_txn *t = p->t;
+				if (!t && p->txn) {
+					und_result(w, s, l, p->txn, p->ts, res[i].status);
+					continue;
+				}
 				if (!t || t->gen != p->gen || p->idx >= t->nlrec)
 					continue;
 				struct lrec *lr = &t->lrec[p->idx];
@@ -1299,6 +1545,7 @@ void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 			}
 		}
 	}
+	und_round(w);
 }
 
 /* append one record (a shard's write set, or an abort marker) for t; its
@@ -1313,6 +1560,9 @@ static int log_append(struct dxl_txn *t, uint32_t shard, const void *buf, uint32
 	if (l->n == l->qcap || t->nlrec == DXL_ARRAY_SIZE(t->lrec))
 		return dxl_err_set(DXL_E_AGAIN, "shard %u: writer queue full", shard);
 	uint64_t ts = 0;
+	/* commit timestamps respect conflict order: above the timestamp of
+	 * every state the transaction read, overwrote or replaced (issue 20) */
+	dxl_log_writer_observe(l->lw, t->seen_ts);
 	while ((ret = dxl_log_writer_append_ex(l->lw, buf, len, t->id, parts, nparts, &ts)) ==
 	       DXL_E_AGAIN) {
 		dxl_coord_worker_poll(t->w);
@@ -1362,9 +1612,12 @@ static void log_decide(struct dxl_txn *t, uint32_t i)
  * log_abort -- t will not commit, but some of its records may be in the
  * log: an abort marker goes after each of them (appliers skip the record),
  * then both are decided. A record certainly not in the log (failed, not
- * maybe) is decided at once. If a marker cannot be appended the record
- * stays undecided: the shard's next primary holds its locks and it waits
- * for resolution (docs/transactions.md).
+ * maybe) is decided at once; a marker is decided whatever became of it
+ * (one more marker is harmless). A record whose marker could not be
+ * appended within log_unavail_ms goes to the worker, which keeps marking
+ * it (und_round) until it is decided: an undecided record would hold its
+ * ring's watermark, and every backup's applier of the shard, for good.
+ * Returns true if every record is decided now.
  */
 static bool log_abort(struct dxl_txn *t)
 {
@@ -1372,8 +1625,9 @@ static bool log_abort(struct dxl_txn *t)
 	uint8_t m[DXL_ABORT_SIZE];
 	dxl_abort_marker_encode(t->id, m, sizeof(m));
 	uint64_t end = dxl_now_ms() + t->w->c->cfg.log_unavail_ms;
-	while (dxl_now_ms() < end) {
-		bool pending = false;
+	bool pending = true;
+	while (pending && dxl_now_ms() < end) {
+		pending = false;
 		for (uint32_t i = 0; i < n; i++) {
 			struct lrec *r = &t->lrec[i];
 			if (r->marker || r->ts == 0)
@@ -1391,6 +1645,7 @@ static bool log_abort(struct dxl_txn *t)
 		log_wait_all(t);
 		for (uint32_t k = first; k < t->nlrec; k++) {
 			struct lrec *mk = &t->lrec[k];
+			log_decide(t, k);
 			/* the record this marker is for: same shard, not marker */
 			for (uint32_t i = 0; i < n; i++) {
 				struct lrec *r = &t->lrec[i];
@@ -1398,22 +1653,24 @@ static bool log_abort(struct dxl_txn *t)
 					continue;
 				if (mk->status == 0) {
 					log_decide(t, i);
-					log_decide(t, k);
 					r->ts = 0;
-				} else if (!mk->maybe) {
-					log_decide(t, k); /* retried */
-					pending = true;
 				} else {
-					pending = true; /* the marker may be there: leave it */
+					pending = true; /* marked again next round */
 				}
 			}
 		}
-		t->nlrec = n; /* markers decided or left: forget them */
-		if (!pending)
-			return true;
-		dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
+		t->nlrec = n; /* markers decided: forget them */
+		if (pending)
+			dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
 	}
-	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"records stay undecided: resolution needed\"",
+	if (!pending)
+		return true;
+	for (uint32_t i = 0; i < n; i++) {
+		struct lrec *r = &t->lrec[i];
+		if (!r->marker && r->ts)
+			und_add(t->w, r->shard, t->id, r->ts);
+	}
+	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"no abort marker yet: the worker keeps trying\"",
 		 t->id);
 	return false;
 }
@@ -1445,10 +1702,10 @@ static int log_phase(struct dxl_txn *t)
 			struct op *p = &t->ops[j];
 			if (!p->wop || p->shard != shard)
 				continue;
-			if (p->wop == DXL_WS_INSERT && !p->exists)
-				p->new_version = p->lock_version;
-			else
-				p->new_version = p->lock_version + 2;
+			/* an insert too: its record (made at L, version
+			 * lock_version, no timestamp yet) is written back
+			 * with its commit timestamp at C */
+			p->new_version = p->lock_version + 2;
 			e[n++] = (struct dxl_ws_entry){
 				.table = p->table,
 				.op = p->exists ? (enum dxl_ws_op)p->wop : DXL_WS_INSERT,
@@ -1513,15 +1770,17 @@ static int log_phase(struct dxl_txn *t)
 
 /* ---- C: write back and unlock --------------------------------------------------- */
 
-static int commit_one(struct dxl_txn *t, struct op *o)
+/* retry: an earlier commit_one of o failed (its outcome is unknown) */
+static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 {
 	const struct view_shard *vs = &t->v->shards[o->shard];
 	enum dxl_txn_mode mode = t->w->c->cfg.mode;
 	int ret;
-	if (o->wop == DXL_WS_INSERT && !o->exists)
-		return unlock_one(t, o); /* the value went in with the insert */
 	if (o->wop == DXL_WS_DELETE) {
-		struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = o->rec_ts};
+		/* at the slot it locked: a retry after a lost reply finds it
+		 * done (idempotent, as write-back is: issue 20) */
+		struct dxl_table_req req = {.key = o->key, .owner = t->id, .ts = o->rec_ts,
+					    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
 		struct dxl_table_rep rep;
 		if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0)))
 			return ret;
@@ -1531,33 +1790,52 @@ static int commit_one(struct dxl_txn *t, struct op *o)
 	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
-		uint32_t nwr = dxl_record_wb_nwr(ss);
-		if (nb + 64 > COORD_SCRATCH || nwr + 1 > 256)
+		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;
+		if (nb + 64 > COORD_SCRATCH || nwr > 258)
 			return dxl_err_set(DXL_E_INTERNAL, "write-back of %u bytes does not fit", nb);
 		struct dxl_qp *qp;
 		if ((ret = node_qp(t->w, vs, &qp)))
 			return ret;
+		uint64_t *res = (uint64_t *)t->scr; /* [0] flush READ, [1] unlock CAS */
+		uint64_t lock_addr = o->vt->st.t.locks.addr + 8 * o->slot;
+		if (retry) {
+			/* the last attempt's outcome is unknown. Its unlock took
+			 * effect: then its write-back was durable before (the
+			 * chain below) and the record may be another holder's
+			 * by now: write nothing. Else that attempt never
+			 * executes any more (a failed QP's requests do not run
+			 * after a newer connection's: docs/fabric.md), so write
+			 * again. */
+			struct dxl_wr rd;
+			uint64_t rtag = batch(t);
+			wr_read(&rd, res, lkey(t), 8, lock_addr, o->vt->st.t.locks.rkey, true, rtag);
+			if ((ret = co_post_wait(qp, &rd, 1, rtag, "write-back: lock check")))
+				return ret;
+			if (*(volatile uint64_t *)res != t->id) {
+				o->locked = false;
+				return 0;
+			}
+		}
 		uint8_t *wb = t->scr + 64;
 		struct dxl_record r = {.version = o->new_version, .ts = o->rec_ts, .key = o->key,
 				       .inc = o->inc, .len = o->wlen, .live = true};
 		if ((ret = dxl_record_wb_build(wb, ss, o->lock_version, &r, t->arena + o->woff,
 					       NULL)))
 			return ret;
-		struct dxl_wr wr[257];
-		int n = dxl_record_wb_chain(wb, ss, lkey(t),
-					    o->vt->st.t.records.addr + o->slot * ss,
-					    o->vt->st.t.records.rkey, wr, 256);
+		/* the record, a flush READ (H9: durable), then the unlock CAS
+		 * (the NIC owns lock words), on one QP in that order: a free
+		 * lock word means a durable record (docs/engine.md) */
+		struct dxl_wr wr[258];
+		int n = dxl_record_wb_unlock_chain(wb, ss, lkey(t),
+						   o->vt->st.t.records.addr + o->slot * ss,
+						   o->vt->st.t.records.rkey, lock_addr,
+						   o->vt->st.t.locks.rkey, t->id, res, wr, 258);
 		if (n < 0)
 			return n;
+		uint64_t tag = batch(t);
 		for (int i = 0; i < n; i++)
-			wr[i].wr_id = dxl_co_wrid(0);
-		/* unlock: the lock word back to 0, after the record on the same
-		 * QP (a CAS from our id: the NIC owns lock words) */
-		uint64_t *res = (uint64_t *)t->scr;
-		wr_cas(&wr[n], res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, t->id, 0, true);
-		wr[n - 1].next = &wr[n];
-		ret = co_post_wait(qp, wr, 1, "write-back");
+			wr[i].wr_id = dxl_co_wrid(tag);
+		ret = co_post_wait(qp, wr, 1, tag, "write-back");
 		if (!ret)
 			o->locked = false;
 		return ret;
@@ -1583,7 +1861,7 @@ static void commit_phase(struct dxl_txn *t)
 		if (!o->wop || !o->locked)
 			continue;
 		uint32_t locked_at = t->v->shards[o->shard].primary;
-		int ret = commit_one(t, o);
+		int ret = commit_one(t, o, false);
 		/* past the commit point: the log has it. The same primary with a
 		 * new epoch (new rkeys) still holds the lock: write back again
 		 * with the new view. A new primary applied it (decided) before
@@ -1604,7 +1882,7 @@ static void commit_phase(struct dxl_txn *t)
 				break;
 			t->v = v;
 			o->vt = vt;
-			ret = commit_one(t, o);
+			ret = commit_one(t, o, true);
 		}
 		if (ret)
 			settle_new_primary(t, o, locked_at, true);
@@ -1633,7 +1911,7 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	ret = lock_phase(t);
 	if (!ret) {
 		phase = "validate";
-		ret = validate_phase(t);
+		ret = validate_phase(t, false);
 	}
 	if (!ret && nw) {
 		phase = "log";
@@ -1679,9 +1957,14 @@ int dxl_txn_footprint(const struct dxl_txn *t, struct dxl_txn_access *out, uint3
 	for (uint32_t i = 0; t && i < t->nops; i++) {
 		const struct op *o = &t->ops[i];
 		if (o->read) {
+			/* the absence an insert replaced: the state just below
+			 * the version its record got under the lock (E's
+			 * one-sided miss does not know the tombstone) */
+			uint64_t v = o->wop == DXL_WS_INSERT && !o->exists ? o->lock_version - 1
+									   : o->version;
 			if (n < cap)
 				out[n] = (struct dxl_txn_access){.table = o->table, .key = o->key,
-								 .version = o->exists ? o->version : 0};
+								 .version = v, .absent = !o->exists};
 			n++;
 		}
 		if (o->wop) {
@@ -1704,6 +1987,16 @@ static uint64_t rnd(struct dxl_coord_worker *w)
 	return w->rng;
 }
 
+int dxl_txn_validate(struct dxl_txn *t)
+{
+	int ret = check_usable(t);
+	if (ret)
+		return ret;
+	if ((ret = validate_phase(t, true)))
+		return op_fail(t, ret, "validate");
+	return 0;
+}
+
 int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t max_tries,
 		struct dxl_txn_info *info)
 {
@@ -1723,9 +2016,20 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 		if ((ret = dxl_txn_begin(w, &t)))
 			return ret;
 		ret = fn(t, arg);
-		if (!ret)
+		if (!ret) {
 			ret = dxl_txn_commit(t, &last);
-		else {
+		} else {
+			/* an existence answer ends the attempt: like any read it
+			 * stands only if still true (issue 20) */
+			if ((ret == DXL_E_EXIST || ret == DXL_E_NOENT) && t->active) {
+				char msg[512];
+				snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+				int v = dxl_txn_validate(t);
+				if (v == DXL_E_CONFLICT)
+					ret = v;
+				else
+					dxl_err_set(ret, "%s", msg);
+			}
 			last = t->info;
 			dxl_txn_abort(t);
 		}

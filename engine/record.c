@@ -428,6 +428,48 @@ int dxl_record_wb_chain(const void *buf, uint32_t slot_size, uint32_t lkey,
 	return (int)k;
 }
 
+int dxl_record_wb_unlock_chain(const void *buf, uint32_t slot_size, uint32_t lkey,
+			       uint64_t raddr, uint32_t rkey, uint64_t lock_raddr,
+			       uint32_t lock_rkey, uint64_t owner, uint64_t *scratch,
+			       struct dxl_wr *wr, uint32_t nwr)
+{
+	uint32_t need = dxl_record_wb_nwr(slot_size);
+	if (!need || nwr < need + DXL_RECORD_WB_UNLOCK_EXTRA || !scratch ||
+	    ((uintptr_t)scratch & 7) || (lock_raddr & 7) || !owner)
+		return dxl_err_set(DXL_E_INVAL,
+				   "record write-back and unlock: slot size %u, %u requests "
+				   "for %u, scratch %p, lock word at %#llx, owner %#llx",
+				   slot_size, nwr, need + DXL_RECORD_WB_UNLOCK_EXTRA,
+				   (void *)scratch, (unsigned long long)lock_raddr,
+				   (unsigned long long)owner);
+	int k = dxl_record_wb_chain(buf, slot_size, lkey, raddr, rkey, wr, nwr);
+	if (k < 0)
+		return k;
+	/* H9: the READ flushes every WRITE before it on this QP ... */
+	struct dxl_wr *rd = &wr[k], *cas = &wr[k + 1];
+	memset(rd, 0, sizeof(*rd));
+	rd->op = DXL_WR_READ;
+	rd->local = &scratch[0];
+	rd->len = 8;
+	rd->lkey = lkey;
+	rd->remote_addr = raddr;
+	rd->rkey = rkey;
+	/* ... and executes before the unlock (RC order): durable, then free */
+	memset(cas, 0, sizeof(*cas));
+	cas->op = DXL_WR_CAS;
+	cas->flags = DXL_WR_SIGNALED;
+	cas->local = &scratch[1];
+	cas->len = 8;
+	cas->lkey = lkey;
+	cas->remote_addr = lock_raddr;
+	cas->rkey = lock_rkey;
+	cas->compare_add = owner;
+	cas->swap = 0;
+	wr[k - 1].next = rd;
+	rd->next = cas;
+	return k + DXL_RECORD_WB_UNLOCK_EXTRA;
+}
+
 int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p)
 {
 	/* tcp: one NIC thread executes a QP's requests one after the other and

@@ -1,5 +1,6 @@
 /* store.c -- the record store: tables of slots in a persistent region, DRAM lock words, key map, free lists */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@ enum slot_state {
 	ST_FREE = 0,
 	ST_LIVE = 1,
 	ST_TORN = 2, /* claims LIVE but its lines disagree: cut by a crash */
+	ST_TOMB = 3, /* free, and its key's tombstone: the key map names it */
 };
 
 struct kent {
@@ -54,7 +56,12 @@ struct table {
 	uint64_t map_mask;
 	uint32_t *fq;     /* free slots, a FIFO ring of capacity entries */
 	uint64_t fq_head, fq_len;
-	uint64_t nlive, ntorn, torn_at_open;
+	uint64_t nlive, ntorn, torn_at_open, ntomb;
+	/* tombstones (docs/engine.md "Tombstones"): one whose commit
+	 * timestamp is below reclaim_ts may give its slot to an insert;
+	 * floor_ts is at least the timestamp of every tombstone reclaimed
+	 * (what a miss without a tombstone reports) */
+	uint64_t reclaim_ts, floor_ts;
 };
 
 struct dxl_store {
@@ -65,13 +72,20 @@ struct dxl_store {
 	uint64_t *locks; /* every table's lock words, page-aligned DRAM */
 	size_t locks_bytes;
 	struct dxl_store_cfg cfg;
+	/* reg_lock (read: using them; write: (de)registering) guards the MRs
+	 * and the lock agent: a write-back made durable by the CPU tells the
+	 * fabric's power-failure model through rec_mr (put_record), NIC-mode
+	 * lock words change through the agent and lock_mr's rkey */
+	pthread_rwlock_t reg_lock;
 	struct dxl_mr *rec_mr, *lock_mr;
+	struct dxl_lock_agent *agent;
 };
 
 void dxl_store_cfg_init(struct dxl_store_cfg *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->lock_mode = DXL_LOCKS_CPU;
+	cfg->keep_tombstones = false;
 }
 
 /* ---- schemas and the catalog -------------------------------------------------- */
@@ -272,23 +286,51 @@ static void fq_push_front(struct table *t, uint64_t slot)
 	t->fq_len++;
 }
 
-/* the oldest free slot whose lock word is 0 (a deleter may still hold the
- * lock of the slot it freed); locked ones go to the back */
+static uint8_t state_get(const struct table *t, uint64_t slot);
+static void state_set(struct table *t, uint64_t slot, uint8_t st);
+static void *slot_at(const struct table *t, uint64_t slot);
+
+/*
+ * The oldest free slot whose lock word is 0 (a deleter may still hold the
+ * lock of the slot it freed) and that is not a tombstone still needed (its
+ * commit timestamp at or above reclaim_ts); the others go to the back. A
+ * tombstone whose slot is taken is forgotten: its key unmapped, its
+ * timestamp folded into floor_ts. May move key map entries (map_del): a
+ * caller re-finds its own after this.
+ */
 static int fq_pop(struct table *t, uint64_t *slot)
 {
+	uint64_t kept = 0;
 	for (uint64_t n = t->fq_len; n; n--) {
 		uint64_t s = t->fq[t->fq_head];
 		t->fq_head = (t->fq_head + 1) % t->sc.capacity;
 		t->fq_len--;
-		if (__atomic_load_n(&t->locks[s], __ATOMIC_ACQUIRE) == 0) {
-			*slot = s;
-			return 0;
+		if (__atomic_load_n(&t->locks[s], __ATOMIC_ACQUIRE) != 0) {
+			fq_push(t, s);
+			continue;
 		}
-		fq_push(t, s);
+		if (state_get(t, s) == ST_TOMB) {
+			struct dxl_record r;
+			dxl_record_peek(slot_at(t, s), &r);
+			if (r.ts >= t->reclaim_ts) {
+				kept++;
+				fq_push(t, s);
+				continue;
+			}
+			struct kent *e = map_find(t, r.key);
+			if (e && e->slot1 == s + 1)
+				map_del(t, e);
+			state_set(t, s, ST_FREE);
+			t->ntomb--;
+			t->floor_ts = DXL_MAX(t->floor_ts, r.ts);
+		}
+		*slot = s;
+		return 0;
 	}
-	return dxl_err_set(DXL_E_FULL, "table %u: all %llu slots are in use%s",
+	return dxl_err_set(DXL_E_FULL, "table %u: all %llu slots are in use%s%s",
 			   t->sc.id, (unsigned long long)t->sc.capacity,
-			   t->fq_len ? " (the free ones are still locked)" : "");
+			   t->fq_len > kept ? " (free ones are still locked)" : "",
+			   kept ? " (tombstones not yet reclaimable: deletes newer than the log's oldest record)" : "");
 }
 
 static uint8_t state_get(const struct table *t, uint64_t slot)
@@ -342,6 +384,7 @@ static void free_tables(struct dxl_store *s)
 	}
 	free(s->t);
 	free(s->locks);
+	pthread_rwlock_destroy(&s->reg_lock);
 }
 
 /* build the DRAM state of table t by scanning its slots */
@@ -397,6 +440,36 @@ static int scan_table(struct dxl_store *s, struct table *t)
 			fq_push(t, i);
 		}
 	}
+	/* tombstones: a consistent free slot that held a key (version >= 2)
+	 * is that key's tombstone unless the key is live or torn elsewhere or
+	 * a later tombstone names it (the largest version wins); the floor is
+	 * every slot's timestamp (a reclaimed tombstone's was one of them) */
+	uint64_t floor = 0;
+	for (uint64_t i = 0; i < t->sc.capacity; i++) {
+		struct dxl_record rec;
+		dxl_record_peek(slot_at(t, i), &rec);
+		floor = DXL_MAX(floor, rec.ts);
+		if (state_get(t, i) != ST_FREE || rec.live || rec.version < 2 || (rec.version & 1))
+			continue;
+		struct kent *e = map_find(t, rec.key);
+		if (!e) {
+			map_put(t, rec.key, i);
+			state_set(t, i, ST_TOMB);
+			t->ntomb++;
+			continue;
+		}
+		uint64_t o = e->slot1 - 1;
+		if (state_get(t, o) != ST_TOMB)
+			continue;
+		struct dxl_record orec;
+		dxl_record_peek(slot_at(t, o), &orec);
+		if (orec.version < rec.version) {
+			state_set(t, o, ST_FREE);
+			e->slot1 = i + 1;
+			state_set(t, i, ST_TOMB);
+		}
+	}
+	t->floor_ts = floor;
 	t->torn_at_open = torn;
 	t->max_version = max;
 	if (torn)
@@ -442,6 +515,7 @@ static int setup(struct dxl_region *r, const struct dxl_store_cfg *cfg,
 	if (!s)
 		return dxl_err_set(DXL_E_NOMEM, "store: out of memory");
 	s->r = r;
+	pthread_rwlock_init(&s->reg_lock, NULL);
 	if (cfg)
 		s->cfg = *cfg;
 	else
@@ -490,6 +564,9 @@ static int setup(struct dxl_region *r, const struct dxl_store_cfg *cfg,
 		while (msize < 2 * sc[i].capacity)
 			msize <<= 1;
 		t->map_mask = msize - 1;
+		/* without keep_tombstones a tombstone lasts until its slot is
+		 * the oldest free one (first in, first out) */
+		t->reclaim_ts = s->cfg.keep_tombstones ? 0 : UINT64_MAX;
 		t->map = calloc(msize, sizeof(*t->map));
 		t->fq = calloc(sc[i].capacity, sizeof(*t->fq));
 		t->state = calloc(sc[i].capacity, 1);
@@ -642,6 +719,7 @@ int dxl_store_stats(const struct dxl_store *s, uint32_t table,
 		out->free += t->fq_len;
 		out->torn += t->ntorn;
 		out->torn_at_open += t->torn_at_open;
+		out->tombstones += t->ntomb;
 		pthread_mutex_unlock(&t->mu);
 	}
 	if (!found)
@@ -687,6 +765,14 @@ static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 	DXL_ASSERTF(ret == 0, "table %u slot %llu: %s", t->sc.id,
 		    (unsigned long long)slot, dxl_errmsg());
 	dxl_region_persist(s->r, p, t->slot_size);
+	/* the CPU made the slot durable: so the fabric must know, or its
+	 * power-failure model still holds the pre-image of an earlier remote
+	 * write-back of these lines and a simulated failure would bring it
+	 * back over this durable write (docs/fabric-tcp.md) */
+	pthread_rwlock_rdlock(&s->reg_lock);
+	if (s->rec_mr)
+		dxl_mr_mark_durable(s->rec_mr, p, t->slot_size);
+	pthread_rwlock_unlock(&s->reg_lock);
 	max_version_raise(t, v);
 	if (version)
 		*version = v;
@@ -698,7 +784,92 @@ static uint32_t fresh_inc(uint32_t inc)
 	return inc ? inc : 1;
 }
 
-/* take a free slot for key and make it live with version v (mutex held) */
+/* ---- lock words: who may touch them ------------------------------------------------ */
+
+/*
+ * The one CPU store to a lock word: only where the CPU owns lock words. In
+ * NIC mode a CPU store is not atomic against the NIC's atomics (a stale
+ * coordinator's CAS on the same word can be lost or win over it).
+ */
+static void lock_store_cpu(const struct dxl_store *s, uint64_t *w, uint64_t v)
+{
+	DXL_ASSERTF(s->cfg.lock_mode == DXL_LOCKS_CPU,
+		    "store: a CPU store to a NIC-owned lock word at %p", (void *)w);
+	__atomic_store_n(w, v, __ATOMIC_RELEASE);
+}
+
+/*
+ * lock_cas -- the word of slot: cmp -> swp; *old = the old value. CPU mode:
+ * a CPU CAS; NIC mode: a fabric CAS through the lock agent (the owner goes
+ * through its own NIC like any coordinator). Any thread; t->mu may be held.
+ */
+static int lock_cas(struct dxl_store *s, struct table *t, uint64_t slot,
+		    uint64_t cmp, uint64_t swp, uint64_t *old)
+{
+	uint64_t *w = &t->locks[slot];
+	if (s->cfg.lock_mode == DXL_LOCKS_CPU) {
+		uint64_t exp = cmp;
+		/* acq_rel: as dxl_store_lock (acquire) and _unlock (release) */
+		__atomic_compare_exchange_n(w, &exp, swp, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
+		*old = exp;
+		return 0;
+	}
+	pthread_rwlock_rdlock(&s->reg_lock);
+	int ret;
+	if (!s->agent || !s->lock_mr) {
+		ret = dxl_err_set(DXL_E_STATE,
+				  "table %u slot %llu: lock words are NIC-owned and the store has no %s: "
+				  "the lock word was not changed",
+				  t->sc.id, (unsigned long long)slot,
+				  !s->agent ? "lock agent (dxl_store_set_lock_agent)"
+					    : "registration (dxl_store_register)");
+	} else {
+		struct dxl_mr_desc d;
+		dxl_mr_desc(s->lock_mr, &d);
+		ret = dxl_lock_agent_cas(s->agent, (uint64_t)(uintptr_t)w, d.rkey, cmp,
+					 swp, old);
+		if (ret)
+			dxl_err_prefix("table %u slot %llu", t->sc.id,
+				       (unsigned long long)slot);
+	}
+	pthread_rwlock_unlock(&s->reg_lock);
+	return ret;
+}
+
+/* lock_set -- the word := v whatever it holds (a CAS loop in NIC mode) */
+static int lock_set(struct dxl_store *s, struct table *t, uint64_t slot, uint64_t v)
+{
+	if (s->cfg.lock_mode == DXL_LOCKS_CPU) {
+		lock_store_cpu(s, &t->locks[slot], v);
+		return 0;
+	}
+	uint64_t cur = __atomic_load_n(&t->locks[slot], __ATOMIC_ACQUIRE);
+	for (;;) {
+		uint64_t old;
+		int ret = lock_cas(s, t, slot, cur, v, &old);
+		if (ret || old == cur)
+			return ret;
+		cur = old; /* changed meanwhile by a peer: again */
+	}
+}
+
+void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a)
+{
+	pthread_rwlock_wrlock(&s->reg_lock);
+	s->agent = a;
+	pthread_rwlock_unlock(&s->reg_lock);
+}
+
+/* key's live or torn entry (mutex held); NULL if absent or a tombstone */
+static struct kent *map_find_present(struct table *t, uint64_t key)
+{
+	struct kent *e = map_find(t, key);
+	return e && state_get(t, e->slot1 - 1) != ST_TOMB ? e : NULL;
+}
+
+/* take a free slot for key and make it live with version v (mutex held);
+ * a tombstone of key gives way to it (its slot stays free) */
 static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			 uint64_t v, uint64_t ts, const void *value,
 			 uint32_t len, uint64_t owner, uint64_t *slot,
@@ -708,10 +879,26 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 	int ret = fq_pop(t, &si);
 	if (ret)
 		return ret;
-	/* an owned insert: the lock word is set before the index can name
-	 * the slot (fq_pop passed over slots whose lock word is not 0) */
-	if (owner)
-		__atomic_store_n(&t->locks[si], owner, __ATOMIC_RELEASE);
+	/* an owned insert: the lock word is taken before the index can name
+	 * the slot. fq_pop passed over slots whose lock word is not 0, but a
+	 * peer holding a stale location may CAS a free slot's word at any
+	 * moment: a CAS 0 -> owner (through the NIC when it owns the words),
+	 * and a slot such a peer got first is left to it (it sees "not my
+	 * key" and unlocks). */
+	for (uint64_t tries = t->fq_len + 1; owner; tries--) {
+		uint64_t was = 0;
+		if ((ret = lock_cas(s, t, si, 0, owner, &was))) {
+			fq_push_front(t, si);
+			return ret;
+		}
+		if (was == 0)
+			break;
+		fq_push(t, si);
+		if (!tries || (ret = fq_pop(t, &si)))
+			return ret ? ret : dxl_err_set(DXL_E_FULL,
+						       "table %u: every free slot is locked",
+						       t->sc.id);
+	}
 	struct dxl_record old;
 	dxl_record_peek(slot_at(t, si), &old);
 	uint32_t inc = fresh_inc(old.inc);
@@ -720,15 +907,34 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			    even_up(old.version)) + 2;
 	if (s->cfg.hooks.insert &&
 	    (ret = s->cfg.hooks.insert(s->cfg.hooks.arg, t->sc.id, key, si, inc))) {
-		if (owner)
-			__atomic_store_n(&t->locks[si], 0, __ATOMIC_RELEASE);
+		if (owner) {
+			uint64_t was;
+			char msg[256];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+			if (lock_cas(s, t, si, owner, 0, &was))
+				DXL_WARN("table %u slot %llu: insert refused but its lock "
+					 "word not released: %s", t->sc.id,
+					 (unsigned long long)si, dxl_errmsg());
+			dxl_err_set(ret, "%s", msg);
+		}
 		fq_push_front(t, si);
 		return ret;
 	}
 	struct dxl_record r = {.version = v, .ts = ts, .key = key, .inc = inc,
 			       .len = len, .live = true};
 	put_record(s, t, si, &r, value, version);
-	map_put(t, key, si);
+	/* after fq_pop, which may have moved map entries */
+	struct kent *e = map_find(t, key);
+	if (e) {
+		DXL_ASSERTF(state_get(t, e->slot1 - 1) == ST_TOMB,
+			    "table %u: insert of key %llu over a present record", t->sc.id,
+			    (unsigned long long)key);
+		state_set(t, e->slot1 - 1, ST_FREE); /* in the free list already */
+		t->ntomb--;
+		e->slot1 = si + 1;
+	} else {
+		map_put(t, key, si);
+	}
 	state_set(t, si, ST_LIVE);
 	t->nlive++;
 	if (slot)
@@ -754,7 +960,7 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&t->mu);
-	struct kent *e = map_find(t, key);
+	struct kent *e = map_find_present(t, key);
 	if (e)
 		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu%s",
 				  table, (unsigned long long)key,
@@ -764,6 +970,38 @@ int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 					  : "");
 	else
 		ret = insert_locked(s, t, key, 0, ts, value, len, owner, slot, version);
+	pthread_mutex_unlock(&t->mu);
+	return ret;
+}
+
+int dxl_store_insert_at(struct dxl_store *s, uint32_t table, uint64_t key,
+			uint64_t version, uint64_t ts, const void *value, uint32_t len,
+			uint64_t owner, uint64_t *slot)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	if (version == 0 || (version & 1))
+		return dxl_err_set(DXL_E_INVAL, "insert: version %llu (must be even and >= 2)",
+				   (unsigned long long)version);
+	int ret = check_value(t, value, len);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->mu);
+	struct kent *e = map_find(t, key);
+	if (e && state_get(t, e->slot1 - 1) != ST_TOMB) {
+		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu", table,
+				  (unsigned long long)key, (unsigned long long)e->slot1 - 1);
+	} else {
+		struct dxl_record cur = {0};
+		if (e)
+			dxl_record_peek(slot_at(t, e->slot1 - 1), &cur);
+		if (e && cur.version >= version)
+			ret = 0; /* deleted later */
+		else if (!(ret = insert_locked(s, t, key, version, ts, value, len, owner, slot,
+					       NULL)))
+			ret = 1;
+	}
 	pthread_mutex_unlock(&t->mu);
 	return ret;
 }
@@ -811,7 +1049,12 @@ int dxl_store_update(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return 0;
 }
 
-/* make the live or torn record of e deleted with version v (mutex held) */
+/*
+ * make the live or torn record of e deleted with version v (mutex held): the
+ * slot, free now, is the key's tombstone (it keeps key, version and
+ * timestamp; the key map keeps naming it) until an insert of the key or
+ * the reclamation of the slot (fq_pop)
+ */
 static void delete_locked(struct dxl_store *s, struct table *t, struct kent *e,
 			  uint64_t v, uint64_t ts, uint64_t *version)
 {
@@ -825,8 +1068,8 @@ static void delete_locked(struct dxl_store *s, struct table *t, struct kent *e,
 	r.len = 0;
 	r.live = false;
 	put_record(s, t, slot, &r, NULL, version);
-	map_del(t, e);
-	state_set(t, slot, ST_FREE);
+	state_set(t, slot, ST_TOMB);
+	t->ntomb++;
 	if (st == ST_TORN)
 		t->ntorn--;
 	else
@@ -834,6 +1077,46 @@ static void delete_locked(struct dxl_store *s, struct table *t, struct kent *e,
 	fq_push(t, slot);
 	if (s->cfg.hooks.remove)
 		s->cfg.hooks.remove(s->cfg.hooks.arg, t->sc.id, r.key, slot);
+}
+
+/* rewrite the tombstone of e with a later delete's version and timestamp
+ * (mutex held; the slot stays free and in the free list) */
+static void tomb_rewrite(struct dxl_store *s, struct table *t, struct kent *e,
+			 uint64_t v, uint64_t ts)
+{
+	uint64_t slot = e->slot1 - 1;
+	struct dxl_record r;
+	dxl_record_peek(slot_at(t, slot), &r);
+	r.version = v;
+	r.ts = ts;
+	r.len = 0;
+	r.live = false;
+	put_record(s, t, slot, &r, NULL, NULL);
+}
+
+/* a tombstone of key (absent here) with version v: a delete applied before
+ * the writes it follows (mutex held). Takes a free slot and puts it back. */
+static int tomb_make(struct dxl_store *s, struct table *t, uint64_t key,
+		     uint64_t v, uint64_t ts)
+{
+	uint64_t si;
+	int ret = fq_pop(t, &si);
+	if (ret)
+		return ret;
+	struct dxl_record r;
+	dxl_record_peek(slot_at(t, si), &r);
+	r.version = v;
+	r.ts = ts;
+	r.key = key;
+	r.inc = fresh_inc(r.inc + 1); /* stale locations no longer match */
+	r.len = 0;
+	r.live = false;
+	put_record(s, t, si, &r, NULL, NULL);
+	map_put(t, key, si); /* absent: fq_pop's map_del cannot have added it */
+	state_set(t, si, ST_TOMB);
+	t->ntomb++;
+	fq_push(t, si);
+	return 0;
 }
 
 int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
@@ -880,7 +1163,7 @@ int dxl_store_find(struct dxl_store *s, uint32_t table, uint64_t key,
 	if (!t)
 		return DXL_E_NOENT;
 	pthread_mutex_lock(&t->mu);
-	struct kent *e = map_find(t, key);
+	struct kent *e = map_find_present(t, key);
 	if (e && slot)
 		*slot = e->slot1 - 1;
 	pthread_mutex_unlock(&t->mu);
@@ -890,10 +1173,46 @@ int dxl_store_find(struct dxl_store *s, uint32_t table, uint64_t key,
 	return 0;
 }
 
+int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
+		      struct dxl_store_absence *out)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	int ret = 0;
+	pthread_mutex_lock(&t->mu);
+	struct kent *e = map_find(t, key);
+	if (e && state_get(t, e->slot1 - 1) != ST_TOMB) {
+		ret = dxl_err_set(DXL_E_EXIST, "table %u: key %llu is in slot %llu",
+				  table, (unsigned long long)key,
+				  (unsigned long long)e->slot1 - 1);
+	} else if (e) {
+		struct dxl_record r;
+		dxl_record_peek(slot_at(t, e->slot1 - 1), &r);
+		*out = (struct dxl_store_absence){.slot = e->slot1 - 1, .version = r.version,
+						  .ts = r.ts};
+	} else {
+		*out = (struct dxl_store_absence){.slot = UINT64_MAX, .ts = t->floor_ts};
+	}
+	pthread_mutex_unlock(&t->mu);
+	return ret;
+}
+
+void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
+{
+	if (!s->cfg.keep_tombstones)
+		return;
+	for (unsigned i = 0; i < s->nt; i++) {
+		pthread_mutex_lock(&s->t[i].mu);
+		s->t[i].reclaim_ts = ts;
+		pthread_mutex_unlock(&s->t[i].mu);
+	}
+}
+
 void *dxl_store_slot_ptr(const struct dxl_store *s, uint32_t table,
 			 uint64_t slot)
 {
-	struct table *t;
+	struct table *t = NULL;
 	if (get_slot(s, table, slot, &t))
 		return NULL;
 	return slot_at(t, slot);
@@ -919,8 +1238,7 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 	int ret = get_slot(s, table, slot, &t);
 	if (ret)
 		return ret;
-	__atomic_store_n(&t->locks[slot], word, __ATOMIC_RELEASE);
-	return 0;
+	return lock_set(s, t, slot, word);
 }
 
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
@@ -929,11 +1247,15 @@ int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
 	for (uint32_t i = 0; i < s->nt; i++) {
 		struct table *t = &s->t[i];
 		for (uint64_t k = 0; k < t->sc.capacity; k++) {
+			/* a CPU read to find them (reads are any mode's) */
 			uint64_t w = __atomic_load_n(&t->locks[k], __ATOMIC_ACQUIRE);
-			if (w && (w >> 48) == coord &&
-			    __atomic_compare_exchange_n(&t->locks[k], &w, 0, false,
-							__ATOMIC_RELEASE, __ATOMIC_RELAXED))
-				n++;
+			if (!w || (w >> 48) != coord)
+				continue;
+			uint64_t was;
+			int ret = lock_cas(s, t, k, w, 0, &was);
+			if (ret)
+				return ret;
+			n += was == w;
 		}
 	}
 	return n;
@@ -948,6 +1270,7 @@ int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 	if (ret)
 		return ret;
 	uint64_t exp = 0;
+	DXL_ASSERT(s->cfg.lock_mode == DXL_LOCKS_CPU); /* lock_args checked it */
 	/* acquire: the record the new holder reads is the last holder's */
 	if (__atomic_compare_exchange_n(&t->locks[slot], &exp, owner, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -967,6 +1290,7 @@ int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 	if (ret)
 		return ret;
 	uint64_t exp = owner;
+	DXL_ASSERT(s->cfg.lock_mode == DXL_LOCKS_CPU); /* lock_args checked it */
 	/* release: the record written under the lock is visible to the next holder */
 	if (__atomic_compare_exchange_n(&t->locks[slot], &exp, 0, false,
 					__ATOMIC_RELEASE, __ATOMIC_RELAXED))
@@ -990,30 +1314,32 @@ uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 
 int dxl_store_register(struct dxl_store *s, struct dxl_fabric *f)
 {
-	if (s->rec_mr)
-		return dxl_err_set(DXL_E_EXIST, "store: already registered");
-	int ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r),
-			     DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
-				     DXL_MR_PERSISTENT,
-			     &s->rec_mr);
+	pthread_rwlock_wrlock(&s->reg_lock);
+	int ret;
+	if (s->rec_mr) {
+		ret = dxl_err_set(DXL_E_EXIST, "store: already registered");
+		goto out;
+	}
+	ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r),
+			 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT,
+			 &s->rec_mr);
 	if (ret)
-		return ret;
-	if ((ret = dxl_region_bind_mr(s->r, s->rec_mr)))
-		goto err;
-	ret = dxl_mr_reg(f, s->locks, s->locks_bytes,
-			 DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ, &s->lock_mr);
-	if (ret)
-		goto err;
-	return 0;
-err:
-	dxl_mr_dereg(&s->rec_mr);
+		goto out;
+	if ((ret = dxl_region_bind_mr(s->r, s->rec_mr)) ||
+	    (ret = dxl_mr_reg(f, s->locks, s->locks_bytes,
+			      DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ, &s->lock_mr)))
+		dxl_mr_dereg(&s->rec_mr);
+out:
+	pthread_rwlock_unlock(&s->reg_lock);
 	return ret;
 }
 
 void dxl_store_deregister(struct dxl_store *s)
 {
+	pthread_rwlock_wrlock(&s->reg_lock);
 	dxl_mr_dereg(&s->lock_mr);
 	dxl_mr_dereg(&s->rec_mr);
+	pthread_rwlock_unlock(&s->reg_lock);
 }
 
 struct dxl_mr *dxl_store_records_mr(const struct dxl_store *s)
@@ -1069,32 +1395,44 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		return ret;
 	pthread_mutex_lock(&t->mu);
 	struct kent *e = map_find(t, key);
-	if (e) {
+	uint8_t st = e ? state_get(t, e->slot1 - 1) : ST_FREE;
+	struct dxl_record cur = {0};
+	if (e)
+		dxl_record_peek(slot_at(t, e->slot1 - 1), &cur);
+	if (e && st != ST_TORN && cur.version >= version) {
+		/* applied before, or older than what is here -- a live record
+		 * or a tombstone: idempotent and order-safe by version */
+		ret = 0;
+	} else if (e && st == ST_TOMB) {
+		if (op == DXL_WS_DELETE)
+			tomb_rewrite(s, t, e, version, ts);
+		else
+			ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
+		if (!ret)
+			ret = 1;
+	} else if (e && op == DXL_WS_DELETE) {
+		delete_locked(s, t, e, version, ts, NULL);
+		ret = 1;
+	} else if (e) {
+		/* a newer put, or the torn record of a cut write */
 		uint64_t slot = e->slot1 - 1;
-		struct dxl_record cur;
-		dxl_record_peek(slot_at(t, slot), &cur);
-		if (state_get(t, slot) == ST_LIVE && cur.version >= version) {
-			ret = 0; /* applied before: idempotence by version */
-		} else if (op == DXL_WS_DELETE) {
-			delete_locked(s, t, e, version, ts, NULL);
-			ret = 1;
-		} else {
-			/* a newer put, or the torn record of a cut write */
-			struct dxl_record r = {.version = version, .ts = ts,
-					       .key = key,
-					       .inc = fresh_inc(cur.inc),
-					       .len = len, .live = true};
-			bool was_torn = state_get(t, slot) == ST_TORN;
-			put_record(s, t, slot, &r, value, NULL);
-			if (was_torn) {
-				state_set(t, slot, ST_LIVE);
-				t->ntorn--;
-				t->nlive++;
-			}
-			ret = 1;
+		struct dxl_record r = {.version = version, .ts = ts,
+				       .key = key,
+				       .inc = fresh_inc(cur.inc),
+				       .len = len, .live = true};
+		put_record(s, t, slot, &r, value, NULL);
+		if (st == ST_TORN) {
+			state_set(t, slot, ST_LIVE);
+			t->ntorn--;
+			t->nlive++;
 		}
+		ret = 1;
 	} else if (op == DXL_WS_DELETE) {
-		ret = 0; /* deleted before (or never here) */
+		/* deleted before any write of it arrived here (or its tombstone
+		 * was reclaimed): a tombstone keeps older writes out -- if a
+		 * slot is free for it (a full table: nothing, as for a replay's
+		 * last write of a key; docs/engine.md "Tombstones") */
+		ret = tomb_make(s, t, key, version, ts) == 0;
 	} else {
 		ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
 		if (!ret)

@@ -32,7 +32,7 @@ int dxl_fabric_provider_parse(const char *name, enum dxl_fabric_provider *out)
 			   name ? name : "(null)");
 }
 
-/* DXL_FABRIC_PF="SIG:POLICY[:SEED]", e.g. "USR2:random:42" */
+/* DXL_FABRIC_PF="SIG:POLICY[:SEED[:IDLE_MS]]", e.g. "USR2:random:42" */
 static void pf_from_env(struct dxl_fabric_cfg *cfg)
 {
 	const char *env = getenv("DXL_FABRIC_PF");
@@ -44,6 +44,7 @@ static void pf_from_env(struct dxl_fabric_cfg *cfg)
 	char *sig = strtok_r(buf, ":", &save);
 	char *pol = strtok_r(NULL, ":", &save);
 	char *seed = strtok_r(NULL, ":", &save);
+	char *idle = strtok_r(NULL, ":", &save);
 	int signo = 0;
 	if (sig && strcasecmp(sig, "USR1") == 0)
 		signo = SIGUSR1;
@@ -69,9 +70,15 @@ static void pf_from_env(struct dxl_fabric_cfg *cfg)
 		DXL_WARN("DXL_FABRIC_PF=%s: bad seed, ignored", env);
 		return;
 	}
+	uint64_t idle_ms = 0;
+	if (idle && (dxl_parse_u64(idle, &idle_ms) != 0 || idle_ms > 3600000)) {
+		DXL_WARN("DXL_FABRIC_PF=%s: bad idle time (ms), ignored", env);
+		return;
+	}
 	cfg->pf_signal = signo;
 	cfg->pf_policy = p;
 	cfg->pf_seed = s;
+	cfg->pf_idle_ms = (uint32_t)idle_ms;
 }
 
 void dxl_fabric_cfg_init(struct dxl_fabric_cfg *cfg)
@@ -349,6 +356,19 @@ int dxl_fabric_power_fail(struct dxl_fabric *f, enum dxl_pf_policy policy,
 	return f->ops->power_fail(f, policy, seed);
 }
 
+int dxl_fabric_power_fail_arm(struct dxl_fabric *f, enum dxl_pf_policy policy,
+			      uint64_t seed, uint32_t steps, uint32_t idle_ms)
+{
+	if (!f->ops->power_fail_arm)
+		return dxl_err_set(DXL_E_NOTSUP,
+				   "power_fail_arm: the %s provider has no power-failure model",
+				   f->ops->name);
+	if ((unsigned)policy > DXL_PF_RANDOM)
+		return dxl_err_set(DXL_E_INVAL, "power_fail_arm: bad policy %d",
+				   (int)policy);
+	return f->ops->power_fail_arm(f, policy, seed, steps, idle_ms);
+}
+
 size_t dxl_fabric_pending_lines(struct dxl_fabric *f)
 {
 	return f->ops->pending_lines ? f->ops->pending_lines(f) : 0;
@@ -409,6 +429,11 @@ struct dxl_ctx *dxl_fabric_ctx_lookup(struct dxl_fabric *f, uint32_t idx)
 	struct dxl_ctx *c = f->ctx[idx];
 	pthread_mutex_unlock(&f->lock);
 	return c;
+}
+
+uint32_t dxl_ctx_qp_count(struct dxl_ctx *c)
+{
+	return c->f->ops->qp_count(c);
 }
 
 uint32_t dxl_ctx_idx(const struct dxl_ctx *c)

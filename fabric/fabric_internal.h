@@ -72,6 +72,8 @@ struct dxl_fabric_ops {
 	void (*mr_dereg)(struct dxl_mr *mr);
 	void (*mr_mark_durable)(struct dxl_mr *mr, const void *addr, size_t len);
 	int (*power_fail)(struct dxl_fabric *f, enum dxl_pf_policy p, uint64_t seed);
+	int (*power_fail_arm)(struct dxl_fabric *f, enum dxl_pf_policy p,
+			      uint64_t seed, uint32_t steps, uint32_t idle_ms);
 	size_t (*pending_lines)(struct dxl_fabric *f);
 
 	/* ctx_new: allocate a provider ctx, set ->f and ->idx; fabric.c then
@@ -90,6 +92,8 @@ struct dxl_fabric_ops {
 	int (*post_recv)(struct dxl_ctx *c, void *buf, uint32_t len,
 			 uint32_t lkey, uint64_t wr_id);
 	int (*poll)(struct dxl_ctx *c, struct dxl_wc *wc, int n);
+	/* qp_count: QPs the ctx holds (active, passive, handed over) */
+	uint32_t (*qp_count)(struct dxl_ctx *c);
 	int (*wait)(struct dxl_ctx *c, int timeout_ms);
 };
 

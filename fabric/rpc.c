@@ -187,6 +187,7 @@ struct dxl_rpc {
 	struct rpc_co *cos;
 	uint32_t n_cos;
 	uint64_t seq;
+	uint64_t next_reclaim_ns; /* reclaim_passive's next scan */
 	uint64_t n_pending;
 	struct pend *free_pends;
 	struct pend_chunk *pend_chunks;
@@ -930,8 +931,15 @@ static void on_recv_done(struct dxl_rpc *rpc, const struct dxl_wc *wc,
 		return;
 	}
 	rpc->n_posted--;
-	if (wc->status == DXL_WC_FLUSHED)
-		return; /* the ctx is going away: do not give it back */
+	if (wc->status == DXL_WC_FLUSHED) {
+		/* its QP was deleted before the message was polled: the buffer
+		 * is back, unread; post it again or the queue shrinks for good
+		 * (a ctx being deleted delivers nothing any more) */
+		rpc->st.recv_flushed++;
+		rpc->repost[rpc->n_repost++] = idx;
+		repost_pending(rpc);
+		return;
+	}
 	if (wc->status != DXL_WC_SUCCESS)
 		DXL_WARN("rpc: RECV from node %u failed: %s",
 			 wc->qp ? dxl_qp_remote_node(wc->qp) : UINT32_MAX,
@@ -959,9 +967,44 @@ static void hook_wc(void *arg, const struct dxl_wc *wc)
 			 (unsigned long long)wc->wr_id);
 }
 
+/*
+ * forget_peer -- drop p (dxl_rpc_forget_qp without the lookup)
+ */
+static void forget_peer(struct dxl_rpc *rpc, struct rpc_peer *p);
+
+/*
+ * reclaim_passive -- passive QPs (requests came in on them) whose peer went
+ * away: delete them, or every reconnecting client leaves one behind in the
+ * ctx (the provider frees only passive QPs the user never saw). Once the QP
+ * is down and no SEND of ours is in flight on it (those complete, FLUSHED,
+ * first: the completion returns the buffer). Checked every 10 ms.
+ */
+static void reclaim_passive(struct dxl_rpc *rpc)
+{
+	uint64_t now = dxl_now_ns();
+	if (now < rpc->next_reclaim_ns)
+		return;
+	rpc->next_reclaim_ns = now + 10000000ull;
+	for (uint32_t b = 0; b < rpc->ht_nb; b++) {
+		struct rpc_peer *p = rpc->ht[b], *next;
+		for (; p; p = next) {
+			next = p->hnext;
+			if (!dxl_qp_is_passive(p->qp) ||
+			    dxl_qp_state(p->qp) == DXL_QP_RTS || p->in_flight ||
+			    p->n_pending)
+				continue;
+			struct dxl_qp *qp = p->qp;
+			forget_peer(rpc, p);
+			dxl_qp_delete(&qp);
+			rpc->st.passive_deleted++;
+		}
+	}
+}
+
 static void hook_round_end(void *arg)
 {
 	struct dxl_rpc *rpc = arg;
+	reclaim_passive(rpc);
 	/* a peer can die without any SEND of ours failing (we only wait for
 	 * its replies): notice it from the QP state */
 	for (struct rpc_peer *p = rpc->pend, *next; p; p = next) {
@@ -1192,8 +1235,13 @@ void dxl_rpc_forget_qp(struct dxl_rpc *rpc, struct dxl_qp *qp)
 	if (!rpc || !qp)
 		return;
 	struct rpc_peer *p = peer_find(rpc, qp);
-	if (!p)
-		return;
+	if (p)
+		forget_peer(rpc, p);
+}
+
+static void forget_peer(struct dxl_rpc *rpc, struct rpc_peer *p)
+{
+	struct dxl_qp *qp = p->qp;
 	peer_reset(rpc, p);
 	/* out of the dirty list and the hash table, then free */
 	for (struct rpc_peer **pp = &rpc->dirty; *pp; pp = &(*pp)->dirty_next)

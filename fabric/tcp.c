@@ -9,7 +9,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric/tcp_internal.h"
@@ -162,6 +164,93 @@ int tcp_conn_flush_locked(struct tcp_conn *conn)
 	return ret;
 }
 
+/* ---- abandoned connections ---------------------------------------------------- */
+
+static struct tcp_abandon *ab_find(struct tcp_fab *tf, const char *key)
+{
+	for (size_t i = 0; i < tf->nab; i++)
+		if (strcmp(tf->ab[i].key, key) == 0)
+			return &tf->ab[i];
+	return NULL;
+}
+
+void tcp_abandon_note(struct tcp_fab *tf, const char *key, uint64_t id)
+{
+	if (!key[0])
+		return;
+	pthread_mutex_lock(&tf->ab_lock);
+	struct tcp_abandon *a = ab_find(tf, key);
+	if (!a) {
+		for (size_t i = 0; i < tf->nab && !a; i++)
+			if (!tf->ab[i].n)
+				a = &tf->ab[i]; /* reuse an empty list */
+	}
+	if (!a && tf->nab == tf->capab) {
+		size_t cap = tf->capab ? tf->capab * 2 : 8;
+		struct tcp_abandon *n = realloc(tf->ab, cap * sizeof(*n));
+		if (n) {
+			tf->ab = n;
+			tf->capab = cap;
+		}
+	}
+	if (!a && tf->nab < tf->capab)
+		a = &tf->ab[tf->nab++];
+	if (!a) {
+		pthread_mutex_unlock(&tf->ab_lock);
+		DXL_WARN("fabric tcp: out of memory: connection %llu to %s is not "
+			 "fenced at the next handshake",
+			 (unsigned long long)id, key);
+		return;
+	}
+	if (a->n == 0 || strcmp(a->key, key) != 0) {
+		snprintf(a->key, sizeof(a->key), "%s", key);
+		a->n = 0;
+	}
+	if (a->n == TCP_HS_MAX_KILL) {
+		/* a target we never reconnect to: its close will do; keep the
+		 * newest (the one a reconnection races with) */
+		DXL_DEBUG("fabric tcp: more than %d abandoned connections to %s: "
+			  "forgetting connection %llu", TCP_HS_MAX_KILL, key,
+			  (unsigned long long)a->ids[0]);
+		memmove(a->ids, a->ids + 1, (a->n - 1) * sizeof(a->ids[0]));
+		a->n--;
+	}
+	a->ids[a->n++] = id;
+	pthread_mutex_unlock(&tf->ab_lock);
+}
+
+uint32_t tcp_abandon_take(struct tcp_fab *tf, const char *key, uint64_t *ids)
+{
+	pthread_mutex_lock(&tf->ab_lock);
+	struct tcp_abandon *a = ab_find(tf, key);
+	uint32_t n = a ? a->n : 0;
+	if (n)
+		memcpy(ids, a->ids, n * sizeof(*ids));
+	pthread_mutex_unlock(&tf->ab_lock);
+	return n;
+}
+
+void tcp_abandon_done(struct tcp_fab *tf, const char *key, const uint64_t *ids,
+		      uint32_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&tf->ab_lock);
+	struct tcp_abandon *a = ab_find(tf, key);
+	if (a) {
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < a->n; i++) {
+			bool sent = false;
+			for (uint32_t j = 0; j < n && !sent; j++)
+				sent = a->ids[i] == ids[j];
+			if (!sent) /* noted by another thread meanwhile */
+				a->ids[k++] = a->ids[i];
+		}
+		a->n = k;
+	}
+	pthread_mutex_unlock(&tf->ab_lock);
+}
+
 /* ---- fabric ------------------------------------------------------------------- */
 
 static void tcp_close(struct dxl_fabric *f);
@@ -247,6 +336,16 @@ static int tcp_open(struct dxl_fabric *f)
 	tf->lfd = tf->ep = tf->kick_fd = tf->pf_fd = -1;
 	pthread_mutex_init(&tf->mr_lock, NULL);
 	pthread_mutex_init(&tf->pf_lock, NULL);
+	pthread_mutex_init(&tf->ab_lock, NULL);
+	while (!tf->nonce) {
+		if (getrandom(&tf->nonce, sizeof(tf->nonce), GRND_NONBLOCK) !=
+		    (ssize_t)sizeof(tf->nonce)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			tf->nonce = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
+				    ((uint64_t)getpid() << 16) ^ (uintptr_t)tf;
+		}
+	}
 	atomic_init(&tf->stop, false);
 	atomic_init(&tf->pf_dead, false);
 	atomic_init(&tf->nparked, 0);
@@ -312,6 +411,8 @@ static void tcp_close(struct dxl_fabric *f)
 	tcp_pf_fini(tf);
 	pthread_mutex_destroy(&tf->mr_lock);
 	pthread_mutex_destroy(&tf->pf_lock);
+	pthread_mutex_destroy(&tf->ab_lock);
+	free(tf->ab);
 	free(tf);
 	f->prov = NULL;
 }
@@ -324,6 +425,7 @@ const struct dxl_fabric_ops dxl_fabric_tcp_ops = {
 	.mr_dereg = tcp_mr_dereg,
 	.mr_mark_durable = tcp_pf_mark_durable,
 	.power_fail = tcp_pf_power_fail,
+	.power_fail_arm = tcp_pf_arm_request,
 	.pending_lines = tcp_pf_pending_lines,
 	.ctx_new = tcp_ctx_new,
 	.ctx_delete = tcp_ctx_delete,
@@ -333,4 +435,5 @@ const struct dxl_fabric_ops dxl_fabric_tcp_ops = {
 	.post_recv = tcp_post_recv,
 	.poll = tcp_poll,
 	.wait = tcp_wait,
+	.qp_count = tcp_qp_count,
 };

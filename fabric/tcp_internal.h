@@ -103,6 +103,14 @@ struct tcp_pf_journal {
 	size_t n;  /* lines */
 };
 
+/* an armed power failure: strikes after `steps` NIC steps or `idle_ms` */
+struct tcp_pf_arm {
+	enum dxl_pf_policy policy;
+	uint64_t seed;
+	uint32_t steps;
+	uint32_t idle_ms;
+};
+
 /* per-conn list of lines it dirtied (NIC thread only) */
 struct tcp_pf_dirty {
 	uintptr_t *v;
@@ -139,6 +147,12 @@ struct tcp_conn {
 
 	_Atomic uint64_t last_rx_ns; /* when bytes were last received */
 
+	/* active only (owner): "ip:port" of the target, the key of the
+	 * abandoned-connection list (tcp_abandon_*); the target closed first
+	 * (EOF or reset seen): nothing of ours is left to discard there */
+	char key[DXL_FABRIC_ADDR_MAX];
+	bool peer_eof;
+
 	/* NIC thread only (passive) */
 	enum tcp_conn_state state;
 	struct tcp_buf in;
@@ -147,11 +161,19 @@ struct tcp_conn {
 	bool parked;          /* a SEND waits for a receive buffer */
 	bool out_blocked;     /* output over TCP_OUT_HIGH */
 	uint32_t peer_node;   /* node id from the handshake */
+	uint64_t peer_nonce;  /* the initiator fabric's identity (handshake) */
+	uint64_t peer_conn;   /* its id for this connection (handshake) */
+	/* the initiator abandoned the connection (reset it: it completed its
+	 * outstanding requests in error): what we have not executed of it is
+	 * discarded, never executed (docs/fabric-tcp.md "Failures") */
+	bool peer_reset;
+	uint64_t alive_ns;    /* when the connection was last seen not reset */
 	/* WRITE being received */
 	bool w_active, w_ok;
 	uint8_t w_flags;
 	uint32_t w_seq, w_rkey, w_left;
 	uint64_t w_addr;
+	uint64_t w_line; /* armed power failure: last line of it counted */
 	struct tcp_pf_dirty dirty;
 	struct tcp_conn *next, *prev; /* in the NIC's list */
 	struct tcp_conn *closed_next;
@@ -199,6 +221,9 @@ struct tcp_qp {
 	uint8_t rx_atomic[8];
 	bool parked;           /* a SEND waits for a receive buffer */
 	uint64_t park_deadline;
+	/* passive: a RECV completion named it (the user knows it); until
+	 * then the provider frees it by itself once it is down */
+	bool seen;
 };
 
 struct tcp_srq_ent {
@@ -235,6 +260,8 @@ struct tcp_ctx {
 	uint32_t cq_cap, cq_head, cq_n;
 	uint64_t next_scan_ns;
 	uint32_t n_parked; /* active QPs parked on an empty SRQ */
+	uint32_t n_qps;    /* in qps (active and passive) */
+	bool reap;         /* an unseen passive QP went down: free it */
 	bool retry_parked; /* an active QP is parked and a buffer came */
 	struct tcp_ev *evs_tmp;
 	size_t evs_tmp_cap;
@@ -280,6 +307,24 @@ struct tcp_fab {
 	struct tcp_persist_pend *pend;
 	size_t npend, cappend;
 	atomic_bool pf_dead; /* power failed: execute nothing more */
+	/* a power failure that strikes after some steps (tcp_pf.c): a
+	 * request from another thread (under pf_lock, then pf_fd), taken by
+	 * the NIC thread, which alone counts the steps */
+	bool pf_req;                 /* under pf_lock */
+	struct tcp_pf_arm pf_req_arm; /* under pf_lock */
+	atomic_bool pf_armed_ack;    /* the NIC took the request */
+	bool pf_armed;               /* NIC thread only, from here on */
+	struct tcp_pf_arm pf_arm;
+	uint64_t pf_deadline_ns;
+	uint64_t pf_rng;             /* lines placed at a strike inside a WRITE */
+
+	/* this fabric's identity in handshakes (random, != 0) */
+	uint64_t nonce;
+	/* connections we closed, by target address, until a handshake has
+	 * told that target to discard them (tcp.c, under ab_lock) */
+	pthread_mutex_t ab_lock;
+	struct tcp_abandon *ab;
+	size_t nab, capab;
 
 	/* NIC thread only */
 	struct tcp_conn *conns;
@@ -294,9 +339,38 @@ struct tcp_fab {
 struct tcp_conn *tcp_conn_new(struct tcp_fab *tf, int fd, bool passive);
 int tcp_set_sockopts(int fd);
 
+/*
+ * The abandoned-connection lists (any owner thread; they take ab_lock).
+ * tcp_abandon_note -- we closed active connection `id` to the target `key`
+ * ("ip:port") while the target may still hold requests of it. A list keeps
+ * the TCP_HS_MAX_KILL newest ids.
+ * tcp_abandon_take -- copy up to TCP_HS_MAX_KILL ids noted for key (for a
+ * handshake); returns how many.
+ * tcp_abandon_done -- the target has discarded those: forget them.
+ */
+struct tcp_abandon {
+	char key[DXL_FABRIC_ADDR_MAX];
+	uint32_t n;
+	uint64_t ids[TCP_HS_MAX_KILL];
+};
+void tcp_abandon_note(struct tcp_fab *tf, const char *key, uint64_t id);
+uint32_t tcp_abandon_take(struct tcp_fab *tf, const char *key, uint64_t *ids);
+void tcp_abandon_done(struct tcp_fab *tf, const char *key, const uint64_t *ids,
+		      uint32_t n);
+
 /* ---- tcp_nic.c ---- */
 void *tcp_nic_main(void *arg);
 void tcp_nic_kick(struct tcp_fab *tf);
+/*
+ * tcp_dma_read -- copy [src, src+len) the way a NIC's DMA sees memory: each
+ * 64-byte line as it was at one moment (copied, compared with memory,
+ * copied again on a difference). A line still changing after max_tries
+ * copies makes it return false: the READ fails rather than return bytes
+ * that were never in memory together. Exposed for the unit test.
+ */
+bool tcp_dma_read(uint8_t *dst, const uint8_t *src, size_t len,
+		  unsigned max_tries);
+#define TCP_DMA_TRIES 4096 /* NIC READs: about 0.1 ms of a line rewritten non-stop */
 
 /* ---- tcp_qp.c ---- */
 int tcp_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out);
@@ -309,6 +383,7 @@ int tcp_post_recv(struct dxl_ctx *bc, void *buf, uint32_t len, uint32_t lkey,
 		  uint64_t wr_id);
 int tcp_poll(struct dxl_ctx *bc, struct dxl_wc *wc, int n);
 int tcp_wait(struct dxl_ctx *bc, int timeout_ms);
+uint32_t tcp_qp_count(struct dxl_ctx *bc);
 /* tcp_qp_new_passive -- the NIC's QP object for an accepted connection */
 struct tcp_qp *tcp_qp_new_passive(struct tcp_ctx *c, struct tcp_conn *conn,
 				  uint32_t remote_node, uint32_t remote_ctx);
@@ -368,15 +443,55 @@ bool tcp_few_cpus(void);
 
 /* tcp_pf_persist_locked -- a flush READ on conn: note the ranges conn
  * wrote in regions with a persist function (coalesced), to run with
- * tcp_pf_run_persist before the READ's answer leaves (NIC thread) */
+ * tcp_pf_run_persist before the READ's answer leaves (NIC thread; caller
+ * holds tf->mr_lock and tf->pf_lock) */
 void tcp_pf_persist_locked(struct tcp_fab *tf, struct tcp_conn *conn);
 /* tcp_pf_run_persist -- run and forget the noted persist ranges, merging
- * overlapping ones: one msync for many appends (group commit) */
+ * overlapping ones: one msync for many appends (group commit). Caller
+ * holds tf->mr_lock: a region being deregistered waits for it (or drains
+ * its ranges itself, tcp_pf_drain_persist_locked) */
 void tcp_pf_run_persist(struct tcp_fab *tf);
+/*
+ * tcp_pf_drain_persist_locked -- mr is being deregistered: run now, and
+ * forget, the noted persist ranges that lie in it, so that no persist
+ * function of the region runs after dxl_mr_dereg returns. Caller holds
+ * tf->mr_lock (as does every user of the noted ranges).
+ */
+void tcp_pf_drain_persist_locked(struct tcp_fab *tf, const struct dxl_mr *mr);
 /* tcp_pf_flush_locked -- a READ on conn executed: its writes are durable */
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn);
 void tcp_pf_drop_range(struct tcp_fab *tf, uintptr_t addr, size_t len);
 void tcp_pf_mark_durable(struct dxl_mr *mr, const void *addr, size_t len);
+/*
+ * The armed power failure (NIC thread): tcp_pf_take_arm takes a pending
+ * request or, for the pf_signal, arms with cfg's policy and seed (steps
+ * below TCP_PF_WINDOW, from the seed; TCP_PF_IDLE_MS). tcp_pf_tick counts
+ * one step and returns true when the failure strikes at it; the failure
+ * also strikes once no step came for idle_ms. tcp_pf_strike
+ * fails the power with what was placed until now (never returns);
+ * pf_locked: the caller holds pf_lock. tcp_pf_coin draws the seeded coin
+ * that decides whether a line of a struck WRITE was placed.
+ */
+#define TCP_PF_WINDOW DXL_PF_STRIKE_WINDOW
+#define TCP_PF_IDLE_MS DXL_PF_IDLE_MS
+void tcp_pf_take_arm(struct tcp_fab *tf);
+static inline bool tcp_pf_tick(struct tcp_fab *tf)
+{
+	if (!tf->pf_armed)
+		return false;
+	if (!tf->pf_arm.steps)
+		return true;
+	tf->pf_arm.steps--;
+	/* idle_ms counts from the last step: under slow traffic it still
+	 * strikes in the traffic, at its step */
+	tf->pf_deadline_ns = dxl_now_ns() + (uint64_t)tf->pf_arm.idle_ms * 1000000ull;
+	return false;
+}
+bool tcp_pf_coin(struct tcp_fab *tf);
+void tcp_pf_strike(struct tcp_fab *tf, const char *where, bool pf_locked,
+		   uint32_t write_lines, uint32_t placed);
+int tcp_pf_arm_request(struct dxl_fabric *f, enum dxl_pf_policy p,
+		       uint64_t seed, uint32_t steps, uint32_t idle_ms);
 int tcp_pf_power_fail(struct dxl_fabric *f, enum dxl_pf_policy p,
 		      uint64_t seed);
 size_t tcp_pf_pending_lines(struct dxl_fabric *f);

@@ -13,8 +13,9 @@
  * never used. lkey == rkey.
  *
  * The table is a chained hash map under tf->mr_lock. The NIC thread holds
- * the lock while it reads or writes a region's memory, so once
- * dxl_mr_dereg returns no remote access touches the memory any more.
+ * the lock while it reads or writes a region's memory and while it runs a
+ * region's persist function, so once dxl_mr_dereg returns no remote access
+ * touches the memory and no persist function of it runs any more.
  */
 
 static uint32_t mix32(uint32_t x)
@@ -139,6 +140,10 @@ void tcp_mr_dereg(struct dxl_mr *mr)
 			break;
 		}
 	}
+	/* persist ranges that flush READs noted in the region run now (the
+	 * NIC thread runs them under mr_lock too): none runs after we return */
+	if (mr->persist_fn)
+		tcp_pf_drain_persist_locked(tf, mr);
 	pthread_mutex_unlock(&tf->mr_lock);
 	mr->prov = NULL;
 	/* its un-flushed lines can no longer be restored (the memory may go) */

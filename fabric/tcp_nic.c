@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -132,7 +133,8 @@ static void nic_accept(struct tcp_fab *tf)
 		conn->epfd = tf->ep;
 		conn->want_in = true;
 		conn->ep_mask = EPOLLIN;
-		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = conn};
+		conn->alive_ns = dxl_now_ns();
+		struct epoll_event ev = {.events = conn->ep_mask, .data.ptr = conn};
 		if (epoll_ctl(tf->ep, EPOLL_CTL_ADD, fd, &ev)) {
 			DXL_WARN("fabric tcp: epoll_ctl ADD: %s", strerror(errno));
 			tcp_conn_put(conn);
@@ -185,8 +187,12 @@ static int nic_flush(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	int ret = 0;
 	/* group commit: the flush READs staged below promise durability; make
-	 * good on all of them at once before any of their answers leaves */
+	 * good on all of them at once before any of their answers leaves
+	 * (under mr_lock, as every use of the noted ranges: a region
+	 * deregistered meanwhile ran its own) */
+	pthread_mutex_lock(&tf->mr_lock);
 	tcp_pf_run_persist(tf);
+	pthread_mutex_unlock(&tf->mr_lock);
 	pthread_mutex_lock(&conn->mu);
 	if (conn->fd < 0) {
 		tcp_buf_consume(&tf->stage, tf->stage.len);
@@ -233,30 +239,37 @@ static int nic_flush(struct tcp_fab *tf, struct tcp_conn *conn)
 /* ---- one-sided requests ----------------------------------------------------- */
 
 /*
- * dma_read -- copy a READ's bytes the way a NIC's DMA sees memory: each
+ * tcp_dma_read -- copy a READ's bytes the way a NIC's DMA sees memory: each
  * 64-byte cache line at one moment (a PCIe read of a line is served
  * coherently), not byte by byte while the owner's CPU writes it. A line is
  * copied, then compared with memory; a difference means a store landed
- * during the copy, and the line is copied again (bounded: a line rewritten
- * non-stop for 64 tries is taken as last copied). Readers that check
- * per-line versions (docs/engine.md) rely on this; a plain memcpy let torn
- * records through (measured: 3 in 360000 READs racing a CPU writer).
+ * during the copy, and the line is copied again. Equal copies are the line
+ * at one moment (readers that check per-line versions, docs/engine.md, rely
+ * on it: a plain memcpy let torn records through, 3 in 360000 READs racing
+ * a CPU writer). A line that never stays still for max_tries copies fails
+ * the copy: bytes that were never in memory together are never returned.
  */
-static void dma_read(uint8_t *dst, const uint8_t *src, size_t len)
+bool tcp_dma_read(uint8_t *dst, const uint8_t *src, size_t len,
+		  unsigned max_tries)
 {
 	while (len) {
 		size_t seg = 64 - ((uintptr_t)src & 63);
 		if (seg > len)
 			seg = len;
-		for (int tries = 0; tries < 64; tries++) {
+		bool same = false;
+		for (unsigned tries = 0; tries < max_tries && !same; tries++) {
+			if (tries >= 64)
+				dxl_cpu_relax(); /* let the writer finish its line */
 			memcpy(dst, src, seg);
-			if (memcmp(dst, src, seg) == 0)
-				break;
+			same = memcmp(dst, src, seg) == 0;
 		}
+		if (!same)
+			return false;
 		dst += seg;
 		src += seg;
 		len -= seg;
 	}
+	return true;
 }
 
 static void nic_read(struct tcp_fab *tf, struct tcp_conn *conn,
@@ -267,31 +280,42 @@ static void nic_read(struct tcp_fab *tf, struct tcp_conn *conn,
 		nic_fail(tf, conn, TCP_OP_READ, fr->seq, TCP_ST_ACCESS);
 		return;
 	}
-	bool ok = true;
+	bool ok = true, copied = true;
 	uint8_t *dst = tcp_buf_tail(&tf->stage) + TCP_FRAME_SIZE;
+	pthread_mutex_lock(&tf->mr_lock);
 	/* a zero-length READ checks no rkey (as in IB) but still flushes */
 	if (fr->len) {
-		pthread_mutex_lock(&tf->mr_lock);
 		ok = tcp_mr_find_locked(tf, fr->rkey, fr->raddr, fr->len,
 					DXL_MR_REMOTE_READ) != NULL;
 		if (ok) {
 			TCP_DMA_BEGIN();
-			dma_read(dst, (const uint8_t *)(uintptr_t)fr->raddr, fr->len);
+			copied = tcp_dma_read(dst, (const uint8_t *)(uintptr_t)fr->raddr,
+					      fr->len, TCP_DMA_TRIES);
 			TCP_DMA_END();
 		}
-		pthread_mutex_unlock(&tf->mr_lock);
 	}
-	if (!ok) {
-		nic_fail(tf, conn, TCP_OP_READ, fr->seq, TCP_ST_ACCESS);
-		return;
-	}
-	if (conn->dirty.n) {
+	if (ok && copied && conn->dirty.n) {
 		/* H9 (000 L665-675): this READ flushes the QP's earlier WRITEs;
-		 * done before the answer leaves, so its completion implies it */
+		 * done before the answer leaves, so its completion implies it
+		 * (the persist ranges are noted under mr_lock: dereg drains
+		 * them) */
 		pthread_mutex_lock(&tf->pf_lock);
 		tcp_pf_persist_locked(tf, conn);
 		tcp_pf_flush_locked(tf, conn);
 		pthread_mutex_unlock(&tf->pf_lock);
+	}
+	pthread_mutex_unlock(&tf->mr_lock);
+	if (!ok) {
+		nic_fail(tf, conn, TCP_OP_READ, fr->seq, TCP_ST_ACCESS);
+		return;
+	}
+	if (!copied) {
+		DXL_WARN("fabric tcp: READ of %u bytes at %#llx from node %u: a "
+			 "line kept changing for %u copies: READ failed",
+			 fr->len, (unsigned long long)fr->raddr, conn->peer_node,
+			 TCP_DMA_TRIES);
+		nic_fail(tf, conn, TCP_OP_READ, fr->seq, TCP_ST_OPERR);
+		return;
 	}
 	stage_resp(tf, TCP_OP_READ, fr->seq, TCP_ST_OK, fr->len);
 }
@@ -303,6 +327,11 @@ static void nic_atomic(struct tcp_fab *tf, struct tcp_conn *conn,
 	bool ok = false;
 	if (!(fr->raddr & 7)) {
 		pthread_mutex_lock(&tf->mr_lock);
+		/* a flush READ before this atomic on the same QP promised
+		 * durability: keep it before the atomic executes, since an
+		 * atomic is what tells others (an unlock after a write-back:
+		 * lock word free => the record is durable; docs/engine.md) */
+		tcp_pf_run_persist(tf);
 		struct dxl_mr *mr = tcp_mr_find_locked(tf, fr->rkey, fr->raddr, 8,
 						       DXL_MR_REMOTE_ATOMIC);
 		if (mr) {
@@ -361,6 +390,7 @@ static void nic_write_begin(struct tcp_fab *tf, struct tcp_conn *conn,
 	conn->w_left = fr->len;
 	conn->w_ok = true;
 	conn->w_active = true;
+	conn->w_line = UINT64_MAX;
 	if (!fr->len) { /* zero length: no rkey check, nothing placed */
 		nic_write_end(tf, conn);
 		return;
@@ -370,6 +400,55 @@ static void nic_write_begin(struct tcp_fab *tf, struct tcp_conn *conn,
 	conn->w_ok = tcp_mr_find_locked(tf, fr->rkey, fr->raddr, fr->len,
 					DXL_MR_REMOTE_WRITE) != NULL;
 	pthread_mutex_unlock(&tf->mr_lock);
+}
+
+/*
+ * place_armed -- place n arrived bytes of conn's WRITE into persistent mr
+ * while a power failure is armed: line by line, each line a step
+ * (tcp_pf_tick) counted once per WRITE (a line split over two pieces
+ * counts once). When it strikes at a line, each remaining line of this
+ * piece is placed or not by a seeded coin, then the power fails. Caller
+ * holds mr_lock and pf_lock. A journal without memory refuses the WRITE.
+ */
+static void place_armed(struct tcp_fab *tf, struct tcp_conn *conn,
+			struct dxl_mr *mr, size_t n)
+{
+	const uint8_t *src = tcp_buf_data(&conn->in);
+	uint64_t addr = conn->w_addr, end = conn->w_addr + n;
+	while (addr < end) {
+		uint64_t line = addr & ~63ull;
+		uint64_t seg = DXL_MIN(end, line + 64) - addr;
+		if (line != conn->w_line) {
+			conn->w_line = line;
+			if (tcp_pf_tick(tf)) {
+				uint32_t lines = 0, placed = 0;
+				for (; addr < end; addr = line + 64, line = addr) {
+					seg = DXL_MIN(end, line + 64) - addr;
+					lines++;
+					if (!tcp_pf_coin(tf) ||
+					    tcp_pf_before_write_locked(tf, conn, mr,
+								       addr, seg))
+						continue;
+					TCP_DMA_BEGIN();
+					memcpy((void *)(uintptr_t)addr,
+					       src + (addr - conn->w_addr), seg);
+					TCP_DMA_END();
+					placed++;
+				}
+				tcp_pf_strike(tf, "inside", true, lines, placed);
+			}
+		}
+		if (tcp_pf_before_write_locked(tf, conn, mr, addr, seg)) {
+			DXL_WARN("fabric tcp: no memory for the power-failure "
+				 "journal: WRITE refused");
+			conn->w_ok = false;
+			return;
+		}
+		TCP_DMA_BEGIN();
+		memcpy((void *)(uintptr_t)addr, src + (addr - conn->w_addr), seg);
+		TCP_DMA_END();
+		addr += seg;
+	}
 }
 
 /*
@@ -392,8 +471,11 @@ static bool nic_write_payload(struct tcp_fab *tf, struct tcp_conn *conn)
 			conn->w_ok = false;
 		} else if (mr->access & DXL_MR_PERSISTENT) {
 			pthread_mutex_lock(&tf->pf_lock);
-			if (tcp_pf_before_write_locked(tf, conn, mr, conn->w_addr,
-						       n)) {
+			if (tf->pf_armed) {
+				/* never returns if the power fails in it */
+				place_armed(tf, conn, mr, n);
+			} else if (tcp_pf_before_write_locked(tf, conn, mr,
+							      conn->w_addr, n)) {
 				DXL_WARN("fabric tcp: no memory for the power-failure "
 					 "journal: WRITE refused");
 				conn->w_ok = false;
@@ -455,6 +537,11 @@ static bool nic_send(struct tcp_fab *tf, struct tcp_conn *conn,
 	const uint8_t *payload = tcp_buf_data(&conn->in) + TCP_FRAME_SIZE;
 	bool detached = false, too_big = false;
 	struct tcp_srq_ent ent;
+	/* as for atomics: a message may announce what a flush READ before it
+	 * made durable */
+	pthread_mutex_lock(&tf->mr_lock);
+	tcp_pf_run_persist(tf);
+	pthread_mutex_unlock(&tf->mr_lock);
 	/* conn->mu keeps the ctx, its QP and its buffers alive: ctx and QP
 	 * teardown detach the connection under it */
 	pthread_mutex_lock(&conn->mu);
@@ -567,9 +654,44 @@ enum parse_stop {
 	PARSE_STAGED, /* the stage is full: flush and go on */
 };
 
+/* the initiator has reset the socket (an error is pending on it), whatever
+ * data is still unread before the reset */
+static bool sock_reset(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = 0};
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLNVAL));
+}
+
+/*
+ * Before executing input that may have waited (a parked SEND, a stalled
+ * NIC thread, a connection not read while its output was blocked): has the
+ * initiator abandoned the connection? An initiator that fails a QP with
+ * requests outstanding resets it (tcp_qp.c conn_down) after completing
+ * them FLUSHED or PEER_UNREACHABLE: they must not execute after that. The
+ * epoll events tell for fresh input (EPOLLERR); this syscall runs only when
+ * the last such sign is older than timeout_ms/4.
+ */
+static bool nic_not_reset(struct tcp_fab *tf, struct tcp_conn *conn)
+{
+	if (conn->peer_reset)
+		return false;
+	uint64_t now = dxl_now_ns();
+	if (now - conn->alive_ns < timeout_ns(tf) / 4)
+		return true;
+	if (conn->fd >= 0 && sock_reset(conn->fd)) {
+		conn->peer_reset = true;
+		return false;
+	}
+	conn->alive_ns = now;
+	return true;
+}
+
 static enum parse_stop nic_parse(struct tcp_fab *tf, struct tcp_conn *conn)
 {
+	unsigned n = 0;
 	while (conn->state == TCP_CONN_OPEN && !conn->parked) {
+		if ((n++ & 63) == 0 && !nic_not_reset(tf, conn))
+			return PARSE_INPUT; /* the caller closes it */
 		if (atomic_load_explicit(&tf->pf_dead, memory_order_relaxed))
 			return PARSE_INPUT; /* power failed: execute nothing */
 		if (tf->stage.len >= TCP_OUT_HIGH)
@@ -601,6 +723,8 @@ static enum parse_stop nic_parse(struct tcp_fab *tf, struct tcp_conn *conn)
 				}
 				return PARSE_INPUT;
 			}
+			if (conn->dirty.n && tcp_pf_tick(tf))
+				tcp_pf_strike(tf, "between requests", false, 0, 0);
 			if (!nic_send(tf, conn, &fr))
 				return PARSE_INPUT; /* parked */
 			continue;
@@ -610,6 +734,12 @@ static enum parse_stop nic_parse(struct tcp_fab *tf, struct tcp_conn *conn)
 			nic_resp(conn, &fr);
 			continue;
 		}
+		/* an armed power failure may strike before any request of a QP
+		 * with un-flushed lines: e.g. between a record's WRITE and its
+		 * flush READ. (Before a request of a QP with none, a strike
+		 * would find what the next counted step finds: not counted) */
+		if (conn->dirty.n && tcp_pf_tick(tf))
+			tcp_pf_strike(tf, "between requests", false, 0, 0);
 		conn->rx_seq++;
 		switch (fr.op) {
 		case TCP_OP_READ:
@@ -626,19 +756,66 @@ static enum parse_stop nic_parse(struct tcp_fab *tf, struct tcp_conn *conn)
 	return PARSE_INPUT;
 }
 
+/*
+ * The initiator (nonce) has closed its connection `id` to us: if we still
+ * serve it, close it now, its unexecuted requests discarded (those in our
+ * input buffer and those still in the socket), before its initiator's new
+ * connection is answered.
+ */
+static void nic_kill(struct tcp_fab *tf, const struct tcp_conn *by,
+		     uint64_t nonce, uint64_t id)
+{
+	struct tcp_conn *next;
+	for (struct tcp_conn *c = tf->conns; c; c = next) {
+		next = c->next;
+		if (c == by || c->peer_nonce != nonce || c->peer_conn != id)
+			continue;
+		DXL_DEBUG("fabric tcp: connection %llu of node %u abandoned by its "
+			  "initiator: %zu bytes of input discarded",
+			  (unsigned long long)c->id, c->peer_node, c->in.len);
+		nic_close(tf, c, "abandoned by its initiator");
+	}
+}
+
 static void nic_handshake(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	if (conn->in.len < TCP_HS_SIZE)
 		return;
 	struct dxl_fabric *f = tf->f;
 	struct tcp_hs h;
-	tcp_hs_decode(tcp_buf_data(&conn->in), &h);
-	tcp_buf_consume(&conn->in, TCP_HS_SIZE);
+	const uint8_t *p = tcp_buf_data(&conn->in);
+	tcp_hs_decode(p, &h);
 	if (h.magic != TCP_MAGIC) {
 		DXL_WARN("fabric tcp: connection with a bad handshake (magic "
 			 "0x%08x): closed", h.magic);
 		nic_close(tf, conn, "bad handshake magic");
 		return;
+	}
+	if (h.version == TCP_VERSION) {
+		if (conn->in.len < TCP_HS_REQ_SIZE)
+			return;
+		tcp_hs_req_decode(p, &h);
+		if (!h.nonce || !h.conn || h.nkill > TCP_HS_MAX_KILL) {
+			DXL_WARN("fabric tcp: handshake of node %u with nonce %#llx, "
+				 "connection %llu, %u abandoned: closed", h.node,
+				 (unsigned long long)h.nonce,
+				 (unsigned long long)h.conn, h.nkill);
+			nic_close(tf, conn, "bad handshake");
+			return;
+		}
+		size_t need = TCP_HS_REQ_SIZE + 8 * (size_t)h.nkill;
+		if (conn->in.len < need)
+			return;
+		/* fence first: nothing of an abandoned connection executes
+		 * after this connection exists */
+		for (uint32_t i = 0; i < h.nkill; i++)
+			nic_kill(tf, conn, h.nonce,
+				 dxl_get_le64(p + TCP_HS_REQ_SIZE + 8 * (size_t)i));
+		conn->peer_nonce = h.nonce;
+		conn->peer_conn = h.conn;
+		tcp_buf_consume(&conn->in, need);
+	} else {
+		tcp_buf_consume(&conn->in, TCP_HS_SIZE);
 	}
 	conn->peer_node = h.node;
 	struct tcp_hs r = {.magic = TCP_MAGIC, .version = TCP_VERSION,
@@ -718,11 +895,23 @@ static void nic_service(struct tcp_fab *tf, struct tcp_conn *conn,
 			atomic_store_explicit(&conn->last_rx_ns, dxl_now_ns(),
 					      memory_order_relaxed);
 		} else if (n == 0) {
-			eof = true;
+			eof = true; /* an orderly close: what came before runs */
 		} else if (errno != EAGAIN && errno != EWOULDBLOCK &&
 			   errno != EINTR) {
-			eof = true;
+			conn->peer_reset = true;
 		}
+	}
+	if (conn->peer_reset) {
+		/* the initiator abandoned the connection: it completed what we
+		 * have not executed as FLUSHED or PEER_UNREACHABLE, so that
+		 * never runs */
+		if (conn->in.len || conn->w_active)
+			DXL_DEBUG("fabric tcp: connection %llu of node %u reset by "
+				  "its initiator: %zu unexecuted bytes discarded",
+				  (unsigned long long)conn->id, conn->peer_node,
+				  conn->in.len);
+		nic_close(tf, conn, "reset by the initiator");
+		return;
 	}
 	if (conn->state == TCP_CONN_HS)
 		nic_handshake(tf, conn);
@@ -734,6 +923,13 @@ static void nic_service(struct tcp_fab *tf, struct tcp_conn *conn,
 			st = nic_parse(tf, conn);
 		if (conn->state == TCP_CONN_CLOSED) {
 			tcp_buf_consume(&tf->stage, tf->stage.len);
+			return;
+		}
+		if (conn->peer_reset) {
+			/* answers of what ran before nobody reads; the rest of
+			 * the input never runs */
+			tcp_buf_consume(&tf->stage, tf->stage.len);
+			nic_close(tf, conn, "reset by the initiator");
 			return;
 		}
 		if (nic_flush(tf, conn)) {
@@ -877,15 +1073,24 @@ void *tcp_nic_main(void *arg)
 				drain_fd(tf->kick_fd);
 				nic_retry_parked(tf);
 			} else if (p == &tf->pf_fd) {
+				/* the pf_signal or dxl_fabric_power_fail_arm */
 				drain_fd(tf->pf_fd);
-				tcp_pf_power_fail(tf->f, cfg->pf_policy, cfg->pf_seed);
+				tcp_pf_take_arm(tf);
 			} else {
 				struct tcp_conn *conn = p;
 				if (conn->state == TCP_CONN_CLOSED)
 					continue;
+				/* a reset (the initiator abandoned the QP) is
+				 * known before any of its input is read: what
+				 * it has not had executed stays unexecuted */
+				if (e & EPOLLERR)
+					conn->peer_reset = true;
+				else if (e & EPOLLIN)
+					conn->alive_ns = now;
 				if (e & EPOLLOUT)
 					nic_service(tf, conn, false);
-				if (e & (EPOLLIN | EPOLLHUP | EPOLLERR))
+				if (conn->state != TCP_CONN_CLOSED &&
+				    (e & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 					nic_service(tf, conn, true);
 				if ((e & (EPOLLHUP | EPOLLERR)) &&
 				    conn->state != TCP_CONN_CLOSED && !conn->want_in)
@@ -897,7 +1102,11 @@ void *tcp_nic_main(void *arg)
 			pthread_mutex_lock(&tf->pf_lock);
 			pthread_mutex_unlock(&tf->pf_lock);
 		}
+		if (tf->pf_armed && now >= tf->pf_deadline_ns)
+			tcp_pf_strike(tf, "idle", false, 0, 0);
 		next_dl = nic_deadlines(tf, now);
+		if (tf->pf_armed)
+			next_dl = DXL_MIN(next_dl, tf->pf_deadline_ns);
 		if (tf->accept_resume_ns) {
 			if (now >= tf->accept_resume_ns) {
 				struct epoll_event ev = {.events = EPOLLIN,

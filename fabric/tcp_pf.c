@@ -1,6 +1,8 @@
 /* tcp_pf.c -- the power-failure model: a journal of un-flushed 64-byte lines */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -241,6 +243,26 @@ void tcp_pf_run_persist(struct tcp_fab *tf)
 	tf->npend = 0;
 }
 
+void tcp_pf_drain_persist_locked(struct tcp_fab *tf, const struct dxl_mr *mr)
+{
+	uintptr_t base = (uintptr_t)mr->addr, end = base + mr->len;
+	size_t k = 0;
+	if (!tf->npend)
+		return;
+	for (size_t i = 0; i < tf->npend; i++) {
+		struct tcp_persist_pend p = tf->pend[i];
+		if (p.fn == mr->persist_fn && p.arg == mr->persist_arg &&
+		    p.lo >= base && p.hi <= end) {
+			/* a flush READ promised it: keep the promise now, while
+			 * the region is still there */
+			p.fn(p.arg, (const void *)p.lo, p.hi - p.lo);
+			continue;
+		}
+		tf->pend[k++] = p;
+	}
+	tf->npend = k;
+}
+
 void tcp_pf_flush_locked(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	struct tcp_pf_dirty *d = &conn->dirty;
@@ -349,14 +371,43 @@ static size_t pf_apply(struct tcp_pf_line *e, enum dxl_pf_policy p, uint64_t *s)
 
 static const char *const policy_names[] = {"none", "all", "random"};
 
-int tcp_pf_power_fail(struct dxl_fabric *f, enum dxl_pf_policy p,
-		      uint64_t seed)
+/*
+ * DXL_FABRIC_PF_REPORT=FILE: one line per power failure appended to FILE, so
+ * that crash tests can count what their failures really did (the process
+ * is gone right after). Written with one write(2) of O_APPEND.
+ */
+static void pf_report(struct dxl_fabric *f, enum dxl_pf_policy p, uint64_t seed,
+		      size_t lost, size_t n, const char *where,
+		      uint32_t write_lines, uint32_t placed)
 {
-	struct tcp_fab *tf = f->prov;
-	/* from here on the NIC executes nothing (it checks pf_dead), and what
-	 * it is executing on persistent memory finishes before we get the lock */
-	atomic_store(&tf->pf_dead, true);
-	pthread_mutex_lock(&tf->pf_lock); /* never released: we die holding it */
+	const char *path = getenv("DXL_FABRIC_PF_REPORT");
+	if (!path || !*path)
+		return;
+	char line[256];
+	int len = snprintf(line, sizeof(line),
+			   "pf node=%u policy=%s seed=%llu lost=%zu pending=%zu "
+			   "struck=%s write_lines=%u placed=%u\n",
+			   f->cfg.node_id, policy_names[(unsigned)p < 3 ? p : 0],
+			   (unsigned long long)seed, lost, n, where, write_lines,
+			   placed);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	ssize_t w = write(fd, line, (size_t)len);
+	(void)w;
+	close(fd);
+}
+
+/*
+ * pf_fail_locked -- the power failure proper: pf_dead is set and pf_lock
+ * held (never released: the process dies holding it). Restores the lines
+ * the policy picks and raises SIGKILL.
+ */
+static void pf_fail_locked(struct tcp_fab *tf, enum dxl_pf_policy p,
+			   uint64_t seed, const char *where,
+			   uint32_t write_lines, uint32_t placed)
+{
+	struct dxl_fabric *f = tf->f;
 	struct tcp_pf_journal *jr = &tf->jr;
 	struct tcp_pf_line **v = malloc((jr->n ? jr->n : 1) * sizeof(*v));
 	size_t n = 0, lost = 0;
@@ -377,13 +428,103 @@ int tcp_pf_power_fail(struct dxl_fabric *f, enum dxl_pf_policy p,
 				lost += pf_apply(e, p, &s);
 	}
 	DXL_WARN("fabric tcp: simulated power failure of node %u: %zu of %zu "
-		 "un-flushed lines lost (policy %s, seed %llu)",
+		 "un-flushed lines lost (policy %s, seed %llu, struck %s%s)",
 		 f->cfg.node_id, lost, n,
-		 policy_names[(unsigned)p < 3 ? p : 0], (unsigned long long)seed);
+		 policy_names[(unsigned)p < 3 ? p : 0], (unsigned long long)seed,
+		 where, write_lines ? " a WRITE" : "");
+	pf_report(f, p, seed, lost, n, where, write_lines, placed);
 	raise(SIGKILL);
 	for (;;)
 		pause();
+}
+
+int tcp_pf_power_fail(struct dxl_fabric *f, enum dxl_pf_policy p,
+		      uint64_t seed)
+{
+	struct tcp_fab *tf = f->prov;
+	/* from here on the NIC executes nothing (it checks pf_dead), and what
+	 * it is executing on persistent memory finishes before we get the lock */
+	atomic_store(&tf->pf_dead, true);
+	pthread_mutex_lock(&tf->pf_lock); /* never released: we die holding it */
+	pf_fail_locked(tf, p, seed, "now", 0, 0);
 	return 0;
+}
+
+/* ---- the armed power failure (strikes in the middle of the NIC's work) ------ */
+
+/*
+ * Why arm instead of failing at once: a power failure taken between two
+ * batches of the NIC's input finds every chain of the batch executed, its
+ * flush READ included, so nothing is ever lost (an H9 chain arrives in one
+ * message). An armed failure strikes at a step of the NIC's work instead:
+ * before any request (between two requests of one chain: after a record's
+ * WRITE, before its flush READ), or before any 64-byte line of a WRITE
+ * into a persistent region; at a strike inside a WRITE, each remaining
+ * line of the piece at hand is placed or not by a seeded coin (a NIC's
+ * DMA places the lines of a WRITE in any order: 003 §5). Then the policy
+ * picks which un-flushed lines are lost, as for dxl_fabric_power_fail.
+ */
+void tcp_pf_take_arm(struct tcp_fab *tf)
+{
+	const struct dxl_fabric_cfg *cfg = &tf->f->cfg;
+	struct tcp_pf_arm arm;
+	pthread_mutex_lock(&tf->pf_lock);
+	if (tf->pf_req) {
+		arm = tf->pf_req_arm;
+		tf->pf_req = false;
+	} else { /* the signal: cfg's policy and seed, a seeded strike point */
+		uint64_t s = cfg->pf_seed ^ 0x5354524b45ull; /* "STRKE" */
+		arm = (struct tcp_pf_arm){
+			.policy = cfg->pf_policy, .seed = cfg->pf_seed,
+			.steps = (uint32_t)(splitmix64(&s) % TCP_PF_WINDOW),
+			.idle_ms = cfg->pf_idle_ms ? cfg->pf_idle_ms
+						   : TCP_PF_IDLE_MS};
+	}
+	pthread_mutex_unlock(&tf->pf_lock);
+	if (tf->pf_armed)
+		return; /* the first one stands */
+	tf->pf_arm = arm;
+	tf->pf_rng = arm.seed ^ 0x4c494e4553ull; /* "LINES" */
+	tf->pf_deadline_ns = dxl_now_ns() + (uint64_t)arm.idle_ms * 1000000ull;
+	tf->pf_armed = true;
+	atomic_store(&tf->pf_armed_ack, true);
+}
+
+bool tcp_pf_coin(struct tcp_fab *tf)
+{
+	return splitmix64(&tf->pf_rng) & 1;
+}
+
+void tcp_pf_strike(struct tcp_fab *tf, const char *where, bool pf_locked,
+		   uint32_t write_lines, uint32_t placed)
+{
+	atomic_store(&tf->pf_dead, true);
+	if (!pf_locked)
+		pthread_mutex_lock(&tf->pf_lock); /* never released */
+	pf_fail_locked(tf, tf->pf_arm.policy, tf->pf_arm.seed, where,
+		       write_lines, placed);
+}
+
+int tcp_pf_arm_request(struct dxl_fabric *f, enum dxl_pf_policy p,
+		       uint64_t seed, uint32_t steps, uint32_t idle_ms)
+{
+	struct tcp_fab *tf = f->prov;
+	pthread_mutex_lock(&tf->pf_lock);
+	tf->pf_req = true;
+	tf->pf_req_arm = (struct tcp_pf_arm){.policy = p, .seed = seed,
+					     .steps = steps, .idle_ms = idle_ms};
+	pthread_mutex_unlock(&tf->pf_lock);
+	uint64_t one = 1;
+	ssize_t w = write(tf->pf_fd, &one, sizeof(one));
+	(void)w;
+	/* return once the NIC counts steps: what the caller posts next is
+	 * counted (bounded wait: the NIC thread may be gone already) */
+	for (int i = 0; i < 5000 && !atomic_load(&tf->pf_armed_ack); i++)
+		usleep(1000);
+	return atomic_load(&tf->pf_armed_ack)
+		       ? 0
+		       : dxl_err_set(DXL_E_TIMEDOUT,
+				     "power_fail_arm: the NIC thread did not take it");
 }
 
 /* ---- the power-failure signal ---------------------------------------------- */

@@ -1,7 +1,9 @@
 /* tcp_qp.c -- the tcp provider's initiator side: ctx, QPs, post, poll, wait */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <sched.h>
@@ -172,6 +174,7 @@ static void list_add(struct tcp_ctx *c, struct tcp_qp *qp)
 	if (c->qps)
 		c->qps->prev = qp;
 	c->qps = qp;
+	c->n_qps++;
 }
 
 static void list_del(struct tcp_ctx *c, struct tcp_qp *qp)
@@ -183,6 +186,7 @@ static void list_del(struct tcp_ctx *c, struct tcp_qp *qp)
 	if (qp->next)
 		qp->next->prev = qp->prev;
 	qp->next = qp->prev = NULL;
+	c->n_qps--;
 }
 
 static struct tcp_sq_ent *sq_head(struct tcp_qp *qp)
@@ -235,8 +239,15 @@ struct tcp_qp *tcp_qp_new_passive(struct tcp_ctx *c, struct tcp_conn *conn,
 	return qp;
 }
 
-/* close our side of the connection of a failed or deleted QP */
-static void conn_down(struct tcp_ctx *c, struct tcp_qp *qp)
+/*
+ * close our side of the connection of a failed QP. `abandoned`: requests
+ * of ours, completed in error just now, may still wait unexecuted at the
+ * target. They must never execute (docs/fabric-tcp.md "Failures"): an
+ * active connection is then reset, not closed (the target discards the
+ * input of a reset connection), and noted, so that our next handshake with
+ * that target closes it there first should the reset still be on its way.
+ */
+static void conn_down(struct tcp_ctx *c, struct tcp_qp *qp, bool abandoned)
 {
 	struct tcp_conn *conn = qp->conn;
 	pthread_mutex_lock(&conn->mu);
@@ -245,11 +256,20 @@ static void conn_down(struct tcp_ctx *c, struct tcp_qp *qp)
 			/* the NIC thread owns the fd: it sees EOF and closes it */
 			shutdown(conn->fd, SHUT_RDWR);
 		} else {
-			tcp_conn_flush_locked(conn); /* a last error answer */
+			abandoned = abandoned && !conn->peer_eof;
+			if (abandoned) {
+				struct linger l = {.l_onoff = 1, .l_linger = 0};
+				setsockopt(conn->fd, SOL_SOCKET, SO_LINGER, &l,
+					   sizeof(l)); /* close = RST */
+			} else {
+				tcp_conn_flush_locked(conn); /* a last error answer */
+			}
 			epoll_ctl(c->ep, EPOLL_CTL_DEL, conn->fd, NULL);
 			close(conn->fd);
 			conn->fd = -1;
 			c->n_sock--;
+			if (abandoned)
+				tcp_abandon_note(c->tf, conn->key, conn->id);
 		}
 	}
 	pthread_mutex_unlock(&conn->mu);
@@ -278,6 +298,7 @@ static void qp_fail(struct tcp_ctx *c, struct tcp_qp *qp, enum dxl_wc_status st)
 	if (qp->base.state == DXL_QP_ERR)
 		return;
 	qp->base.state = DXL_QP_ERR;
+	bool unfinished = qp->sq_n > 0;
 	while (qp->sq_n) {
 		sq_complete(c, qp, sq_head(qp), st);
 		sq_pop(qp);
@@ -285,7 +306,9 @@ static void qp_fail(struct tcp_ctx *c, struct tcp_qp *qp, enum dxl_wc_status st)
 	}
 	qp_unpark(c, qp);
 	qp->rx_resp = false;
-	conn_down(c, qp);
+	conn_down(c, qp, unfinished);
+	if (qp->base.passive && !qp->seen)
+		c->reap = true; /* nobody knows it: free it (ctx_reap) */
 }
 
 /* ---- answers -------------------------------------------------------------------- */
@@ -532,6 +555,8 @@ static void qp_rx(struct tcp_ctx *c, struct tcp_qp *qp)
 		else if (n > 0)
 			atomic_store_explicit(&conn->last_rx_ns, dxl_now_ns(),
 					      memory_order_relaxed);
+		if (eof)
+			conn->peer_eof = true;
 		qp_parse(c, qp);
 		if (eof) {
 			qp_fail(c, qp, DXL_WC_PEER_UNREACHABLE);
@@ -558,10 +583,12 @@ static void qp_io(struct tcp_ctx *c, struct tcp_qp *qp, uint32_t events)
 		pthread_mutex_unlock(&conn->mu);
 	}
 	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-		if (!qp->parked)
+		if (!qp->parked) {
 			qp_rx(c, qp);
-		else if (events & (EPOLLHUP | EPOLLERR))
+		} else if (events & (EPOLLHUP | EPOLLERR)) {
+			conn->peer_eof = true;
 			qp_fail(c, qp, DXL_WC_PEER_UNREACHABLE);
+		}
 	}
 }
 
@@ -598,6 +625,8 @@ static void ctx_take_inbox(struct tcp_ctx *c)
 		struct tcp_qp *qp = to_qp(ev->wc.qp);
 		switch (ev->type) {
 		case TCP_EV_RECV:
+			if (qp)
+				qp->seen = true; /* the user learns of it now */
 			cq_push(c, &ev->wc);
 			break;
 		case TCP_EV_RESP:
@@ -660,12 +689,36 @@ static uint64_t ctx_scan(struct tcp_ctx *c, uint64_t now)
 	return next;
 }
 
+static void qp_destroy(struct tcp_ctx *c, struct tcp_qp *qp);
+
+/*
+ * Free the passive QPs that are down and that the user never saw (no RECV
+ * named them, so no pointer to them is out there and no completion of
+ * theirs is queued): a connection used only for one-sided requests leaves
+ * nothing behind. Passive QPs the user has seen are the user's to delete
+ * (docs/fabric.md).
+ */
+static void ctx_reap(struct tcp_ctx *c)
+{
+	c->reap = false;
+	struct tcp_qp *nx;
+	for (struct tcp_qp *qp = c->qps; qp; qp = nx) {
+		nx = qp->next;
+		if (qp->base.passive && !qp->seen && qp->base.state == DXL_QP_ERR) {
+			list_del(c, qp);
+			qp_destroy(c, qp);
+		}
+	}
+}
+
 static void ctx_progress(struct tcp_ctx *c, uint64_t now)
 {
 	/* acquire: pairs with the NIC's push (which it makes under c->lock
 	 * anyway); a stale zero only delays the events to the next poll */
 	if (atomic_load_explicit(&c->pending, memory_order_acquire))
 		ctx_take_inbox(c);
+	if (c->reap)
+		ctx_reap(c);
 	if (c->retry_parked) {
 		c->retry_parked = false;
 		for (struct tcp_qp *qp = c->qps; qp; qp = qp->next) {
@@ -706,6 +759,17 @@ int tcp_poll(struct dxl_ctx *bc, struct dxl_wc *wc, int n)
 		return k;
 	ctx_progress(c, dxl_now_ns());
 	return k + cq_drain(c, wc + k, n - k);
+}
+
+uint32_t tcp_qp_count(struct dxl_ctx *bc)
+{
+	struct tcp_ctx *c = to_ctx(bc);
+	uint32_t n = c->n_qps;
+	pthread_mutex_lock(&c->lock);
+	for (struct tcp_qp *q = c->handover; q; q = q->next)
+		n++;
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }
 
 int tcp_wait(struct dxl_ctx *bc, int timeout_ms)
@@ -1007,12 +1071,24 @@ static void qp_destroy(struct tcp_ctx *c, struct tcp_qp *qp)
 		pthread_mutex_unlock(&conn->mu);
 		pthread_mutex_lock(&c->lock);
 		size_t k = 0;
-		for (size_t i = 0; i < c->inbox_n; i++)
-			if (c->inbox[i].wc.qp != &qp->base)
-				c->inbox[k++] = c->inbox[i];
+		for (size_t i = 0; i < c->inbox_n; i++) {
+			struct tcp_ev *ev = &c->inbox[i];
+			if (ev->wc.qp != &qp->base) {
+				c->inbox[k++] = *ev;
+			} else if (ev->type == TCP_EV_RECV) {
+				/* a message for the deleted QP holds a receive
+				 * buffer: give the buffer back (as verbs does) */
+				ev->wc.qp = NULL;
+				ev->wc.status = DXL_WC_FLUSHED;
+				ev->wc.byte_len = 0;
+				c->inbox[k++] = *ev;
+			}
+		}
 		c->inbox_n = k;
 		pthread_mutex_unlock(&c->lock);
 	} else {
+		/* an orderly close: requests the user posted before deleting
+		 * the QP (their completions are dropped) may still execute */
 		pthread_mutex_lock(&conn->mu);
 		if (conn->fd >= 0) {
 			epoll_ctl(c->ep, EPOLL_CTL_DEL, conn->fd, NULL);
@@ -1035,12 +1111,20 @@ void tcp_qp_delete(struct dxl_qp *bqp)
 	struct tcp_qp *qp = to_qp(bqp);
 	struct tcp_ctx *c = to_ctx(bqp->ctx);
 	list_del(c, qp);
-	/* its completions still queued would name a freed QP: drop them */
+	/* its completions still queued would name a freed QP: drop them,
+	 * except received messages: their buffers go back to the user as
+	 * FLUSHED with no QP */
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < c->cq_n; i++) {
-		struct dxl_wc *wc = &c->cq[(c->cq_head + i) % c->cq_cap];
-		if (wc->qp != bqp)
-			c->cq[(c->cq_head + k++) % c->cq_cap] = *wc;
+		struct dxl_wc wc = c->cq[(c->cq_head + i) % c->cq_cap];
+		if (wc.qp == bqp) {
+			if (wc.opcode != DXL_WC_RECV)
+				continue;
+			wc.qp = NULL;
+			wc.status = DXL_WC_FLUSHED;
+			wc.byte_len = 0;
+		}
+		c->cq[(c->cq_head + k++) % c->cq_cap] = wc;
 	}
 	c->cq_n = k;
 	qp_destroy(c, qp);
@@ -1175,6 +1259,26 @@ static int xfer(int fd, void *buf, size_t len, bool tx, uint64_t deadline,
 	return 0;
 }
 
+/* "ip:port" of the connected socket's peer ("" if unknown) */
+static void sock_key(int fd, char *out, size_t cap)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN];
+	out[0] = '\0';
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+		return;
+	if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		if (inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip)))
+			snprintf(out, cap, "[%s]:%u", ip, ntohs(s6->sin6_port));
+	} else if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		if (inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip)))
+			snprintf(out, cap, "%s:%u", ip, ntohs(s4->sin_port));
+	}
+}
+
 int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 		   uint32_t remote_ctx, struct dxl_qp **out)
 {
@@ -1186,14 +1290,24 @@ int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 	int ret = connect_to(host, port, deadline, tmo, &fd);
 	if (ret)
 		return ret;
-	uint8_t b[TCP_HS_SIZE];
+	/* the target's address as the kernel sees it: the key under which
+	 * our abandoned connections to it are remembered */
+	char key[DXL_FABRIC_ADDR_MAX] = "";
+	sock_key(fd, key, sizeof(key));
+	uint64_t cid = atomic_fetch_add(&c->tf->next_conn_id, 1) + 1;
+	uint8_t b[TCP_HS_REQ_SIZE + 8 * TCP_HS_MAX_KILL];
+	uint64_t kill[TCP_HS_MAX_KILL];
+	uint32_t nkill = key[0] ? tcp_abandon_take(c->tf, key, kill) : 0;
 	struct tcp_hs h = {.magic = TCP_MAGIC, .version = TCP_VERSION,
 			   .node = f->cfg.node_id, .ctx = remote_ctx,
-			   .src_ctx = bc->idx};
-	tcp_hs_encode(&h, b);
-	ret = xfer(fd, b, sizeof(b), true, deadline, tmo);
+			   .src_ctx = bc->idx, .nonce = c->tf->nonce,
+			   .conn = cid, .nkill = nkill};
+	tcp_hs_req_encode(&h, b);
+	for (uint32_t i = 0; i < nkill; i++)
+		dxl_put_le64(b + TCP_HS_REQ_SIZE + 8 * (size_t)i, kill[i]);
+	ret = xfer(fd, b, TCP_HS_REQ_SIZE + 8 * (size_t)nkill, true, deadline, tmo);
 	if (!ret)
-		ret = xfer(fd, b, sizeof(b), false, deadline, tmo);
+		ret = xfer(fd, b, TCP_HS_SIZE, false, deadline, tmo);
 	if (ret)
 		goto err;
 	struct tcp_hs r;
@@ -1217,11 +1331,15 @@ int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 		ret = dxl_err_set(DXL_E_PROTO, "handshake status %u", r.status);
 		goto err;
 	}
+	/* the target has closed those before it answered */
+	tcp_abandon_done(c->tf, key, kill, nkill);
 	struct tcp_conn *conn = tcp_conn_new(c->tf, fd, false);
 	if (!conn) {
 		ret = dxl_err_set(DXL_E_NOMEM, "out of memory");
 		goto err;
 	}
+	conn->id = cid;
+	snprintf(conn->key, sizeof(conn->key), "%s", key);
 	struct tcp_qp *qp = qp_alloc(c, conn);
 	if (!qp) {
 		conn->fd = -1;
@@ -1235,7 +1353,7 @@ int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 	conn->epfd = c->ep;
 	conn->want_in = true;
 	conn->ep_mask = EPOLLIN;
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = conn};
+	struct epoll_event ev = {.events = conn->ep_mask, .data.ptr = conn};
 	if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev)) {
 		ret = dxl_err_errno(errno, "epoll_ctl");
 		conn->fd = -1;

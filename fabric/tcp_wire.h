@@ -10,7 +10,9 @@
  * One TCP connection per QP. Every integer is little-endian; there is no
  * padding anywhere.
  *
- * Handshake (TCP_HS_SIZE = 20 bytes each way), first thing on the socket:
+ * Handshake, first thing on the socket. The active side sends
+ * TCP_HS_REQ_SIZE (40) bytes + 8 per abandoned connection, the passive side
+ * answers TCP_HS_SIZE (20) bytes:
  *
  *   active -> passive                   passive -> active
  *   0  u32 magic   TCP_MAGIC            0  u32 magic   TCP_MAGIC
@@ -19,10 +21,22 @@
  *   8  u32 node    active's node id                    _VERSION
  *   12 u32 ctx     target ctx index     8  u32 node    passive's node id
  *   16 u32 src_ctx active's ctx index   12 u32 ctx     echo of the target ctx
- *                                       16 u32 zero
+ *   20 u64 nonce   the active fabric's  16 u32 zero
+ *                  random identity (!= 0)
+ *   28 u64 conn    this connection's id in that fabric (!= 0)
+ *   36 u32 nkill   abandoned connections that follow (<= TCP_HS_MAX_KILL)
+ *   40 u64 kill[nkill]  ids (same nonce) of connections to this node that
+ *                  the active side has closed
+ *
+ * Before it answers, the passive side closes every connection of that nonce
+ * named in kill[] that it still serves, discarding its unexecuted requests:
+ * a request the initiator has given up on (completed FLUSHED or
+ * PEER_UNREACHABLE) never executes after a request of a newer connection,
+ * even when the old connection's close has not arrived yet.
  *
  * A bad magic closes the connection without an answer. A version or ctx
- * problem is answered with the status, then the passive side closes.
+ * problem is answered with the status (only the first 20 bytes are read
+ * when the version is not ours), then the passive side closes.
  *
  * Then both directions carry frames: a TCP_FRAME_SIZE (40 bytes) header,
  * followed by a payload for WRITE, SEND and RESP:
@@ -59,8 +73,10 @@
  */
 
 #define TCP_MAGIC 0x4c584454u /* "TDXL" little-endian */
-#define TCP_VERSION 1
-#define TCP_HS_SIZE 20
+#define TCP_VERSION 2
+#define TCP_HS_SIZE 20     /* the answer; also the request's common prefix */
+#define TCP_HS_REQ_SIZE 40 /* the request without its kill list */
+#define TCP_HS_MAX_KILL 64
 #define TCP_FRAME_SIZE 40
 
 /* largest READ/WRITE payload (hardware RC allows 2 GiB) */
@@ -109,6 +125,10 @@ struct tcp_hs {
 	uint32_t node;
 	uint32_t ctx;
 	uint32_t src_ctx;
+	/* request only (bytes 20..39) */
+	uint64_t nonce;
+	uint64_t conn;
+	uint32_t nkill;
 };
 
 static inline void tcp_frame_encode(const struct tcp_frame *f, uint8_t *p)
@@ -157,6 +177,25 @@ static inline void tcp_hs_decode(const uint8_t *p, struct tcp_hs *h)
 	h->node = dxl_get_le32(p + 8);
 	h->ctx = dxl_get_le32(p + 12);
 	h->src_ctx = dxl_get_le32(p + 16);
+	h->nonce = h->conn = 0;
+	h->nkill = 0;
+}
+
+/* the request's TCP_HS_REQ_SIZE bytes (the kill list follows, u64 each) */
+static inline void tcp_hs_req_encode(const struct tcp_hs *h, uint8_t *p)
+{
+	tcp_hs_encode(h, p);
+	dxl_put_le64(p + 20, h->nonce);
+	dxl_put_le64(p + 28, h->conn);
+	dxl_put_le32(p + 36, h->nkill);
+}
+
+static inline void tcp_hs_req_decode(const uint8_t *p, struct tcp_hs *h)
+{
+	tcp_hs_decode(p, h);
+	h->nonce = dxl_get_le64(p + 20);
+	h->conn = dxl_get_le64(p + 28);
+	h->nkill = dxl_get_le32(p + 36);
 }
 
 #endif /* DXL_TCP_WIRE_H */

@@ -551,4 +551,5 @@ const struct dxl_fabric_ops dxl_fabric_verbs_ops = {
 	.post_recv = dxl_vrb_post_recv,
 	.poll = dxl_vrb_poll,
 	.wait = dxl_vrb_wait,
+	.qp_count = dxl_vrb_qp_count,
 };

@@ -87,8 +87,11 @@ int dxl_vrb_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out)
 	c->sges = calloc(cfg->sq_depth, sizeof(*c->sges));
 	c->rx_wr_id = calloc(cfg->srq_depth, sizeof(*c->rx_wr_id));
 	c->rx_free = calloc(cfg->srq_depth, sizeof(*c->rx_free));
+	c->stash_cap = DXL_VRB_STASH;
+	c->stash = calloc((size_t)c->stash_cap, sizeof(*c->stash));
 	int ret;
-	if (!c->tbl || !c->wrs || !c->sges || !c->rx_wr_id || !c->rx_free) {
+	if (!c->tbl || !c->wrs || !c->sges || !c->rx_wr_id || !c->rx_free ||
+	    !c->stash) {
 		ret = dxl_err_set(DXL_E_NOMEM, "ctx_new: out of memory");
 		goto err;
 	}
@@ -166,10 +169,12 @@ static void ctx_free(struct dxl_vrb_ctx *c)
 	free(c->sges);
 	free(c->rx_wr_id);
 	free(c->rx_free);
+	free(c->stash);
 	free(c);
 }
 
 static void drain_pending(struct dxl_vrb_ctx *c);
+static void destroy_orphans(struct dxl_vrb_ctx *c);
 
 void dxl_vrb_ctx_delete(struct dxl_ctx *bc)
 {
@@ -179,6 +184,7 @@ void dxl_vrb_ctx_delete(struct dxl_ctx *bc)
 	pthread_mutex_lock(&c->vf->cm_lock);
 	pthread_mutex_unlock(&c->vf->cm_lock);
 	drain_pending(c);
+	destroy_orphans(c);
 	/* removal shifts entries (cyclically), so rescan from the start */
 	while (c->nqp) {
 		for (uint32_t i = 0; i < c->tbl_cap; i++) {
@@ -315,8 +321,12 @@ void dxl_vrb_ctx_forget(struct dxl_vrb_ctx *c, struct dxl_vrb_qp *qp)
 	/* "completions of its outstanding requests are dropped"; a received
 	 * message whose QP is gone gives its buffer back as FLUSHED, qp NULL */
 	int w = 0;
+	if (c->stash_head) /* compact in place: w never passes r */
+		memmove(c->stash, c->stash + c->stash_head,
+			(size_t)c->stash_n * sizeof(*c->stash));
+	c->stash_head = 0;
 	for (int r = 0; r < c->stash_n; r++) {
-		struct dxl_wc wc = c->stash[c->stash_head + r];
+		struct dxl_wc wc = c->stash[r];
 		if (wc.qp == &qp->base) {
 			if (wc.opcode != DXL_WC_RECV)
 				continue;
@@ -352,11 +362,28 @@ static void drain_pending(struct dxl_vrb_ctx *c)
 		if (dxl_vrb_ctx_adopt(c, q)) {
 			DXL_WARN("verbs: ctx %u: cannot track passive QP %u: %s",
 				 c->base.idx, q->qpn, dxl_errmsg());
-			dxl_vrb_qp_destroy(q);
+			if (c->draining) {
+				/* inside a QP's destruction (cm_lock held):
+				 * destroy it afterwards, in reap() */
+				q->pending_next = c->orphans;
+				c->orphans = q;
+			} else {
+				dxl_vrb_qp_destroy(q);
+			}
 		} else if (atomic_load_explicit(&q->gone, memory_order_acquire)) {
 			c->reap_pending = true;
 		}
 		q = next;
+	}
+}
+
+static void destroy_orphans(struct dxl_vrb_ctx *c)
+{
+	while (c->orphans) {
+		struct dxl_vrb_qp *q = c->orphans;
+		c->orphans = q->pending_next;
+		q->pending_next = NULL;
+		dxl_vrb_qp_destroy(q);
 	}
 }
 
@@ -437,11 +464,14 @@ static bool translate_recv(struct dxl_vrb_ctx *c, const struct ibv_wc *w,
 	out->opcode = DXL_WC_RECV;
 	out->byte_len = w->status == IBV_WC_SUCCESS ? w->byte_len : 0;
 	struct dxl_vrb_qp *q = lookup(c, w->qp_num);
-	out->qp = q ? &q->base : NULL;
+	out->qp = q && !q->dying ? &q->base : NULL;
 	out->status = dxl_vrb_wc_status(w->status, DXL_WC_RECV);
-	if (!q) {
-		/* the QP was deleted: give the buffer back */
+	if (!out->qp) {
+		/* the QP was deleted: give the buffer back (the CQ was
+		 * drained when it was, so a QP found here is never a newer
+		 * one that reuses a deleted QP's number) */
 		out->status = DXL_WC_FLUSHED;
+		out->byte_len = 0;
 		return true;
 	}
 	q->seen = true;
@@ -464,7 +494,7 @@ static bool translate(struct dxl_vrb_ctx *c, const struct ibv_wc *w,
 	struct dxl_vrb_qp *q = lookup(c, w->qp_num);
 	uint32_t serial = (uint32_t)(w->wr_id >> 32);
 	uint32_t seq = (uint32_t)w->wr_id;
-	if (!q || q->serial != serial) {
+	if (!q || q->serial != serial || q->dying) {
 		/* a completion of a deleted QP: dropped */
 		return false;
 	}
@@ -519,14 +549,12 @@ static bool translate(struct dxl_vrb_ctx *c, const struct ibv_wc *w,
 	return true;
 }
 
-/* reap -- move up to n completions from the CQ into out[] */
-static int reap(struct dxl_vrb_ctx *c, struct dxl_wc *out, int n)
+/* cq_take -- poll up to n completions from the CQ, translated into out[];
+ * *empty: the CQ had no more */
+static int cq_take(struct dxl_vrb_ctx *c, struct dxl_wc *out, int n, bool *empty)
 {
-	if (atomic_load_explicit(&c->pending, memory_order_relaxed))
-		drain_pending(c);
-	check_gone(c);
 	int got = 0;
-	bool empty = false;
+	*empty = false;
 	while (got < n) {
 		int want = DXL_MIN(n - got, DXL_VRB_POLL_BATCH);
 		int k = ibv_poll_cq(c->cq, want, c->raw);
@@ -541,11 +569,65 @@ static int reap(struct dxl_vrb_ctx *c, struct dxl_wc *out, int n)
 			if (translate(c, &c->raw[i], &out[got]))
 				got++;
 		if (k < want) {
-			empty = true;
+			*empty = true;
 			break;
 		}
 	}
-	if (empty && c->reap_pending)
+	return got;
+}
+
+void dxl_vrb_ctx_drain_cq(struct dxl_vrb_ctx *c, struct dxl_vrb_qp *qp)
+{
+	(void)qp; /* marked dying: translate() knows it */
+	c->draining = true;
+	drain_pending(c); /* a message of a pending QP is not a dead one's */
+	if (c->stash_head && c->stash_n)
+		memmove(c->stash, c->stash + c->stash_head,
+			(size_t)c->stash_n * sizeof(*c->stash));
+	c->stash_head = 0;
+	for (;;) {
+		if (c->stash_n + DXL_VRB_POLL_BATCH > c->stash_cap) {
+			int cap = c->stash_cap * 2;
+			struct dxl_wc *n = realloc(c->stash, (size_t)cap * sizeof(*n));
+			if (!n) {
+				/* cannot hold them: the rest stays in the CQ
+				 * (and may be credited to a reused number) */
+				DXL_ERROR("verbs: ctx %u: out of memory draining the "
+					  "CQ for QP %u", c->base.idx, qp->qpn);
+				break;
+			}
+			c->stash = n;
+			c->stash_cap = cap;
+		}
+		bool empty;
+		int k = cq_take(c, c->stash + c->stash_n, DXL_VRB_POLL_BATCH, &empty);
+		if (k < 0)
+			break;
+		c->stash_n += k;
+		if (empty)
+			break;
+	}
+	c->draining = false;
+}
+
+uint32_t dxl_vrb_qp_count(struct dxl_ctx *bc)
+{
+	struct dxl_vrb_ctx *c = vctx(bc);
+	drain_pending(c);
+	return c->nqp;
+}
+
+/* reap -- move up to n completions from the CQ into out[] */
+static int reap(struct dxl_vrb_ctx *c, struct dxl_wc *out, int n)
+{
+	if (atomic_load_explicit(&c->pending, memory_order_relaxed))
+		drain_pending(c);
+	if (c->orphans)
+		destroy_orphans(c);
+	check_gone(c);
+	bool empty = false;
+	int got = cq_take(c, out, n, &empty);
+	if (got >= 0 && empty && c->reap_pending)
 		reap_gone(c);
 	return got;
 }
@@ -575,7 +657,7 @@ static int fill_stash(struct dxl_vrb_ctx *c)
 	if (c->stash_n > 0)
 		return c->stash_n;
 	c->stash_head = 0;
-	int k = reap(c, c->stash, DXL_VRB_STASH);
+	int k = reap(c, c->stash, DXL_MIN(DXL_VRB_STASH, c->stash_cap));
 	if (k > 0)
 		c->stash_n = k;
 	return k;

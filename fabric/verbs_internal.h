@@ -175,6 +175,8 @@ struct dxl_vrb_qp {
 				      (after an internal failure), or SUCCESS */
 	bool seen;          /* reported in a completion (passive) or connected */
 	bool adopted;       /* in the ctx's table */
+	bool dying;         /* destroyed: its last completions are being
+			       drained from the CQ (dxl_vrb_qp_destroy) */
 
 	/* shared with the CM thread */
 	atomic_int gone;    /* the peer disconnected or the accept failed */
@@ -199,14 +201,19 @@ struct dxl_vrb_ctx {
 	int cqe;                 /* capacity of cq now */
 	bool cq_warned;
 	bool reap_pending;       /* unseen passive QPs whose peer left */
+	bool draining;           /* in dxl_vrb_ctx_drain_cq (cm_lock held) */
+	struct dxl_vrb_qp *orphans; /* adoption failed while draining: destroy
+				       them at the next reap */
 	bool armed;              /* ibv_req_notify_cq done, event not taken */
 	unsigned unacked;        /* CQ events not yet acknowledged */
 	unsigned gone_seen;      /* value of `gone` last handled */
 	struct ibv_send_wr *wrs; /* scratch for one chain (sq_depth entries) */
 	struct ibv_sge *sges;
 	struct ibv_wc raw[DXL_VRB_POLL_BATCH];
-	struct dxl_wc stash[DXL_VRB_STASH]; /* reaped by wait, given by poll */
-	int stash_head, stash_n;
+	/* completions reaped ahead (by wait, or drained from the CQ when a QP
+	 * is destroyed), given out by poll first; grows as needed */
+	struct dxl_wc *stash;
+	int stash_head, stash_n, stash_cap;
 	uint64_t *rx_wr_id;      /* SRQ slot -> user wr_id */
 	uint32_t *rx_free;       /* stack of free SRQ slots */
 	uint32_t rx_nfree;
@@ -229,6 +236,17 @@ int dxl_vrb_wait(struct dxl_ctx *c, int timeout_ms);
 int dxl_vrb_ctx_adopt(struct dxl_vrb_ctx *c, struct dxl_vrb_qp *qp);
 /* owner: take qp out of the table and drop its stashed completions */
 void dxl_vrb_ctx_forget(struct dxl_vrb_ctx *c, struct dxl_vrb_qp *qp);
+/*
+ * owner: qp's hardware QP is destroyed (no completion of it can appear any
+ * more): move every completion the CQ holds into the stash, those of qp
+ * translated as a dead QP's (a receive gives its buffer back FLUSHED with
+ * no QP, the rest are dropped). Afterwards no completion of qp is left in
+ * the CQ, so one can never be credited to a new QP that reuses its number.
+ * The caller holds cm_lock (no passive QP is created meanwhile).
+ */
+void dxl_vrb_ctx_drain_cq(struct dxl_vrb_ctx *c, struct dxl_vrb_qp *qp);
+/* owner: QPs of the ctx (adopting pending passive ones first) */
+uint32_t dxl_vrb_qp_count(struct dxl_ctx *c);
 /* CM thread (under cm_lock): hand a new passive QP to the owner */
 void dxl_vrb_ctx_push_pending(struct dxl_vrb_ctx *c, struct dxl_vrb_qp *qp);
 

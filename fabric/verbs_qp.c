@@ -165,11 +165,27 @@ void dxl_vrb_qp_destroy(struct dxl_vrb_qp *q)
 		q->id->context = NULL;
 		pthread_mutex_unlock(&c->vf->cm_lock);
 	}
-	dxl_vrb_ctx_forget(c, q);
 	/* tell the peer now rather than by its timeouts; a peer that already
 	 * left, or a connection never established, makes this fail: fine */
 	if (q->id && !atomic_load_explicit(&q->gone, memory_order_acquire))
 		(void)rdma_disconnect(q->id);
+	if (q->qp) {
+		/* the QP's number may be reused by the next QP created: its
+		 * completions still in the CQ (a receive holds one of the
+		 * user's buffers) must not be credited to that QP. Destroy it
+		 * (no completion of it appears after that), then move the CQ's
+		 * contents out, q's translated as a dead QP's; cm_lock keeps
+		 * the CM thread from creating a passive QP meanwhile. */
+		pthread_mutex_lock(&c->vf->cm_lock);
+		int r = ibv_destroy_qp(q->qp);
+		if (r)
+			DXL_WARN("verbs: ibv_destroy_qp(%u): %s", q->qpn, strerror(r));
+		q->qp = NULL;
+		q->dying = true;
+		dxl_vrb_ctx_drain_cq(c, q);
+		pthread_mutex_unlock(&c->vf->cm_lock);
+	}
+	dxl_vrb_ctx_forget(c, q);
 	dxl_vrb_qp_free(q);
 }
 

@@ -38,8 +38,9 @@
  */
 
 #define HEADS_READ (2 * DXL_RING_HEAD_SLOT_SIZE)
-/* discovery reads the control block up to the persist confirmation line */
-#define CTL_READ (DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE)
+/* discovery reads the control block up to the incarnation slots' end and
+ * the persist confirmation line, whichever is further */
+#define CTL_READ DXL_MAX(DXL_RING_CTL_READ, DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE)
 #define PLINE DXL_RING_PLINE_SIZE
 #define RR_SLOT 0xffffffu /* wr_id slot of a confirmation re-read */
 /* per slot and target: the confirmation line READ, then the request sent */
@@ -104,6 +105,7 @@ struct dxl_appender {
 	uint64_t last_ts;
 	uint64_t ref_last_ts; /* dxl_appender_last_ts */
 	uint64_t ref_wmark;   /* the reference's watermark at open */
+	uint32_t inc;         /* this appender's incarnation of the ring */
 	struct dxl_repair_stats repair;
 	/* the commit timestamp of the first append that was not acknowledged:
 	 * the watermark never passes it (UINT64_MAX: none failed) */
@@ -112,9 +114,20 @@ struct dxl_appender {
 	 * passes it either (UINT64_MAX: none) */
 	uint64_t hold;
 	uint64_t ring_size;
+	/* tailing (issue 19.3): the largest watermark of the shard's rings
+	 * when this appender claimed a closed or unused ring (0: it did not),
+	 * and whether dxl_appender_close closed it */
+	uint64_t shard_floor;
+	int closed;
+	bool test_wmark_after_flush; /* dxl_appender_test_wmark_after_flush */
 	uint8_t *rr;          /* DXL_APPEND_MAX_TARGETS * PLINE: re-reads */
 	struct dxl_appender_persist_stats pst;
 };
+
+void dxl_appender_test_wmark_after_flush(struct dxl_appender *a, bool on)
+{
+	a->test_wmark_after_flush = on;
+}
 
 void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg)
 {
@@ -163,7 +176,7 @@ static struct dxl_fatptr data_fp(const struct target *t)
 static void note_head(struct target *t, const uint8_t *slots)
 {
 	struct dxl_ring_head h;
-	if (dxl_ring_head_decode(slots, &h) == 0 && h.gen > t->head_gen) {
+	if (dxl_ring_head_decode_durable(slots, &h) == 0 && h.gen > t->head_gen) {
 		t->head_gen = h.gen;
 		t->head_pos = h.pos;
 	}
@@ -176,6 +189,9 @@ struct ring_view {
 	uint64_t end_pos, end_seq; /* where the valid content ends */
 	uint64_t last_ts;          /* the last record's commit ts, else the head's */
 	uint64_t wmark;            /* 0: none */
+	int was_free;              /* the claim found the owner word 0 */
+	uint32_t inc;              /* highest incarnation of its slots and records */
+	int inc_slot;              /* the slot holding the highest (-1: none) */
 };
 
 /* claim target t's ring, read its control block and ring into buf
@@ -203,9 +219,18 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	if (ret)
 		return ret;
 	memset(v, 0, sizeof(*v));
-	if ((ret = dxl_ring_head_decode(hb, &v->head)))
+	v->was_free = owner == 0;
+	if ((ret = dxl_ring_head_decode_durable(hb, &v->head)))
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
+	v->inc = dxl_ring_inc_decode(hb);
+	v->inc_slot = -1;
+	for (int i = 0; i < 2 && v->inc; i++) {
+		uint8_t slot[16];
+		dxl_ring_inc_encode(slot, v->inc);
+		if (!memcmp(hb + DXL_RING_INC_OFF + i * DXL_RING_INC_SLOT, slot, 16))
+			v->inc_slot = i;
+	}
 	/* a persister to wait for? Our request ids start above every id its
 	 * line holds (a previous writer's requests and confirmations) */
 	struct dxl_persist_req q = {0};
@@ -228,13 +253,16 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 	struct dxl_ring_iter it;
 	dxl_ring_iter_init_buf(&it, buf, t->t.ring_size, v->head.pos, v->head.seq);
 	struct dxl_rec rec;
-	while (dxl_ring_iter_next(&it, &rec, NULL)) {
+	uint64_t at;
+	while (dxl_ring_iter_step(&it, &rec, &at)) {
 		if (rec.writer != a->cfg.writer_id)
 			return dxl_err_set(DXL_E_STALE,
 					   "ring %u at %s holds records of writer %u, not %u",
 					   t->t.ring, t->t.addr, rec.writer,
 					   a->cfg.writer_id);
-		if (rec.commit_ts > v->last_ts)
+		if (rec.incarnation > v->inc)
+			v->inc = rec.incarnation;
+		if (rec.type == DXL_REC_DATA && rec.commit_ts > v->last_ts)
 			v->last_ts = rec.commit_ts;
 	}
 	v->end_pos = it.pos;
@@ -251,6 +279,9 @@ struct repair_plan {
 	uint64_t from, to;  /* copy [from, to); truncate at to */
 	int zero_line;      /* zero the line at `to` */
 	uint32_t records;   /* data records copied or dropped */
+	/* truncate: the first data record dropped with the lowest commit
+	 * timestamp (UINT64_MAX: none), checked against every watermark */
+	uint64_t drop_min_ts, drop_min_txn, drop_min_pos;
 };
 
 static uint32_t rec_crc(const uint8_t *buf, uint64_t size, uint64_t pos)
@@ -289,6 +320,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 {
 	const uint64_t size = a->ring_size;
 	memset(p, 0, sizeof(*p));
+	p->drop_min_ts = UINT64_MAX;
 	if (tv->end_pos < rv->head.pos)
 		return dxl_err_set(DXL_E_STALE,
 				   "replica at %s is too far behind (ends at %llu, the reference's head is at %llu): it must be caught up first (dxl_logstore_pull)",
@@ -322,6 +354,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 		if (ra != qa || r.type != q.type || r.total_len != q.total_len ||
 		    r.seq != q.seq || r.writer != q.writer ||
 		    r.commit_ts != q.commit_ts || r.txn_id != q.txn_id ||
+		    r.incarnation != q.incarnation ||
 		    rec_crc(rbuf, size, ra) != rec_crc(tbuf, size, qa))
 			return diverged(t, ra, "another record");
 	}
@@ -338,9 +371,16 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 		/* tv->end_pos - tv->head.pos <= size: the line at `to` is the
 		 * target's own first record past the reference's end */
 		p->zero_line = 1;
-		while (dxl_ring_iter_step(&ti, &q, &qa))
-			if (q.type == DXL_REC_DATA)
-				p->records++;
+		while (dxl_ring_iter_step(&ti, &q, &qa)) {
+			if (q.type != DXL_REC_DATA)
+				continue;
+			p->records++;
+			if (q.commit_ts < p->drop_min_ts) {
+				p->drop_min_ts = q.commit_ts;
+				p->drop_min_txn = q.txn_id;
+				p->drop_min_pos = qa;
+			}
+		}
 		return 0;
 	}
 	p->action = REPAIR_COPY;
@@ -447,6 +487,46 @@ static int open_confirm(struct dxl_appender *a)
 	return 0;
 }
 
+/*
+ * open_incarnation -- before this appender's first append, on target t:
+ * record its incarnation (in the slot not holding the target's highest, so
+ * that one stays readable if this WRITE tears: inc_slot) and zero the line
+ * at the tail, where
+ * the first append goes, so that no member's scan goes past the end this
+ * appender starts from (the reference included: repair zeroes it on the
+ * others). Then one flush READ (H9): both are durable before any record of
+ * the new incarnation is written. head_pos is the target's head at
+ * discovery: the line at the tail holds no live record only while the ring
+ * is not full.
+ */
+static int open_incarnation(struct dxl_appender *a, struct target *t,
+			    uint64_t head_pos, int inc_slot)
+{
+	const uint64_t size = a->ring_size;
+	struct dxl_fatptr fp = data_fp(t);
+	/* a->mem starts with the first staging slot, unused so far */
+	uint8_t *b = a->mem;
+	memset(b, 0, 2 * DXL_REC_MIN_SIZE);
+	dxl_ring_inc_encode(b, a->inc);
+	int ret = dxl_rdpma_write(t->qp, &fp,
+				  t->t.ctl_off + DXL_RING_INC_OFF +
+					  (inc_slot == 0 ? 1 : 0) * DXL_RING_INC_SLOT,
+				  b, 16, dxl_mr_lkey(a->mr));
+	if (!ret && a->tail_pos - head_pos < size)
+		ret = dxl_rdpma_write(t->qp, &fp,
+				      t->t.buf_off + a->tail_pos % size,
+				      b + DXL_REC_MIN_SIZE, DXL_REC_MIN_SIZE,
+				      dxl_mr_lkey(a->mr));
+	/* H9: 000 L665 -- the READ after the WRITEs on this QP persists them */
+	uint8_t *hb = a->slots[0].heads;
+	if (!ret)
+		ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, HEADS_READ,
+				     dxl_mr_lkey(a->mr));
+	if (!ret)
+		note_head(t, hb);
+	return ret;
+}
+
 static int check_cfg(const struct dxl_appender_cfg *c, unsigned n)
 {
 	if (n == 0 || n > DXL_APPEND_MAX_TARGETS)
@@ -492,6 +572,74 @@ static void ringbuf_free(struct ringbuf *b)
 }
 
 /*
+ * shard_floor -- the largest watermark of any ring of target t's log (read
+ * with one-sided READs into buf, at least 1 KiB of registered memory), each
+ * taken at most DXL_HLC_MAX_AHEAD_MS ahead of this host's clock.
+ *
+ * Why (tailing, issue 19.3): a ring whose owner word is 0 (closed by its
+ * last holder, or never used) holds no tailer back, so a tailer's cursor
+ * may be anywhere up to the largest watermark of the rings -- and this
+ * appender's records, appended below it, would never be delivered. The
+ * claim (owner 0 -> us) came first on this QP, so these READs execute after
+ * it: a tailer that still saw the owner 0 in its second control-block READ
+ * read every watermark before these READs did (docs/log.md, "Tailing").
+ * A watermark further ahead than the bound came from a clock that jumped
+ * forward: the tailers do not resolve past their clock + half the bound, so
+ * starting at ours + the bound is enough.
+ */
+static int shard_floor(struct dxl_appender *a, struct target *t, uint8_t *buf,
+		       uint32_t lkey, uint64_t *floor)
+{
+	struct dxl_fatptr fp = data_fp(t);
+	const uint64_t rs = t->t.ring_size, stride = DXL_RING_CTL_SIZE + rs;
+	int ret = dxl_rdpma_read(t->qp, &fp, 0, buf, 64, lkey);
+	if (ret)
+		return ret;
+	/* the log header (ring.c): nrings at 16, ring size at 24 */
+	uint32_t nrings = dxl_get_le32(buf + 16);
+	if (nrings < 1 || nrings > DXL_RING_MAX || dxl_get_le64(buf + 24) != rs ||
+	    t->t.ctl_off != DXL_LOG_HDR_SIZE + (uint64_t)t->t.ring * stride ||
+	    DXL_LOG_HDR_SIZE + (uint64_t)nrings * stride > t->t.data.len)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "ring %u at %s: the log header does not describe this ring (%u rings of %llu bytes)",
+				   t->t.ring, t->t.addr, nrings,
+				   (unsigned long long)dxl_get_le64(buf + 24));
+	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_AHEAD_MS, 0);
+	struct dxl_wr w[64];
+	for (uint32_t j0 = 0; j0 < nrings; j0 += 64) {
+		uint32_t m = DXL_MIN(64u, nrings - j0);
+		memset(w, 0, sizeof(w));
+		for (uint32_t k = 0; k < m; k++) {
+			w[k] = (struct dxl_wr){.wr_id = 0x464c4f4f52ull /* FLOOR */,
+					       .op = DXL_WR_READ,
+					       .local = buf + k * DXL_RING_WMARK_SIZE,
+					       .len = DXL_RING_WMARK_SIZE, .lkey = lkey,
+					       .remote_addr = fp.addr + DXL_LOG_HDR_SIZE +
+							      (uint64_t)(j0 + k) * stride +
+							      DXL_RING_WMARK_OFF,
+					       .rkey = fp.rkey};
+			w[k].next = k + 1 < m ? &w[k + 1] : NULL;
+		}
+		w[m - 1].flags = DXL_WR_SIGNALED;
+		if ((ret = dxl_log_post_wait(t->qp, w, w[0].wr_id)))
+			return ret;
+		for (uint32_t k = 0; k < m; k++) {
+			uint64_t wm = dxl_ring_wmark_decode(buf + k * DXL_RING_WMARK_SIZE);
+			if (wm > bound) {
+				DXL_WARN("appender (writer %u): ring %u at %s has watermark %llu, %llu ms ahead of this host's clock: a writer's clock jumped forward; starting at %llu",
+					 a->cfg.writer_id, j0 + k, t->t.addr,
+					 (unsigned long long)wm,
+					 (unsigned long long)(DXL_HLC_PHYS(wm) - dxl_wall_ms()),
+					 (unsigned long long)bound);
+				wm = bound;
+			}
+			*floor = DXL_MAX(*floor, wm);
+		}
+	}
+	return 0;
+}
+
+/*
  * find_tail -- discover every target's ring. Without repair they must all
  * end at the same place. With repair, target 0 is the reference: every
  * other target is checked and planned against it first, and only when all
@@ -516,6 +664,15 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 	a->ref_last_ts = rv.last_ts;
 	a->ref_wmark = rv.wmark;
 	a->last_ts = DXL_MAX(rv.last_ts, rv.wmark);
+	int was_free = rv.was_free;
+	uint32_t max_inc = rv.inc;
+	uint64_t head_pos[DXL_APPEND_MAX_TARGETS];
+	int inc_slot[DXL_APPEND_MAX_TARGETS];
+	head_pos[0] = rv.head.pos;
+	inc_slot[0] = rv.inc_slot;
+	/* the highest watermark of any target, and whose it is */
+	uint64_t wmax = rv.wmark;
+	unsigned wmax_at = 0;
 	for (unsigned i = 1; i < a->n; i++) {
 		const struct dxl_log_target *ti = &a->tg[i].t;
 		if ((ret = discover(a, &a->tg[i], tb.p, dxl_mr_lkey(tb.mr), &tv))) {
@@ -526,6 +683,14 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		 * acknowledged records only, which the reference has): never
 		 * append below it */
 		a->last_ts = DXL_MAX(a->last_ts, tv.wmark);
+		was_free |= tv.was_free;
+		max_inc = DXL_MAX(max_inc, tv.inc);
+		if (tv.wmark > wmax) {
+			wmax = tv.wmark;
+			wmax_at = i;
+		}
+		head_pos[i] = tv.head.pos;
+		inc_slot[i] = tv.inc_slot;
 		if (!a->cfg.repair) {
 			if (tv.end_pos != a->tail_pos || tv.end_seq != a->tail_seq) {
 				ret = dxl_err_set(DXL_E_STALE,
@@ -543,6 +708,27 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			dxl_err_prefix("appender (writer %u, repair)", a->cfg.writer_id);
 			goto out;
 		}
+	}
+	/*
+	 * A watermark W proves every record below W acknowledged: on every
+	 * member. A record below the highest watermark of any target that only
+	 * a target holds past the reference's end proves the reference lost
+	 * it: repair would spread that loss to every member. Refuse, before
+	 * anything is written, and never truncate below a watermark.
+	 */
+	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
+		const struct repair_plan *p = &plan[i];
+		if (p->action != REPAIR_TRUNCATE || p->drop_min_ts >= wmax)
+			continue;
+		ret = dxl_err_set(DXL_E_STALE,
+				  "appender (writer %u, repair): the reference %s is behind: it lacks acknowledged records of ring %u that %s holds past the reference's end (txn %llu, commit ts %llu at position %llu, below the watermark %llu of %s); repair it from a member that holds them (promote it or dxl_logstore_pull)",
+				  a->cfg.writer_id, t0->addr, t0->ring,
+				  a->tg[i].t.addr,
+				  (unsigned long long)p->drop_min_txn,
+				  (unsigned long long)p->drop_min_ts,
+				  (unsigned long long)p->drop_min_pos,
+				  (unsigned long long)wmax, a->tg[wmax_at].t.addr);
+		goto out;
 	}
 	for (unsigned i = 1; i < a->n && a->cfg.repair; i++) {
 		const struct repair_plan *p = &plan[i];
@@ -568,6 +754,34 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 			 (unsigned long long)a->tail_pos,
 			 (unsigned long long)a->tail_seq, p->records,
 			 p->action == REPAIR_COPY ? "copied" : "dropped");
+	}
+	/* a closed or unused ring (on some target): tailers may have passed
+	 * every watermark of the shard; start above them all. A ring we
+	 * found owned was holding every tailer at its watermark meanwhile. */
+	for (unsigned i = 0; i < a->n && was_free; i++) {
+		if ((ret = shard_floor(a, &a->tg[i], rb.p, dxl_mr_lkey(rb.mr),
+				       &a->shard_floor))) {
+			dxl_err_prefix("appender (writer %u): reading the watermarks of the log at %s",
+				       a->cfg.writer_id, a->tg[i].t.addr);
+			goto out;
+		}
+	}
+	a->last_ts = DXL_MAX(a->last_ts, a->shard_floor);
+	if (max_inc == UINT32_MAX) {
+		ret = dxl_err_set(DXL_E_STALE,
+				  "appender: ring %u has used up its incarnations (%u)",
+				  t0->ring, max_inc);
+		goto out;
+	}
+	a->inc = max_inc + 1;
+	for (unsigned i = 0; i < a->n; i++) {
+		if ((ret = open_incarnation(a, &a->tg[i], head_pos[i],
+					    inc_slot[i]))) {
+			dxl_err_prefix("appender (writer %u): opening ring %u at %s",
+				       a->cfg.writer_id, a->tg[i].t.ring,
+				       a->tg[i].t.addr);
+			goto out;
+		}
 	}
 out:
 	ringbuf_free(&tb);
@@ -691,6 +905,11 @@ uint64_t dxl_appender_last_ts(const struct dxl_appender *a)
 	return a->ref_last_ts;
 }
 
+uint32_t dxl_appender_incarnation(const struct dxl_appender *a)
+{
+	return a->inc;
+}
+
 uint64_t dxl_appender_open_watermark(const struct dxl_appender *a)
 {
 	return a->ref_wmark;
@@ -699,6 +918,11 @@ uint64_t dxl_appender_open_watermark(const struct dxl_appender *a)
 uint64_t dxl_appender_min_ts(const struct dxl_appender *a)
 {
 	return a->last_ts;
+}
+
+uint64_t dxl_appender_shard_floor(const struct dxl_appender *a)
+{
+	return a->shard_floor;
 }
 
 void dxl_appender_repair_stats(const struct dxl_appender *a,
@@ -976,12 +1200,17 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 	/* the READs: flush_reads (both head slots: flush + free space, and
 	 * the persister's confirmation) instead of pair[1] */
 	w[k++] = pair[0];
-	w[k++] = wmw;
+	/* the watermark before the flush READ: as durable as the record when
+	 * the append is acknowledged (a tailer may deliver below it at once) */
+	if (!a->test_wmark_after_flush)
+		w[k++] = wmw;
 	if (confirm)
 		preq_write(a, s, t, wr_id, &w[k++]);
 	switch (a->cfg.mode) {
 	case DXL_PWRITE_H9:
 		k += flush_reads(a, s, t, wr_id, &w[k]);
+		if (a->test_wmark_after_flush) /* the broken order, for tests */
+			w[k++] = wmw;
 		break;
 	case DXL_PWRITE_STRAWMAN:
 	case DXL_PWRITE_NOFLUSH:
@@ -1106,6 +1335,7 @@ int dxl_appender_poll(struct dxl_appender *a, struct dxl_append_result *res,
 		res[k].status = s->failed ? (s->err ? s->err : DXL_E_UNREACHABLE) : 0;
 		res[k].seq = s->seq;
 		res[k].pos = s->pos;
+		res[k].wmark = s->wmark;
 		s->used = 0;
 		a->done_token++;
 		k++;
@@ -1211,6 +1441,8 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 {
 	if (!a || !rec)
 		return dxl_err_set(DXL_E_INVAL, "append: NULL argument");
+	if (a->closed)
+		return dxl_err_set(DXL_E_STATE, "append: ring %u is closed", a->tg[0].t.ring);
 	if (rec->payload_len == 0 && rec->nparts == 0)
 		return dxl_err_set(DXL_E_INVAL,
 				   "append: empty record (no payload, no participants)");
@@ -1275,6 +1507,7 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	r.writer = a->cfg.writer_id;
 	r.epoch = a->cfg.epoch;
 	r.seq = p.rec_seq;
+	r.incarnation = a->inc;
 	int n = dxl_rec_encode(&r, parts, s->rec, a->cfg.max_record);
 	if (n < 0)
 		return n;
@@ -1283,8 +1516,9 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	s->skip_len = p.skip_len;
 	s->skip_off = p.skip_off;
 	if (p.skip_len) {
-		int m = dxl_rec_encode_skip(a->cfg.writer_id, a->cfg.epoch, p.skip_seq,
-					    p.skip_len, s->skip, a->cfg.max_record);
+		int m = dxl_rec_encode_skip_inc(a->cfg.writer_id, a->cfg.epoch,
+						a->inc, p.skip_seq, p.skip_len,
+						s->skip, a->cfg.max_record);
 		if (m < 0)
 			return m;
 	}
@@ -1350,6 +1584,8 @@ int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts)
 {
 	if (!a)
 		return dxl_err_set(DXL_E_INVAL, "heartbeat: NULL appender");
+	if (a->closed)
+		return dxl_err_set(DXL_E_STATE, "heartbeat: ring %u is closed", a->tg[0].t.ring);
 	if (ts < a->last_ts)
 		return dxl_err_set(DXL_E_INVAL,
 				   "heartbeat: watermark %llu is below the last timestamp %llu",
@@ -1423,4 +1659,83 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 		}
 		dxl_appender_wait(a, 100);
 	}
+}
+
+/*
+ * dxl_appender_close -- see log.h. The final watermark is written and
+ * acknowledged by every target before any owner word is cleared: a tailer
+ * that sees the owner 0 (and so no longer holds its resolved timestamp at
+ * this ring) reads a watermark above every record of the ring.
+ */
+int dxl_appender_close(struct dxl_appender *a, uint64_t ts)
+{
+	if (!a)
+		return dxl_err_set(DXL_E_INVAL, "close: NULL appender");
+	if (a->closed)
+		return 0;
+	int ret = progress(a);
+	if (ret < 0)
+		return ret;
+	/* heartbeats that completed leave nothing to report */
+	while (a->done_token < a->next_token) {
+		struct slot *d = &a->slots[a->done_token % a->cfg.max_inflight];
+		if (!d->done || !d->heartbeat)
+			break;
+		d->used = 0;
+		a->done_token++;
+	}
+	if (dxl_appender_inflight(a))
+		return dxl_err_set(DXL_E_BUSY,
+				   "close: %u appends of ring %u in flight or not polled yet",
+				   dxl_appender_inflight(a), a->tg[0].t.ring);
+	if (a->failed_floor != UINT64_MAX || dxl_appender_failed_targets(a))
+		return dxl_err_set(DXL_E_STATE,
+				   "close: ring %u has appends of unknown outcome (a target failed): left open for the next holder's repair",
+				   a->tg[0].t.ring);
+	uint64_t final = DXL_MAX(ts, a->last_ts + 1);
+	if (a->hold < final)
+		return dxl_err_set(DXL_E_BUSY,
+				   "close: ring %u holds records not confirmed yet (hold %llu)",
+				   a->tg[0].t.ring, (unsigned long long)a->hold);
+	if ((ret = dxl_appender_heartbeat(a, final)))
+		return ret;
+	uint64_t hb = a->next_token - 1;
+	struct slot *s = &a->slots[hb % a->cfg.max_inflight];
+	while (!s->done) {
+		if ((ret = progress(a)) < 0)
+			return ret;
+		if (!s->done)
+			dxl_ctx_wait(a->ctx, 10);
+	}
+	if (s->failed)
+		return dxl_err_set(s->err ? s->err : DXL_E_UNREACHABLE,
+				   "close: the final watermark of ring %u did not reach every target (failed %#x): left open",
+				   a->tg[0].t.ring, s->failed);
+	uint64_t me = (uint64_t)a->cfg.writer_id + 1;
+	uint8_t *scratch = s->heads;
+	s->used = 0; /* the only request: nothing to report */
+	a->done_token++;
+	a->closed = 1;
+	for (unsigned i = 0; i < a->n; i++) {
+		struct target *t = &a->tg[i];
+		struct dxl_fatptr fp = data_fp(t);
+		uint64_t owner = 0;
+		ret = dxl_rdpma_cas(t->qp, fp.addr + t->t.ctl_off + DXL_RING_OWNER_OFF,
+				    fp.rkey, me, 0, &owner, scratch, dxl_mr_lkey(a->mr));
+		/* the READ after the CAS on this QP makes it durable (H9) */
+		if (!ret)
+			ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, scratch,
+					     HEADS_READ, dxl_mr_lkey(a->mr));
+		if (!ret && owner != me)
+			ret = dxl_err_set(DXL_E_STALE,
+					  "close: ring %u at %s is owned by %llu, not writer %u",
+					  t->t.ring, t->t.addr, (unsigned long long)owner,
+					  a->cfg.writer_id);
+		if (ret) {
+			dxl_err_prefix("close: ring %u at %s (the other targets' copies stay open or closed as they are: both are safe)",
+				       t->t.ring, t->t.addr);
+			return ret;
+		}
+	}
+	return 0;
 }

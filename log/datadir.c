@@ -31,6 +31,7 @@
 #define META_NAME "DXL_DATADIR"
 #define LOCK_NAME "LOCK"
 #define META_FORMAT 1
+#define DAX_PROBE ".dax-probe"
 
 struct dxl_datadir {
 	char *path;
@@ -121,7 +122,7 @@ static int parse_meta(const char *path, char *text, char *cluster, size_t ccap,
 static int probe_dax(const char *dir)
 {
 	char p[4096];
-	int ret = join(p, sizeof(p), dir, ".dax-probe");
+	int ret = join(p, sizeof(p), dir, DAX_PROBE);
 	if (ret)
 		return ret;
 	int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -155,6 +156,15 @@ static int probe_dax(const char *dir)
 	return err;
 }
 
+/* what a crash during the first initialisation can leave behind */
+static int leftover(const char *name)
+{
+	return !strcmp(name, LOCK_NAME) || !strcmp(name, META_NAME ".tmp") ||
+	       !strcmp(name, DAX_PROBE);
+}
+
+/* 1 if path holds nothing but what an interrupted initialisation leaves
+ * (those are removed, LOCK excepted: we hold it) */
 static int dir_is_empty(const char *path)
 {
 	DIR *d = opendir(path);
@@ -164,13 +174,20 @@ static int dir_is_empty(const char *path)
 	int empty = 1;
 	while ((e = readdir(d))) {
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		    strcmp(e->d_name, LOCK_NAME)) {
+		    !leftover(e->d_name)) {
 			empty = 0;
 			break;
 		}
 	}
 	closedir(d);
-	return empty;
+	if (!empty)
+		return 0;
+	char p[4096];
+	if (!join(p, sizeof(p), path, META_NAME ".tmp"))
+		unlink(p);
+	if (!join(p, sizeof(p), path, DAX_PROBE))
+		unlink(p);
+	return 1;
 }
 
 static int take_lock(const char *path, int *fd_out)
@@ -225,6 +242,9 @@ int dxl_datadir_open(const char *path, const char *cluster, uint32_t node_id,
 				       : dxl_err_errno(errno, "data directory %s", path);
 		if (mkdir(path, 0750) != 0)
 			return dxl_err_errno(errno, "data directory: mkdir %s", path);
+		/* the new directory's entry must survive a power failure
+		 * before anything in it is relied on */
+		dxl_fsync_parent(path);
 	} else if (!S_ISDIR(st.st_mode)) {
 		return dxl_err_set(DXL_E_INVAL, "%s is not a directory", path);
 	}

@@ -2,6 +2,7 @@
 #ifndef DXL_LOG_INTERNAL_H
 #define DXL_LOG_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -9,6 +10,12 @@
 
 /* dxl_fsync_parent -- fsync the directory holding path (after a rename) */
 void dxl_fsync_parent(const char *path);
+
+/* tests: called with the directory each dxl_fsync_parent fsyncs (NULL =
+ * none), and an errno for the region's posix_fallocate to fail with
+ * instead of being called (0 = call it) */
+extern void (*dxl_test_fsync_dir_hook)(const char *dir);
+extern int dxl_test_fallocate_err;
 
 /* dxl_region_sb_decode -- check and decode a region superblock (fuzzed) */
 int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
@@ -54,5 +61,52 @@ void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
 typedef void (*dxl_persist_hook_fn)(uint32_t ring, const void *addr, size_t len,
 				    void *arg);
 void dxl_persist_set_test_hook(dxl_persist_hook_fn fn, void *arg);
+
+/*
+ * dxl_tail_set_test_hook -- fault injection for tests: while set, a
+ * tailer's poll posts its READs one at a time and calls fn(stage, ring,
+ * arg) after each has completed (stage: which pass it belongs to), so a
+ * test can append, move a head or claim a ring between any two of them.
+ * NULL = none (one chain). Set and clear it from the thread that polls.
+ */
+enum dxl_tail_stage {
+	DXL_TAIL_STAGE_CTL = 1,   /* a control block, before the windows */
+	DXL_TAIL_STAGE_WINDOW,    /* (a piece of) a ring's window */
+	DXL_TAIL_STAGE_CTL_AGAIN, /* a control block, after the windows */
+};
+typedef void (*dxl_tail_hook_fn)(enum dxl_tail_stage stage, uint32_t ring, void *arg);
+void dxl_tail_set_test_hook(dxl_tail_hook_fn fn, void *arg);
+
+/*
+ * dxl_pull_set_crash_hook -- fault injection for tests: dxl_logstore_pull
+ * calls fn(arg) once the ring buffer is written and persisted, before it
+ * writes the control block; non-zero stands for a crash right there (the
+ * pull returns DXL_E_IO, the control block untouched). NULL = none.
+ */
+typedef int (*dxl_pull_crash_fn)(void *arg);
+void dxl_pull_set_crash_hook(dxl_pull_crash_fn fn, void *arg);
+
+/*
+ * dxl_ring_set_head_test_hook -- fault injection for tests:
+ * dxl_logstore_set_head calls fn(slot, step, arg) after it stored the new
+ * head into a slot (step 1: the first copy, 2: the second) and before it
+ * persists that slot, so a test can act while the store is visible to
+ * remote READs but not yet durable. fn returning non-zero stands for a
+ * crash right there: set_head returns DXL_E_IO without persisting or
+ * storing anything more (the test then undoes what the crash would lose).
+ * NULL = none. Process-wide; set and clear it from the thread that sets
+ * heads.
+ */
+typedef int (*dxl_head_hook_fn)(void *slot, uint32_t step, void *arg);
+void dxl_ring_set_head_test_hook(dxl_head_hook_fn fn, void *arg);
+
+/*
+ * dxl_appender_test_wmark_after_flush -- for the crash tests' negative only:
+ * post each append's watermark WRITE after its flush READ instead of
+ * before (H9 mode), breaking the rule that an acknowledged append's
+ * watermark is durable. The crash schedules must catch it.
+ */
+struct dxl_appender;
+void dxl_appender_test_wmark_after_flush(struct dxl_appender *a, bool on);
 
 #endif /* DXL_LOG_INTERNAL_H */

@@ -36,6 +36,15 @@ void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg)
 	test_hook_arg = arg;
 }
 
+static dxl_pull_crash_fn crash_hook;
+static void *crash_hook_arg;
+
+void dxl_pull_set_crash_hook(dxl_pull_crash_fn fn, void *arg)
+{
+	crash_hook = fn;
+	crash_hook_arg = arg;
+}
+
 uint64_t dxl_logstore_pull_bounce_bytes(uint64_t ring_size)
 {
 	return 2ull * DXL_RING_CTL_SIZE + ring_size;
@@ -188,7 +197,9 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 	st->end_pos = it.pos;
 	st->end_seq = it.seq;
 
-	/* the buffer first, the control block (head) last */
+	/* the buffer first, the control block (head, watermark) last: until
+	 * the copy's records are durable, the old control block promises only
+	 * what the old ring held (a crash in between: test_pull) */
 	struct dxl_region *r = dxl_logstore_region(ls);
 	uint8_t *data = dxl_region_data(r);
 	/* the persist request and confirmation lines are this replica's own
@@ -198,6 +209,10 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 	       DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE - DXL_RING_PREQ_OFF);
 	st->changed = sync_bytes(r, data + dxl_logstore_buf_off(ls, ring),
 				       buf, size);
+	if (crash_hook && crash_hook(crash_hook_arg)) {
+		ret = dxl_err_set(DXL_E_IO, "pull: stopped by the test hook");
+		goto out;
+	}
 	st->changed += sync_bytes(r, data + dxl_logstore_ctl_off(ls, ring),
 					c1, DXL_RING_CTL_SIZE);
 	ret = 0;

@@ -19,10 +19,11 @@ enum {
 	OFF_SEQ = 24,
 	OFF_TXN = 32,
 	OFF_TS = 40,
+	OFF_INC = 48,
+	OFF_RSVD = 52,
 	/* trailer, relative to its start */
 	TOFF_TOTAL = 0,
 	TOFF_CRC = 4,
-	TOFF_SEQ = 8,
 };
 
 uint32_t dxl_crc32c(uint32_t crc, const void *buf, size_t len)
@@ -70,7 +71,7 @@ static uint32_t rec_crc(const uint8_t *b, uint32_t body_len)
 	return dxl_crc32c(crc, b + DXL_REC_HDR_SIZE, body_len);
 }
 
-static void finish(uint8_t *b, uint32_t total, uint32_t body_len, uint64_t seq)
+static void finish(uint8_t *b, uint32_t total, uint32_t body_len)
 {
 	/* zero the padding so a record's bytes are a function of its fields */
 	memset(b + DXL_REC_HDR_SIZE + body_len, 0,
@@ -81,7 +82,6 @@ static void finish(uint8_t *b, uint32_t total, uint32_t body_len, uint64_t seq)
 	uint8_t *t = b + total - DXL_REC_TRL_SIZE;
 	dxl_put_le32(t + TOFF_TOTAL, total);
 	dxl_put_le32(t + TOFF_CRC, crc);
-	dxl_put_le64(t + TOFF_SEQ, seq);
 }
 
 static void put_header(uint8_t *b, const struct dxl_rec *r, uint16_t nparts,
@@ -97,6 +97,8 @@ static void put_header(uint8_t *b, const struct dxl_rec *r, uint16_t nparts,
 	dxl_put_le64(b + OFF_SEQ, r->seq);
 	dxl_put_le64(b + OFF_TXN, r->txn_id);
 	dxl_put_le64(b + OFF_TS, r->commit_ts);
+	dxl_put_le32(b + OFF_INC, r->incarnation);
+	dxl_put_le32(b + OFF_RSVD, 0);
 }
 
 int dxl_rec_encode(const struct dxl_rec *r, const uint32_t *parts, void *buf,
@@ -127,12 +129,19 @@ int dxl_rec_encode(const struct dxl_rec *r, const uint32_t *parts, void *buf,
 	if (r->payload_len)
 		memcpy(b + DXL_REC_HDR_SIZE + 4u * r->nparts, r->payload,
 		       r->payload_len);
-	finish(b, total, body, r->seq);
+	finish(b, total, body);
 	return (int)total;
 }
 
 int dxl_rec_encode_skip(uint32_t writer, uint32_t epoch, uint64_t seq,
 			uint32_t total, void *buf, size_t cap)
+{
+	return dxl_rec_encode_skip_inc(writer, epoch, 0, seq, total, buf, cap);
+}
+
+int dxl_rec_encode_skip_inc(uint32_t writer, uint32_t epoch,
+			    uint32_t incarnation, uint64_t seq, uint32_t total,
+			    void *buf, size_t cap)
 {
 	if (!buf || total < DXL_REC_MIN_SIZE || total % 64 ||
 	    total - DXL_REC_HDR_SIZE - DXL_REC_TRL_SIZE > DXL_REC_MAX_PAYLOAD)
@@ -144,14 +153,14 @@ int dxl_rec_encode_skip(uint32_t writer, uint32_t epoch, uint64_t seq,
 				   "skip record: buffer of %zu bytes, need %u", cap,
 				   total);
 	struct dxl_rec r = {.type = DXL_REC_SKIP, .writer = writer,
-			    .epoch = epoch, .seq = seq};
+			    .epoch = epoch, .seq = seq, .incarnation = incarnation};
 	uint8_t *b = buf;
 	/* a skip's "payload" is its padding: the length field says how much,
 	 * its bytes are zero and covered by the checksum */
 	uint32_t pad = total - DXL_REC_HDR_SIZE - DXL_REC_TRL_SIZE;
 	put_header(b, &r, 0, pad);
 	memset(b + DXL_REC_HDR_SIZE, 0, pad);
-	finish(b, total, pad, seq);
+	finish(b, total, pad);
 	return (int)total;
 }
 
@@ -221,15 +230,14 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "record: trailer length %u, header says %u",
 				   ttotal, total);
-	if (dxl_get_le64(t + TOFF_SEQ) != seq)
-		return dxl_err_set(DXL_E_CORRUPT,
-				   "record: trailer sequence %llu, header says %llu",
-				   (unsigned long long)dxl_get_le64(t + TOFF_SEQ),
-				   (unsigned long long)seq);
 	if (dxl_get_le32(t + TOFF_CRC) != hcrc)
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "record: trailer checksum 0x%08x, header says 0x%08x",
 				   dxl_get_le32(t + TOFF_CRC), hcrc);
+	if (dxl_get_le32(b + OFF_RSVD) != 0)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "record: reserved header word is 0x%08x, not 0",
+				   dxl_get_le32(b + OFF_RSVD));
 	uint32_t body = 4u * nparts + len;
 	uint32_t crc = rec_crc(b, body);
 	if (crc != hcrc)
@@ -242,6 +250,7 @@ int dxl_rec_decode(const void *buf, size_t avail, struct dxl_rec *out)
 	out->seq = seq;
 	out->txn_id = dxl_get_le64(b + OFF_TXN);
 	out->commit_ts = dxl_get_le64(b + OFF_TS);
+	out->incarnation = dxl_get_le32(b + OFF_INC);
 	out->nparts = nparts;
 	out->parts = b + DXL_REC_HDR_SIZE;
 	out->payload = type == DXL_REC_DATA ? b + DXL_REC_HDR_SIZE + 4u * nparts

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -31,6 +32,9 @@
 #define SB_MAGIC "DXLREGN"
 #define SB_VERSION 1
 #define SB_CRC_OFF 120
+
+/* tests: a posix_fallocate error to return instead of calling it (0: call) */
+int dxl_test_fallocate_err;
 
 struct dxl_region {
 	char *path;
@@ -169,6 +173,27 @@ static int map_region(struct dxl_region *r)
 	return 0;
 }
 
+/* allocate -- give the file `path` (open as fd) all its blocks up to size
+ * bytes; a clear error if the filesystem lacks the space */
+static int allocate(int fd, const char *path, uint64_t size)
+{
+	int e = dxl_test_fallocate_err ? dxl_test_fallocate_err
+				       : posix_fallocate(fd, 0, (off_t)size);
+	if (!e)
+		return 0;
+	struct statvfs vfs;
+	char avail[64] = "unknown";
+	if (fstatvfs(fd, &vfs) == 0)
+		snprintf(avail, sizeof(avail), "%llu",
+			 (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+	if (e == ENOSPC || e == EDQUOT || e == EFBIG)
+		return dxl_err_set(DXL_E_IO,
+				   "region %s: cannot allocate its %llu bytes: %s (%s bytes available on its filesystem); free space or choose smaller rings (log.ring_size, log.writer_slots)",
+				   path, (unsigned long long)size, strerror(e), avail);
+	return dxl_err_set(DXL_E_IO, "region %s: allocating %llu bytes: %s", path,
+			   (unsigned long long)size, strerror(e));
+}
+
 static int open_checked(const char *path, enum dxl_durability mode,
 			const struct dxl_region_id *expect, struct dxl_region **out)
 {
@@ -197,6 +222,9 @@ static int open_checked(const char *path, enum dxl_durability mode,
 				  "%s: file is %lld bytes, its superblock says %llu (truncated or extended)",
 				  path, (long long)st.st_size,
 				  (unsigned long long)file_size);
+	/* a region an older build left sparse gets its blocks now */
+	if (!ret && (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
+		ret = allocate(fd, path, file_size);
 	if (!ret && expect &&
 	    (strcmp(id.cluster, expect->cluster) != 0 ||
 	     id.node_id != expect->node_id))
@@ -271,8 +299,15 @@ int dxl_region_create(const char *path, uint64_t data_size,
 		return dxl_err_errno(errno, "region create: open %s", tmp);
 	static __thread uint8_t sb[DXL_REGION_HDR_SIZE];
 	sb_encode(sb, mode, id, data_size);
-	if (ftruncate(fd, (off_t)(DXL_REGION_HDR_SIZE + data_size)) != 0 ||
-	    pwrite(fd, sb, DXL_REGION_HDR_SIZE, 0) != DXL_REGION_HDR_SIZE ||
+	/* every block allocated now: a sparse file would fail its first
+	 * store into a hole on a full filesystem with SIGBUS -- in the NIC
+	 * thread, for a remote WRITE -- instead of here, with an error */
+	if ((ret = allocate(fd, tmp, DXL_REGION_HDR_SIZE + data_size))) {
+		close(fd);
+		unlink(tmp);
+		return ret;
+	}
+	if (pwrite(fd, sb, DXL_REGION_HDR_SIZE, 0) != DXL_REGION_HDR_SIZE ||
 	    fsync(fd) != 0) {
 		int e = errno;
 		close(fd);
@@ -368,11 +403,16 @@ void dxl_region_memcpy_persist(struct dxl_region *r, void *dst,
 	r->memcpy_fn(dst, src, len, PMEM2_F_MEM_NONTEMPORAL);
 }
 
+void (*dxl_test_fsync_dir_hook)(const char *dir);
+
 void dxl_fsync_parent(const char *path)
 {
 	char buf[4096];
 	snprintf(buf, sizeof(buf), "%s", path);
-	int dfd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	const char *d = dirname(buf);
+	if (dxl_test_fsync_dir_hook)
+		dxl_test_fsync_dir_hook(d);
+	int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {
 		if (fsync(dfd) != 0)
 			DXL_WARN("fsync of the directory of %s: %s", path,

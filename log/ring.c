@@ -16,13 +16,16 @@
  * Head slot (control block offsets 0 and 64):
  *   0 generation (u64)  8 pos (u64)  16 seq (u64)  24 last_ts (u64)
  *  32 CRC32C of 0..31 (u32), then zero up to 64
+ * Incarnation slot (control block offsets 256 and 320, one line each):
+ *   0 incarnation (u64)  8 incarnation ^ DXL_RING_INC_MAGIC (u64)
  * Who writes what (H8: CPU-owned words stay with the CPU): the log header
  * and the head slots are written only by the replica's CPU; remote writers
- * only READ them. Ring buffers are written only by their writer (remote
- * WRITEs, or a local writer), and read by scans.
+ * only READ them. Ring buffers, the watermark and the incarnation slots are
+ * written only by their writer (remote WRITEs, or a local writer), and read
+ * by scans.
  */
 #define LOG_MAGIC "DXLLOG"
-#define LOG_VERSION 1
+#define LOG_VERSION 2 /* 2: incarnation slots, records of version 2 */
 #define FIRST_SEQ 1
 
 struct dxl_logstore {
@@ -60,24 +63,51 @@ static void slot_encode(uint8_t *s, uint64_t gen, uint64_t pos, uint64_t seq,
 	dxl_put_le32(s + 32, dxl_crc32c(0, s, 32));
 }
 
-int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
+static int slot_decode(const uint8_t *s, struct dxl_ring_head *h)
+{
+	if (dxl_crc32c(0, s, 32) != dxl_get_le32(s + 32))
+		return 0;
+	h->gen = dxl_get_le64(s);
+	h->pos = dxl_get_le64(s + 8);
+	h->seq = dxl_get_le64(s + 16);
+	h->last_ts = dxl_get_le64(s + 24);
+	return h->gen != 0;
+}
+
+/* the valid slots of a control block: n (0..2), newest first */
+static int slots_decode(const void *slots, struct dxl_ring_head h[2])
 {
 	const uint8_t *s = slots;
-	int found = 0;
-	for (int i = 0; i < 2; i++, s += DXL_RING_HEAD_SLOT_SIZE) {
-		if (dxl_crc32c(0, s, 32) != dxl_get_le32(s + 32))
-			continue;
-		uint64_t gen = dxl_get_le64(s);
-		if (gen == 0 || (found && gen <= out->gen))
-			continue;
-		out->gen = gen;
-		out->pos = dxl_get_le64(s + 8);
-		out->seq = dxl_get_le64(s + 16);
-		out->last_ts = dxl_get_le64(s + 24);
-		found = 1;
+	int n = 0;
+	for (int i = 0; i < 2; i++)
+		n += slot_decode(s + i * DXL_RING_HEAD_SLOT_SIZE, &h[n]);
+	if (n == 2 && h[1].gen > h[0].gen) {
+		struct dxl_ring_head t = h[0];
+		h[0] = h[1];
+		h[1] = t;
 	}
-	return found ? 0
-		     : dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+	return n;
+}
+
+int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out)
+{
+	struct dxl_ring_head h[2];
+	if (!slots_decode(slots, h))
+		return dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+	*out = h[0];
+	return 0;
+}
+
+int dxl_ring_head_decode_durable(const void *slots, struct dxl_ring_head *out)
+{
+	struct dxl_ring_head h[2];
+	int n = slots_decode(slots, h);
+	if (!n)
+		return dxl_err_set(DXL_E_CORRUPT, "ring head: no valid head slot");
+	/* the older of two: dxl_logstore_set_head persisted it before it
+	 * stored the newer one */
+	*out = h[n - 1];
+	return 0;
 }
 
 int dxl_logstore_format(struct dxl_region *r, uint32_t shard, uint32_t nrings,
@@ -199,6 +229,25 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 	return ret;
 }
 
+static dxl_head_hook_fn head_hook;
+static void *head_hook_arg;
+
+void dxl_ring_set_head_test_hook(dxl_head_hook_fn fn, void *arg)
+{
+	head_hook = fn;
+	head_hook_arg = arg;
+}
+
+/*
+ * Who may call: the replica's CPU, one thread per ring (the head slots are
+ * CPU-owned, H8). Remote readers see every store at once (a NIC READ is
+ * coherent with the CPU's cache, and on msync/process regions the page is
+ * shared), but a store is durable only once persisted. So the new head
+ * goes into both slots, one after the other, each persisted before the
+ * next is stored: the older of the two valid slots
+ * (dxl_ring_head_decode_durable, what writers use) is always durable, and
+ * becomes the new head only once the first copy is.
+ */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq, uint64_t last_ts)
 {
@@ -215,13 +264,22 @@ int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 				   (unsigned long long)seq,
 				   (unsigned long long)cur.last_ts,
 				   (unsigned long long)last_ts);
-	/* overwrite the older slot; the newer one stays valid until this one
-	 * is persisted, so a crash mid-update keeps the previous head */
-	uint64_t gen = cur.gen + 1;
-	uint8_t *slot = ls->data + dxl_logstore_ctl_off(ls, ring) +
-			(gen % 2) * DXL_RING_HEAD_SLOT_SIZE;
-	slot_encode(slot, gen, pos, seq, last_ts);
-	dxl_region_persist(ls->r, slot, DXL_RING_HEAD_SLOT_SIZE);
+	uint8_t *ctl = ls->data + dxl_logstore_ctl_off(ls, ring);
+	/* the slot holding the newest head: the other one is written first
+	 * (the newest stays valid if that store tears), then this one */
+	struct dxl_ring_head s1;
+	int newest = slot_decode(ctl + DXL_RING_HEAD_SLOT_SIZE, &s1) &&
+		     s1.gen == cur.gen;
+	for (uint32_t step = 1; step <= 2; step++) {
+		int idx = step == 1 ? !newest : newest;
+		uint8_t *slot = ctl + idx * DXL_RING_HEAD_SLOT_SIZE;
+		slot_encode(slot, cur.gen + step, pos, seq, last_ts);
+		if (head_hook && head_hook(slot, step, head_hook_arg))
+			return dxl_err_set(DXL_E_IO,
+					   "ring %u: head update stopped by the test hook (step %u)",
+					   ring, step);
+		dxl_region_persist(ls->r, slot, DXL_RING_HEAD_SLOT_SIZE);
+	}
 	return 0;
 }
 
@@ -239,6 +297,34 @@ uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring)
 	DXL_ASSERT(ring < ls->nrings);
 	return dxl_ring_wmark_decode(ls->data + dxl_logstore_ctl_off(ls, ring) +
 				     DXL_RING_WMARK_OFF);
+}
+
+void dxl_ring_inc_encode(void *slot, uint32_t inc)
+{
+	uint8_t *b = slot;
+	dxl_put_le64(b, inc);
+	dxl_put_le64(b + 8, (uint64_t)inc ^ DXL_RING_INC_MAGIC);
+}
+
+uint32_t dxl_ring_inc_decode(const void *ctl)
+{
+	const uint8_t *b = (const uint8_t *)ctl + DXL_RING_INC_OFF;
+	uint32_t best = 0;
+	for (int i = 0; i < 2; i++, b += DXL_RING_INC_SLOT) {
+		uint64_t v = dxl_get_le64(b);
+		/* both words must agree (a torn or never-written slot does not
+		 * count) and the value must fit a record's field */
+		if (dxl_get_le64(b + 8) == (v ^ DXL_RING_INC_MAGIC) &&
+		    v <= UINT32_MAX && v > best)
+			best = (uint32_t)v;
+	}
+	return best;
+}
+
+uint32_t dxl_logstore_incarnation(const struct dxl_logstore *ls, uint32_t ring)
+{
+	DXL_ASSERT(ring < ls->nrings);
+	return dxl_ring_inc_decode(ls->data + dxl_logstore_ctl_off(ls, ring));
 }
 
 static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
@@ -344,7 +430,9 @@ void dxl_ring_iter_init_buf(struct dxl_ring_iter *it, const void *buf,
 	it->start_pos = pos;
 	it->pos = pos;
 	it->seq = seq;
+	it->inc = 0;
 	it->done = 0;
+	it->end = DXL_RING_END_NONE;
 }
 
 int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
@@ -357,32 +445,50 @@ int dxl_ring_iter_init(struct dxl_ring_iter *it, const struct dxl_logstore *ls,
 	return dxl_ring_iter_init_at(it, ls, ring, h.pos, h.seq);
 }
 
+/* the walk ends at it->pos, for reason why */
+static int ring_end(struct dxl_ring_iter *it, enum dxl_ring_end why)
+{
+	it->done = 1;
+	if (it->end == DXL_RING_END_NONE)
+		it->end = why;
+	return 0;
+}
+
 /*
  * ring_step -- consume the record at it->pos, skip or data: 1 and the record
- * (and its position in *at), or 0 at the end of the valid content (a torn,
- * stale or never-written record, or a full lap), which ends the walk.
+ * (and its position in *at), or 0 at the end of the valid content (nothing
+ * written, a torn or stale record, a ghost, or a full lap), which ends the
+ * walk; it->end says which.
  */
 static int ring_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		     uint64_t *at)
 {
 	const uint64_t size = it->ring_size;
-	if (it->done || it->pos - it->start_pos >= size) {
-		it->done = 1;
+	if (it->done)
 		return 0;
-	}
+	if (it->pos - it->start_pos >= size)
+		return ring_end(it, DXL_RING_END_LAP);
 	uint64_t off = it->pos % size;
 	/* a failed decode is the end of the valid content, not an error: do
 	 * not leave its message behind */
-	if (dxl_rec_decode(it->buf + off, size - off, rec) != 0 ||
-	    rec->seq != it->seq || /* a record of an earlier lap */
-	    it->pos - it->start_pos + rec->total_len > size) {
+	if (dxl_rec_decode(it->buf + off, size - off, rec) != 0) {
 		dxl_err_clear();
-		it->done = 1;
-		return 0;
+		return ring_end(it, dxl_rec_peek_size(it->buf + off, size - off)
+					    ? DXL_RING_END_TORN
+					    : DXL_RING_END_EMPTY);
 	}
+	if (rec->seq != it->seq) /* a record of an earlier lap */
+		return ring_end(it, DXL_RING_END_STALE);
+	if (it->pos - it->start_pos + rec->total_len > size)
+		return ring_end(it, DXL_RING_END_LAP);
+	/* written by an earlier appender than its predecessor: it was not
+	 * written after it (see DXL_RING_END_GHOST) */
+	if (rec->incarnation < it->inc)
+		return ring_end(it, DXL_RING_END_GHOST);
 	*at = it->pos;
 	it->pos += rec->total_len;
 	it->seq++;
+	it->inc = rec->incarnation;
 	return 1;
 }
 

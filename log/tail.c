@@ -12,35 +12,74 @@
  * completions while it polls.
  *
  * Per ring the tailer keeps a mirror of the ring buffer (same offsets) and
- * the position of the next record to deliver. A poll chains, per ring, a
- * READ of the control block's first 256 bytes (head slots, owner word,
- * watermark) and a READ of up to `window` bytes of the buffer from that
- * position (not past the ring's end, nor a full lap ahead), one doorbell.
- * Because the READs execute in order and the writer wrote each record
- * before the watermark that covers it (and flushed both), every record
- * below the watermark read is in the data read after it.
+ * the position of the next record to deliver. A poll chains, on its one QP
+ * and with one doorbell, three passes of READs (the replica executes them
+ * in order):
+ *   1. every ring's control block, first 256 bytes (head slots, owner word,
+ *      watermark);
+ *   2. every ring's window: up to `window` bytes of the buffer from the
+ *      next record to deliver (two READs when it wraps past the ring's
+ *      end; never a whole lap);
+ *   3. every ring's control block again.
+ * The rules, each with a test (test_tail) that fails when it is broken:
+ *  - The watermarks come from pass 1, read before the windows: the writer
+ *    wrote each record before the watermark that covers it (and flushed
+ *    both), so every record below a watermark read is in the window read
+ *    after it.
+ *  - Only records at or above the pass-3 head are delivered: while the
+ *    windows were read, the replica may have moved the head (retention) and
+ *    the writer reused the space below it for its next lap; from the later
+ *    head on, the bytes read are intact (the writer never writes a
+ *    position the head has not passed by a lap). A head that passed a
+ *    record not delivered yet, at or above the cursor, is DXL_E_STALE.
+ *  - A ring holds the resolved timestamp at its watermark when its owner
+ *    word is set in pass 1 or pass 3, or it is in live_mask. Owner set:
+ *    its writer is alive, or crashed (the next holder of its slot repairs
+ *    the ring and confirms records above that watermark with their own
+ *    timestamps), or a new holder just claimed it. Owner 0 in both passes:
+ *    the ring was never used, or its last holder closed it
+ *    (dxl_appender_close: every record acknowledged, below its final
+ *    watermark), so nothing in it can change below that watermark; its
+ *    records below it are delivered and it holds nobody back. A new
+ *    holder claims the ring (owner 0 -> 1 + writer id) and only then reads
+ *    every ring's watermark and starts above the largest
+ *    (dxl_appender_new): pass 3 still seeing owner 0 means the claim came
+ *    after every pass-1 READ, so the new holder's records are above every
+ *    watermark this poll used.
+ *  - A skip record is consumed only with the data record after it: until
+ *    that record is delivered, repair may cut the skip and the next record
+ *    land where it was.
+ *  - Nothing beyond this host's clock + DXL_HLC_MAX_AHEAD_MS / 2 is
+ *    resolved: a writer whose clock jumped forward does not carry the
+ *    cursor with it (a new holder starts at most DXL_HLC_MAX_AHEAD_MS
+ *    ahead of its own clock: see dxl_appender_new).
  */
 
 #define CTL_READ 256
 #define TAIL_MIN_WINDOW 4096
 #define WR_TAIL 0x5441494c00000000ull /* "TAIL" */
+#define WR_PER_RING 4                  /* control block, window (<= 2), again */
 
 struct tring {
 	struct dxl_log_target t;
-	uint64_t pos, seq;     /* next record to deliver */
+	uint64_t pos, seq;     /* next record to deliver (the skips before it
+				  included: they go with it) */
 	uint64_t win_lo, win_hi; /* positions whose bytes this poll fetched */
-	uint64_t need;         /* bytes the next window must cover (big record) */
+	uint64_t need;         /* bytes the next window must cover (a big
+				  record, or skips before one) */
 	uint64_t win;          /* this ring's window: adapts between
 				  TAIL_MIN_WINDOW and cfg.window */
-	uint8_t *ctl;          /* CTL_READ bytes, in the MR */
+	uint8_t *ctl;          /* CTL_READ bytes, in the MR: pass 1 */
+	uint8_t *ctl2;         /* CTL_READ bytes, in the MR: pass 3 */
 	uint8_t *mirror;       /* ring_size bytes, in the MR */
 	struct dxl_ring_iter it;
 	struct dxl_rec cur;    /* the ring's next candidate */
 	uint64_t cur_pos;
 	int have;              /* cur is valid */
 	int blocked;           /* ran out of fetched bytes: may have more */
-	uint64_t cap;          /* deliver only below this (a dead writer's
-				  watermark); UINT64_MAX for live rings */
+	int holds;             /* holds the resolved timestamp */
+	uint64_t cap;          /* deliver only below this (a closed ring's
+				  watermark); UINT64_MAX for holding rings */
 };
 
 struct dxl_tailer {
@@ -54,10 +93,23 @@ struct dxl_tailer {
 	struct dxl_mr *mr;
 	uint64_t cursor;
 	int started; /* positions found from the heads and the cursor */
+	int delivered; /* a record was delivered since */
 	int caught_up; /* the last poll delivered everything below resolved */
+	unsigned holding; /* rings that held resolved at the last poll */
 	uint64_t reclaimed_ts; /* largest head last_ts seen by the last poll */
-	struct dxl_wr *wrs; /* a poll's chain: 2 READs per ring (set up once) */
+	struct dxl_wr *wrs; /* a poll's chain: WR_PER_RING READs per ring */
+	uint8_t *wstage;    /* per WR: its pass (enum dxl_tail_stage) */
+	uint32_t *wring;    /* per WR: its ring */
 };
+
+static dxl_tail_hook_fn g_hook;
+static void *g_hook_arg;
+
+void dxl_tail_set_test_hook(dxl_tail_hook_fn fn, void *arg)
+{
+	g_hook = fn;
+	g_hook_arg = arg;
+}
 
 int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
 		   const struct dxl_log_target *targets, unsigned n,
@@ -82,11 +134,14 @@ int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
 	t->n = n;
 	t->cursor = cfg->from_ts;
 	uint64_t rs = targets[0].ring_size;
-	t->mem_len = DXL_ALIGN_UP((uint64_t)n * (CTL_READ + rs), 4096ull);
+	t->mem_len = DXL_ALIGN_UP((uint64_t)n * (2 * CTL_READ + rs), 4096ull);
 	t->r = calloc(n, sizeof(*t->r));
-	t->wrs = calloc(2u * n, sizeof(*t->wrs));
+	t->wrs = calloc(WR_PER_RING * n, sizeof(*t->wrs));
+	t->wstage = calloc(WR_PER_RING * n, sizeof(*t->wstage));
+	t->wring = calloc(WR_PER_RING * n, sizeof(*t->wring));
 	int ret;
-	if (!t->r || !t->wrs || posix_memalign((void **)&t->mem, 4096, t->mem_len)) {
+	if (!t->r || !t->wrs || !t->wstage || !t->wring ||
+	    posix_memalign((void **)&t->mem, 4096, t->mem_len)) {
 		ret = dxl_err_set(DXL_E_NOMEM, "tailer: out of memory (%zu bytes)",
 				  t->mem_len);
 		goto err;
@@ -94,8 +149,9 @@ int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
 	memset(t->mem, 0, t->mem_len);
 	for (unsigned i = 0; i < n; i++) {
 		t->r[i].t = targets[i];
-		t->r[i].ctl = t->mem + (uint64_t)i * (CTL_READ + rs);
-		t->r[i].mirror = t->r[i].ctl + CTL_READ;
+		t->r[i].ctl = t->mem + (uint64_t)i * (2 * CTL_READ + rs);
+		t->r[i].ctl2 = t->r[i].ctl + CTL_READ;
+		t->r[i].mirror = t->r[i].ctl2 + CTL_READ;
 	}
 	if ((ret = dxl_mr_reg(dxl_ctx_fabric(ctx), t->mem, t->mem_len,
 			      DXL_MR_LOCAL_WRITE, &t->mr)))
@@ -109,6 +165,8 @@ err:
 	dxl_mr_dereg(&t->mr);
 	free(t->mem);
 	free(t->wrs);
+	free(t->wstage);
+	free(t->wring);
 	free(t->r);
 	free(t);
 	return ret;
@@ -123,6 +181,8 @@ void dxl_tailer_delete(struct dxl_tailer **tp)
 	dxl_mr_dereg(&t->mr);
 	free(t->mem);
 	free(t->wrs);
+	free(t->wstage);
+	free(t->wring);
 	free(t->r);
 	free(t);
 	*tp = NULL;
@@ -143,54 +203,73 @@ uint64_t dxl_tailer_reclaimed_ts(const struct dxl_tailer *t)
 	return t->reclaimed_ts;
 }
 
+unsigned dxl_tailer_holding(const struct dxl_tailer *t)
+{
+	return t->holding;
+}
+
 void dxl_tailer_set_live(struct dxl_tailer *t, uint64_t mask)
 {
 	t->cfg.live_mask = mask;
 	t->cfg.live_given = 1;
 }
 
-/* READ every control block, then every ring's window, in one chain */
-static int fetch(struct dxl_tailer *t)
+static void add_read(struct dxl_tailer *t, unsigned *k, enum dxl_tail_stage stage,
+		     uint32_t ring, void *local, uint64_t len, uint64_t remote_addr)
+{
+	t->wrs[*k] = (struct dxl_wr){.wr_id = WR_TAIL, .op = DXL_WR_READ,
+				     .local = local, .len = (uint32_t)len,
+				     .lkey = dxl_mr_lkey(t->mr),
+				     .remote_addr = remote_addr,
+				     .rkey = t->r[ring].t.data.rkey};
+	t->wstage[*k] = (uint8_t)stage;
+	t->wring[*k] = ring;
+	(*k)++;
+}
+
+/* fetch -- READ every control block; with `windows`, then every ring's
+ * window and every control block again: one chain (see the top) */
+static int fetch(struct dxl_tailer *t, int windows)
 {
 	const uint64_t rs = t->r[0].t.ring_size;
-	uint32_t lkey = dxl_mr_lkey(t->mr);
-	struct dxl_wr *w = t->wrs;
-	memset(w, 0, 2u * t->n * sizeof(*w));
+	memset(t->wrs, 0, WR_PER_RING * t->n * sizeof(*t->wrs));
 	unsigned k = 0;
-	for (unsigned i = 0; i < t->n; i++) {
-		struct tring *r = &t->r[i];
-		w[k++] = (struct dxl_wr){.wr_id = WR_TAIL, .op = DXL_WR_READ,
-					 .local = r->ctl, .len = CTL_READ, .lkey = lkey,
-					 .remote_addr = r->t.data.addr + r->t.ctl_off,
-					 .rkey = r->t.data.rkey};
-	}
-	for (unsigned i = 0; i < t->n && t->started; i++) {
+	for (unsigned i = 0; i < t->n; i++)
+		add_read(t, &k, DXL_TAIL_STAGE_CTL, i, t->r[i].ctl, CTL_READ,
+			 t->r[i].t.data.addr + t->r[i].t.ctl_off);
+	for (unsigned i = 0; i < t->n && windows; i++) {
 		struct tring *r = &t->r[i];
 		if (!r->win)
 			r->win = DXL_MIN((uint64_t)TAIL_MIN_WINDOW, (uint64_t)t->cfg.window);
 		uint64_t off = r->pos % rs;
-		uint64_t len = DXL_MIN(DXL_MAX(r->win, r->need), rs - off);
+		uint64_t len = DXL_MIN(DXL_MAX(r->win, r->need), rs);
+		uint64_t first = DXL_MIN(len, rs - off);
 		r->win_lo = r->pos;
 		r->win_hi = r->pos + len;
-		w[k++] = (struct dxl_wr){.wr_id = WR_TAIL, .op = DXL_WR_READ,
-					 .local = r->mirror + off, .len = (uint32_t)len,
-					 .lkey = lkey,
-					 .remote_addr = r->t.data.addr + r->t.buf_off + off,
-					 .rkey = r->t.data.rkey};
+		add_read(t, &k, DXL_TAIL_STAGE_WINDOW, i, r->mirror + off, first,
+			 r->t.data.addr + r->t.buf_off + off);
+		if (len > first) /* on over the ring's end: the next lap's start */
+			add_read(t, &k, DXL_TAIL_STAGE_WINDOW, i, r->mirror, len - first,
+				 r->t.data.addr + r->t.buf_off);
 	}
-	for (unsigned i = 0; i + 1 < k; i++)
-		w[i].next = &w[i + 1];
-	w[k - 1].flags = DXL_WR_SIGNALED;
-	/* long chains go in pieces no longer than what a queue can hold */
+	for (unsigned i = 0; i < t->n && windows; i++)
+		add_read(t, &k, DXL_TAIL_STAGE_CTL_AGAIN, i, t->r[i].ctl2, CTL_READ,
+			 t->r[i].t.data.addr + t->r[i].t.ctl_off);
+	/* long chains go in pieces no longer than what a queue can hold (one
+	 * READ at a time, and the hook after each, under a test hook) */
 	int ret = 0;
-	unsigned at = 0, step = 64;
+	unsigned at = 0, step = g_hook ? 1 : 64;
 	while (at < k && !ret) {
 		unsigned end = DXL_MIN(k, at + step);
-		w[end - 1].next = NULL;
-		w[end - 1].flags = DXL_WR_SIGNALED;
-		ret = dxl_log_post_wait(t->qp, &w[at], WR_TAIL);
+		for (unsigned i = at; i + 1 < end; i++)
+			t->wrs[i].next = &t->wrs[i + 1];
+		t->wrs[end - 1].next = NULL;
+		t->wrs[end - 1].flags = DXL_WR_SIGNALED;
+		ret = dxl_log_post_wait(t->qp, &t->wrs[at], WR_TAIL);
 		if (ret)
 			dxl_err_prefix("tailer: reading the log at %s", t->r[0].t.addr);
+		else if (g_hook)
+			g_hook((enum dxl_tail_stage)t->wstage[at], t->wring[at], g_hook_arg);
 		at = end;
 	}
 	return ret;
@@ -204,40 +283,35 @@ static uint64_t claimed_len(const struct tring *r, uint64_t p)
 }
 
 /*
- * The next candidate of ring r: a record whose bytes this poll fetched. Skip
- * records passed on the way are consumed (nothing to deliver). If the next
- * record was not (entirely) fetched, the ring is "blocked": it may hold more
- * than this poll saw, and the merge must not go past it.
+ * The next candidate of ring r: a record whose bytes this poll fetched.
+ * Skip records passed on the way are not consumed here: r->pos stays
+ * before them until the record after them is delivered (an unconfirmed skip
+ * is like any unconfirmed record: repair may cut it, and the next record
+ * then lands where it was). If the next record was not (entirely) fetched,
+ * the ring is "blocked": it may hold more than this poll saw, and the merge
+ * must not go past it.
  */
 static void advance(struct tring *r)
 {
 	const uint64_t rs = r->t.ring_size;
-	uint64_t before = r->it.pos;
 	r->have = 0;
 	r->blocked = 0;
 	int got = dxl_ring_iter_next(&r->it, &r->cur, &r->cur_pos);
-	uint64_t stop = got ? r->cur_pos : r->it.pos;   /* first unconsumed */
-	uint64_t stop_seq = got ? r->cur.seq : r->it.seq;
 	if (got && r->cur_pos >= r->win_lo &&
 	    r->cur_pos + r->cur.total_len <= r->win_hi) {
 		r->have = 1;
 		return;
 	}
-	/* skips between `before` and `stop` carry nothing: consume them, so the
-	 * next window starts past them (e.g. on the next lap) */
-	if (stop != before) {
-		r->pos = stop;
-		r->seq = stop_seq;
-	}
-	r->it.pos = stop;
-	r->it.seq = stop_seq;
 	/* the end of the valid content, or only of what was fetched? */
+	uint64_t stop = got ? r->cur_pos : r->it.pos; /* after the skips */
 	uint64_t claim = claimed_len(r, stop);
 	if (stop < r->win_lo || stop + DXL_REC_HDR_SIZE > r->win_hi ||
 	    (claim && stop + claim > r->win_hi)) {
 		r->blocked = 1;
-		/* a record bigger than the window: read enough next time */
-		r->need = claim && stop % rs + claim <= rs ? claim : 0;
+		/* read from r->pos through that record next time: a record
+		 * (or the skips before one) bigger than the window */
+		uint64_t end = stop + (claim && claim <= rs ? claim : DXL_REC_HDR_SIZE);
+		r->need = end > r->pos ? DXL_MIN(end - r->pos, rs) : 0;
 	}
 }
 
@@ -245,38 +319,23 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		    uint64_t *cursor)
 {
 	t->caught_up = 0;
-	int ret = fetch(t);
-	if (ret)
-		return ret;
-	/* heads, owners, watermarks, and the resolved timestamp */
-	uint64_t resolved = UINT64_MAX;
-	int any = 0;
-	t->reclaimed_ts = 0;
-	for (unsigned i = 0; i < t->n; i++) {
-		struct tring *r = &t->r[i];
-		struct dxl_ring_head h;
-		if (dxl_ring_head_decode(r->ctl, &h))
-			return dxl_err_set(DXL_E_CORRUPT,
-					   "tailer: ring %u at %s has no valid head",
-					   i, r->t.addr);
-		uint64_t wm = dxl_ring_wmark_decode(r->ctl + DXL_RING_WMARK_OFF);
-		t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h.last_ts);
-		int live = t->cfg.live_given
-				   ? (i < 64 && ((t->cfg.live_mask >> i) & 1))
-				   : dxl_get_le64(r->ctl + DXL_RING_OWNER_OFF) != 0;
-		if (live) {
-			resolved = DXL_MIN(resolved, wm);
-			any = 1;
-			r->cap = UINT64_MAX;
-		} else {
-			/* its writer is gone: what it confirmed is final, the
-			 * rest is not ours to deliver */
-			r->cap = wm;
-		}
-		if (!t->started) {
-			/* records below the cursor that were reclaimed are fine;
-			 * records at or above it must still be there. Cursor 0
-			 * means "the earliest record retained": nothing to miss */
+	int ret;
+	if (!t->started) {
+		/* where to start: the heads, checked against the cursor */
+		if ((ret = fetch(t, 0)))
+			return ret;
+		t->reclaimed_ts = 0;
+		for (unsigned i = 0; i < t->n; i++) {
+			struct tring *r = &t->r[i];
+			struct dxl_ring_head h;
+			if (dxl_ring_head_decode(r->ctl, &h))
+				return dxl_err_set(DXL_E_CORRUPT,
+						   "tailer: ring %u at %s has no valid head",
+						   i, r->t.addr);
+			t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h.last_ts);
+			/* records below the cursor that were reclaimed are
+			 * fine; records at or above it must still be there.
+			 * Cursor 0 means "the earliest record retained" */
 			if (t->cursor > 0 && h.last_ts >= t->cursor)
 				return dxl_err_set(DXL_E_STALE,
 						   "tailer: cursor %llu is older than what ring %u retains (its head passed timestamp %llu)",
@@ -284,27 +343,68 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 						   (unsigned long long)h.last_ts);
 			r->pos = h.pos;
 			r->seq = h.seq;
-		} else if (h.pos > r->pos) {
-			return dxl_err_set(DXL_E_STALE,
-					   "tailer: ring %u was reclaimed past the tailer (head %llu, tailer at %llu): the cursor is older than the retention",
-					   i, (unsigned long long)h.pos,
-					   (unsigned long long)r->pos);
+		}
+		t->started = 1;
+	}
+	if ((ret = fetch(t, 1)))
+		return ret;
+	/* heads, owners, watermarks, and the resolved timestamp */
+	uint64_t resolved = UINT64_MAX, caps = 0;
+	t->reclaimed_ts = 0;
+	t->holding = 0;
+	for (unsigned i = 0; i < t->n; i++) {
+		struct tring *r = &t->r[i];
+		struct dxl_ring_head h1, h;
+		if (dxl_ring_head_decode(r->ctl, &h1) || dxl_ring_head_decode(r->ctl2, &h))
+			return dxl_err_set(DXL_E_CORRUPT,
+					   "tailer: ring %u at %s has no valid head",
+					   i, r->t.addr);
+		if (h1.gen > h.gen) /* heads only move on: cannot happen */
+			h = h1;
+		uint64_t wm = dxl_ring_wmark_decode(r->ctl + DXL_RING_WMARK_OFF);
+		t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h.last_ts);
+		/* the later head: below it, the window may hold the writer's
+		 * next lap */
+		if (h.pos > r->pos) {
+			/* (cursor 0, nothing delivered yet: "the earliest
+			 * record retained" is still to be found) */
+			if ((t->cursor > 0 || t->delivered) && h.last_ts >= t->cursor)
+				return dxl_err_set(DXL_E_STALE,
+						   "tailer: ring %u was reclaimed past the tailer (head %llu, past commit timestamp %llu; tailer at %llu, cursor %llu): the cursor is older than the retention",
+						   i, (unsigned long long)h.pos,
+						   (unsigned long long)h.last_ts,
+						   (unsigned long long)r->pos,
+						   (unsigned long long)t->cursor);
+			/* it passed only records below the cursor */
+			r->pos = h.pos;
+			r->seq = h.seq;
+		}
+		int owned = dxl_get_le64(r->ctl + DXL_RING_OWNER_OFF) != 0 ||
+			    dxl_get_le64(r->ctl2 + DXL_RING_OWNER_OFF) != 0;
+		int live = t->cfg.live_given && i < 64 && ((t->cfg.live_mask >> i) & 1);
+		r->holds = owned || live;
+		if (r->holds) {
+			resolved = DXL_MIN(resolved, wm);
+			t->holding++;
+			r->cap = UINT64_MAX;
+		} else {
+			/* closed (or never used): below its watermark it is final */
+			r->cap = wm;
+			caps = DXL_MAX(caps, wm);
 		}
 	}
-	if (!any && !t->cfg.live_given)
-		resolved = 0; /* nobody writes: nothing is promised */
-	/* (with an explicit empty live set, every ring is capped by its own
-	 * watermark instead: resolved stays unbounded) */
-	if (!t->started) {
-		t->started = 1;
-		if ((ret = fetch(t))) /* now the windows, from the heads */
-			return ret;
-	}
+	if (!t->holding)
+		resolved = caps; /* every ring closed: each up to its own watermark */
+	uint64_t now = t->cfg.wall_ms ? t->cfg.wall_ms() : dxl_wall_ms();
+	uint64_t limit = DXL_HLC_MAKE(now + DXL_HLC_MAX_AHEAD_MS / 2, 0);
+	if (resolved > limit)
+		resolved = limit; /* a writer's clock jumped forward */
 	for (unsigned i = 0; i < t->n; i++) {
 		struct tring *r = &t->r[i];
 		dxl_ring_iter_init_buf(&r->it, r->mirror, r->t.ring_size, r->pos,
 				       r->seq);
 		r->it.ring = i;
+		r->need = 0;
 		advance(r);
 	}
 	int n = 0;
@@ -316,7 +416,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 			if (r->blocked)
 				blocked = 1;
 			if (r->have && r->cur.commit_ts >= r->cap)
-				r->have = 0; /* beyond what its dead writer confirmed */
+				r->have = 0; /* beyond what its closed ring confirmed */
 			if (!r->have)
 				continue;
 			if (!best || r->cur.commit_ts < best->cur.commit_ts ||
@@ -332,6 +432,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 		best->seq = best->it.seq;
 		if (best->cur.commit_ts >= t->cursor) {
 			n++;
+			t->delivered = 1;
 			if (fn && fn((uint32_t)(best - t->r), &best->cur, arg)) {
 				t->cursor = best->cur.commit_ts;
 				if (cursor)
@@ -357,16 +458,8 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 			r->win = DXL_MAX(r->win / 2, DXL_MIN((uint64_t)TAIL_MIN_WINDOW,
 							      (uint64_t)t->cfg.window));
 	}
-	uint64_t bound = resolved;
-	if (bound == UINT64_MAX) {
-		/* no live writer: each ring ends at its own watermark, all
-		 * delivered; what lies above them is unconfirmed for good */
-		bound = 0;
-		for (unsigned i = 0; i < t->n; i++)
-			bound = DXL_MAX(bound, t->r[i].cap);
-	}
-	if (!cut && bound > t->cursor)
-		t->cursor = bound;
+	if (!cut && resolved > t->cursor)
+		t->cursor = resolved;
 	t->caught_up = !cut;
 	if (cursor)
 		*cursor = t->cursor;

@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "common/config.h"
 #include "dxl/replica.h"
+#include "replica/catchup_internal.h"
 #include "replica/tables_internal.h"
 
 struct dxl_replica_server {
@@ -63,6 +64,12 @@ struct dxl_replica_server {
 	uint64_t last_stats_pub_ms;
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
+	/* engine.lock_mode=nic: the node's own lock-word changes go through
+	 * its NIC (ctx DXL_REPLICA_LOCK_CTX, a loopback QP; engine.h) */
+	struct dxl_lock_agent *lock_agent;
+	/* catch-up that never outruns the store, state transfer, rebuild at
+	 * open (replica/catchup.c; its transfer thread uses ctx 4) */
+	struct dxl_rcvm *rcvm;
 	struct dxl_replica_desc *src_desc; /* the source of a copy (loop only;
 					      too big for the stack) */
 	/* the configuration manager */
@@ -607,40 +614,19 @@ static void on_election(void *arg, enum dxl_election_event ev)
 
 /* ---- catch-up: state transfer for shards this node is not a member of -------- */
 
+static bool live_writers(struct dxl_replica_server *s, uint32_t i, uint64_t now);
+
 /* pull_shard -- one copy pass of shard index i from the node described by
- * d (its nodes/<id>): every ring made an exact copy of the source's;
- * *changed = bytes that differed */
+ * d (its nodes/<id>): every ring made an exact copy of the source's,
+ * checked against what the store applied (catchup.c: a gap starts a state
+ * transfer; DXL_E_AGAIN while it runs); *changed = bytes that differed */
 static int pull_shard(struct dxl_replica_server *s, uint32_t i,
 		      const struct dxl_replica_desc *d, uint64_t *changed)
 {
-	uint32_t shard = dxl_shard_id(s->shards[i]);
-	uint32_t src = d->node_id;
-	int ret = 0;
-	struct dxl_qp *qp = NULL;
-	struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
-	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
-	if (!sd)
-		ret = dxl_err_set(DXL_E_NOENT, "node %u does not host shard %u", src, shard);
-	if (!ret && (sd->nrings != dxl_logstore_nrings(ls) ||
-		     sd->ring_size != dxl_logstore_ring_size(ls)))
-		ret = dxl_err_set(DXL_E_CONFIG,
-				  "shard %u: node %u has %u rings of %" PRIu64
-				  " bytes, this node %u of %" PRIu64 " (log.writer_slots and log.ring_size must agree)",
-				  shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
-				  dxl_logstore_ring_size(ls));
-	if (!ret)
-		ret = dxl_qp_connect(s->pull_ctx, d->addr, d->ctx, &qp);
-	*changed = 0;
-	for (uint32_t r = 0; !ret && r < dxl_logstore_nrings(ls); r++) {
-		struct dxl_log_target t;
-		struct dxl_pull_stats st;
-		if ((ret = dxl_replica_desc_target(d, shard, r, &t)))
-			break;
-		ret = dxl_logstore_pull(ls, r, qp, &t, &st);
-		*changed += st.changed;
-	}
-	dxl_qp_delete(&qp);
-	return ret;
+	uint64_t mask = 0;
+	if (s->tables[i] && live_writers(s, i, dxl_now_ms()))
+		mask = s->live_mask[i];
+	return dxl_rcvm_pass(s->rcvm, i, s->pull_ctx, d, mask, s->zk, changed);
 }
 
 /* catch_up -- for every hosted shard that is not a member: copy it from a
@@ -664,7 +650,7 @@ static void catch_up(struct dxl_replica_server *s)
 		int ret = DXL_E_NOENT;
 		uint64_t changed = 0;
 		uint32_t src = 0;
-		for (uint32_t k = 0; k < nm && ret; k++) {
+		for (uint32_t k = 0; k < nm && ret && ret != DXL_E_AGAIN; k++) {
 			src = m[k];
 			ret = dxl_replica_desc_get(s->zk, src, s->src_desc);
 			if (!ret)
@@ -730,6 +716,7 @@ static bool join_pulls(struct dxl_replica_server *s)
 			continue;
 		}
 		s->join_pull[i] = false;
+		dxl_rcvm_joined(s->rcvm, i, s->zk);
 		DXL_INFO("event=join_pull shard=%u epoch=%" PRIu64 " source=%u changed=%" PRIu64,
 			 shard, s->cfg_epoch, sh->primary, changed);
 	}
@@ -755,7 +742,7 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 	if ((ret = dxl_ring_iter_init(&it, ls, ring)))
 		return ret;
 	struct dxl_rec rec;
-	uint64_t pos, npos = 0, nseq = 0, last_ts = 0;
+	uint64_t pos, npos = 0, nseq = 0, last_ts = 0, needed = 0, needed_ts = 0;
 	int n = 0;
 	while (dxl_ring_iter_next(&it, &rec, &pos) == 1) {
 		if (rec.commit_ts >= wm)
@@ -770,11 +757,21 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		bool over = end_pos - pos > limit;
 		if (!old && !over)
 			break; /* (2) neither too old nor beyond the size */
+		if (!old && rec.commit_ts >= keep_from && !needed++)
+			needed_ts = rec.commit_ts;
 		npos = pos + rec.total_len;
 		nseq = rec.seq + 1;
 		last_ts = rec.commit_ts;
 		n++;
 	}
+	/* the size cap reclaims what a consumer group or a node catching up
+	 * (its dxl-recovery-<node> cursor) still needs: say so; that group
+	 * gets DXL_E_STALE, that node a state transfer */
+	if (needed)
+		DXL_WARN("event=retention_cap shard=%u ring=%u records=%" PRIu64 " from_ts=%" PRIu64
+			 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still needs:"
+			 " a consumer group behind it gets DXL_E_STALE, a node catching up transfers state\"",
+			 dxl_logstore_shard(ls), ring, needed, needed_ts, keep_from);
 	if (n) {
 		struct dxl_ring_head h;
 		if ((ret = dxl_logstore_head(ls, ring, &h)))
@@ -828,7 +825,7 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (s->st[i] != DXL_SHARD_MEMBER)
+		if (s->st[i] != DXL_SHARD_MEMBER || (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i)))
 			continue; /* a copy in progress: its heads are the source's */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		uint64_t keep_from = UINT64_MAX;
@@ -893,8 +890,14 @@ static void apply_backups(struct dxl_replica_server *s)
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		bool backup = s->st[i] == DXL_SHARD_MEMBER && sh &&
 			      sh->primary != s->cfg.node_id;
+		if (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i))
+			continue; /* being transferred, or not trusted yet */
+		if (s->st[i] == DXL_SHARD_MEMBER) /* tombstones (issue 20) */
+			dxl_tables_reclaim(s->tables[i], dxl_shard_logstore(s->shards[i]));
 		if (!backup) {
-			dxl_tables_apply_stop(s->tables[i]);
+			/* a shard catching up applies in its passes (catchup.c) */
+			if (s->st[i] == DXL_SHARD_MEMBER)
+				dxl_tables_apply_stop(s->tables[i]);
 			s->live_ms[i] = 0;
 			continue;
 		}
@@ -905,6 +908,9 @@ static void apply_backups(struct dxl_replica_server *s)
 		dxl_tables_apply(s->tables[i], dxl_shard_logstore(s->shards[i]),
 				 s->live_mask[i], 4096);
 	}
+	/* what was in doubt when a promotion gate opened and is decided now */
+	if (s->svc)
+		dxl_table_svc_settle(s->svc);
 }
 
 /*
@@ -925,6 +931,8 @@ static void gate_step(struct dxl_replica_server *s)
 		if (!s->gated[i])
 			continue;
 		uint32_t shard = dxl_shard_id(s->shards[i]);
+		if (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i))
+			continue; /* a store missing records (catchup.c): never served */
 		const struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		if (!live_writers(s, i, now))
 			continue; /* retried next round */
@@ -1053,6 +1061,9 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	    (ret = dxl_ctx_new(s->f, 0, &s->ctx)) ||
 	    (ret = dxl_ctx_new(s->f, 1, &s->pull_ctx)))
 		goto fail;
+	if (cfg->ntables && cfg->lock_mode == DXL_LOCKS_NIC &&
+	    (ret = dxl_lock_agent_new(s->f, DXL_REPLICA_LOCK_CTX, &s->lock_agent)))
+		goto fail;
 	/* 3. the shards (registered: ready to serve once published) */
 	for (uint32_t i = 0; i < cfg->nshards; i++) {
 		struct dxl_shard_cfg sc = {
@@ -1076,6 +1087,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			.durability = cfg->durability,
 			.create = cfg->create,
 			.lock_mode = cfg->lock_mode,
+			.lock_agent = s->lock_agent,
 			.tables = cfg->tables,
 			.ntables = cfg->ntables,
 		};
@@ -1083,6 +1095,23 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			goto fail;
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
+	}
+	/* catch-up and recovery state; a store marked incomplete is rebuilt
+	 * from its checkpoint here if its log covers it */
+	{
+		struct dxl_rcvm_cfg rc = {
+			.dir = cfg->data_dir,
+			.cluster = cluster,
+			.node_id = cfg->node_id,
+			.durability = cfg->durability,
+			.f = s->f,
+			.xfer_ctx = 4, /* 0 served, 1 catch-up, 2 table RPCs, 3 the NIC lock agent */
+			.nshards = s->nshards,
+			.shards = s->shards,
+			.tables = s->tables,
+		};
+		if ((ret = dxl_rcvm_new(&rc, &s->rcvm)))
+			goto fail;
 	}
 	/* the table RPC service (its own thread and ctx) */
 	if (cfg->ntables &&
@@ -1296,10 +1325,12 @@ void dxl_replica_server_delete(struct dxl_replica_server **sp)
 		dxl_member_deregister(s->zk, s->cfg.node_id);
 	dxl_zk_delete(&s->zk);
 	/* 4. close the regions, the fabric, unlock the data directory */
+	dxl_rcvm_delete(&s->rcvm);
 	for (uint32_t i = 0; i < s->nshards; i++) {
 		dxl_shard_close(&s->shards[i]);
 		dxl_tables_close(&s->tables[i]);
 	}
+	dxl_lock_agent_delete(&s->lock_agent);
 	dxl_ctx_delete(&s->pull_ctx);
 	dxl_ctx_delete(&s->ctx);
 	dxl_fabric_delete(&s->f);

@@ -21,6 +21,69 @@ struct dxl_shard {
 static const unsigned SHARD_ACCESS = DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
 				     DXL_MR_REMOTE_ATOMIC | DXL_MR_PERSISTENT;
 
+/* the offset of the first non-zero byte of [p, p + n), or n */
+static uint64_t first_nonzero(const uint8_t *p, uint64_t n)
+{
+	static const uint8_t zero[4096];
+	uint64_t off = 0;
+	while (off < n) {
+		uint64_t k = DXL_MIN(n - off, (uint64_t)sizeof(zero));
+		if (memcmp(p + off, zero, k) != 0) {
+			while (p[off] == 0)
+				off++;
+			return off;
+		}
+		off += k;
+	}
+	return n;
+}
+
+/*
+ * resume_format -- the region at path was created but its log header is
+ * absent: a crash between dxl_region_create and the end of
+ * dxl_logstore_format (which writes the control blocks first and the header
+ * last). Nobody can have written it since (a region is registered only once
+ * it holds a log), so it holds nothing but what format wrote: format it
+ * again -- after checking that everything outside cfg's control blocks is
+ * zero, so that records are never formatted away.
+ */
+static int resume_format(struct dxl_shard *s, const char *path,
+			 const struct dxl_shard_cfg *cfg)
+{
+	const uint8_t *d = dxl_region_data(s->reg);
+	uint64_t size = dxl_region_data_size(s->reg);
+	if (first_nonzero(d, DXL_LOG_HDR_SIZE) < DXL_LOG_HDR_SIZE)
+		return 1; /* a header is there: not this case */
+	if (!cfg->create)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s holds no log: its creation was interrupted; start with replica.create to finish it",
+				   path);
+	if (cfg->nrings < 1 || cfg->nrings > DXL_SHARD_MAX_RINGS ||
+	    dxl_logstore_bytes(cfg->nrings, cfg->ring_size) > size)
+		return dxl_err_set(DXL_E_CORRUPT,
+				   "%s holds no log (an interrupted creation?) and does not fit %u rings of %" PRIu64
+				   " bytes: not formatting it; move it away to start afresh",
+				   path, cfg->nrings, cfg->ring_size);
+	uint64_t stride = DXL_RING_CTL_SIZE + cfg->ring_size;
+	for (uint32_t i = 0; i <= cfg->nrings; i++) {
+		/* ring i's buffer, or (i == nrings) what follows the last ring */
+		uint64_t lo = DXL_LOG_HDR_SIZE + (uint64_t)i * stride +
+			      (i < cfg->nrings ? DXL_RING_CTL_SIZE : 0);
+		uint64_t hi = i < cfg->nrings ? lo + cfg->ring_size : size;
+		uint64_t at = first_nonzero(d + lo, hi - lo);
+		if (at < hi - lo)
+			return dxl_err_set(DXL_E_CORRUPT,
+					   "%s has no log header, but byte %" PRIu64
+					   " of its data area is not zero (%s): not formatting over it",
+					   path, lo + at,
+					   i < cfg->nrings ? "inside a ring" : "after the rings");
+	}
+	DXL_WARN("event=shard_format_resumed shard=%u path=%s rings=%u ring_size=%" PRIu64
+		 " note=\"the region's creation was interrupted: formatting it\"",
+		 cfg->shard, path, cfg->nrings, cfg->ring_size);
+	return dxl_logstore_format(s->reg, cfg->shard, cfg->nrings, cfg->ring_size);
+}
+
 int dxl_shard_open(const char *dir, const struct dxl_shard_cfg *cfg,
 		   struct dxl_fabric *f, struct dxl_shard **out)
 {
@@ -55,6 +118,9 @@ int dxl_shard_open(const char *dir, const struct dxl_shard_cfg *cfg,
 				 cfg->shard, path, cfg->nrings, cfg->ring_size);
 	}
 	if (ret)
+		goto fail;
+	ret = resume_format(s, path, cfg);
+	if (ret < 0)
 		goto fail;
 	ret = dxl_logstore_open(s->reg, &s->ls);
 	if (ret)

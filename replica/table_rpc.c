@@ -27,7 +27,8 @@ static const struct {
 } OPS[] = {
 	{DXL_RPC_ID_TABLE_LOOKUP, "lookup", F_KEY, 0},
 	{DXL_RPC_ID_TABLE_INSERT, "insert", F_KEY | F_OWNER | F_TS | F_VALUE, 0},
-	{DXL_RPC_ID_TABLE_DELETE, "delete", F_KEY | F_OWNER | F_TS, 0},
+	{DXL_RPC_ID_TABLE_DELETE, "delete", F_KEY | F_OWNER | F_TS | F_SLOT | F_FLAGS,
+	 DXL_TABLE_DEL_AT_SLOT},
 	{DXL_RPC_ID_TABLE_READ, "read", F_SLOT, 0},
 	{DXL_RPC_ID_TABLE_LOCK, "lock", F_SLOT | F_OWNER, 0},
 	{DXL_RPC_ID_TABLE_UNLOCK, "unlock", F_SLOT | F_OWNER, 0},

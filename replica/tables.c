@@ -35,6 +35,22 @@ struct applier {
 	uint64_t last_warn_ms;
 };
 
+/* the primary's retention bound per ring: records before (pos, seq) have
+ * their effects durable in the store (dxl_tables_applied_pos) */
+struct durable_mark {
+	uint64_t pos, seq;
+	bool valid;
+};
+
+/* a transaction in doubt when this node's promotion gate opened: settled
+ * here once its ring's watermark passes it (dxl_table_svc_settle) */
+struct doubt {
+	uint32_t ring;
+	uint64_t txn, ts;
+	uint8_t *payload; /* its write set (a copy) */
+	uint32_t len;
+};
+
 struct dxl_tables {
 	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
 	uint32_t shard;
@@ -43,6 +59,10 @@ struct dxl_tables {
 	struct tab t[DXL_REPLICA_MAX_TABLES];
 	bool registered;
 	struct applier ap;
+	struct durable_mark dm[DXL_RING_MAX]; /* retention's thread only */
+	struct doubt *dq;  /* in doubt at the gate, not yet settled */
+	size_t ndq, dqcap;
+	uint64_t reclaim_ms;
 };
 
 static struct tab *find_tab(const struct dxl_tables *t, uint32_t id)
@@ -211,6 +231,9 @@ int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
 	struct dxl_store_cfg sc;
 	dxl_store_cfg_init(&sc);
 	sc.lock_mode = cfg->lock_mode;
+	/* tombstones until no older write of their key can be applied again
+	 * (dxl_tables_reclaim) */
+	sc.keep_tombstones = true;
 	sc.hooks.insert = hook_insert;
 	sc.hooks.remove = hook_remove;
 	sc.hooks.arg = t;
@@ -232,6 +255,8 @@ int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
 		goto fail;
 	if ((ret = check_schema(t, cfg, path)) || (ret = rebuild(t)))
 		goto fail;
+	/* NIC-owned lock words: the node's own changes go through its NIC */
+	dxl_store_set_lock_agent(t->st, cfg->lock_agent);
 	*out = t;
 	return 0;
 fail:
@@ -251,6 +276,9 @@ void dxl_tables_close(struct dxl_tables **tp)
 	free(t->ap.mpos);
 	free(t->ap.mseq);
 	free(t->ap.ab);
+	for (size_t i = 0; i < t->ndq; i++)
+		free(t->dq[i].payload);
+	free(t->dq);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -602,6 +630,32 @@ int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 	return ret < 0 ? ret : (int)done;
 }
 
+static void doubt_clear(struct dxl_tables *t)
+{
+	for (size_t i = 0; i < t->ndq; i++)
+		free(t->dq[i].payload);
+	t->ndq = 0;
+}
+
+static int doubt_add(struct dxl_tables *t, uint32_t ring, const struct dxl_rec *rec)
+{
+	if (t->ndq == t->dqcap) {
+		size_t nc = t->dqcap ? 2 * t->dqcap : 16;
+		struct doubt *n = realloc(t->dq, nc * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "shard %u: transactions in doubt", t->shard);
+		t->dq = n;
+		t->dqcap = nc;
+	}
+	uint8_t *p = malloc(rec->payload_len);
+	if (!p)
+		return dxl_err_set(DXL_E_NOMEM, "shard %u: transactions in doubt", t->shard);
+	memcpy(p, rec->payload, rec->payload_len);
+	t->dq[t->ndq++] = (struct doubt){.ring = ring, .txn = rec->txn_id, .ts = rec->commit_ts,
+					 .payload = p, .len = rec->payload_len};
+	return 0;
+}
+
 int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
 			     uint32_t *nlocks)
 {
@@ -610,6 +664,7 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 	int ret = scan_markers(t, ls);
 	if (ret)
 		return ret;
+	doubt_clear(t);
 	uint32_t ndoubt = 0, nl = 0;
 	struct dxl_ws_entry e[64];
 	for (uint32_t r = 0; r < t->ap.nrings; r++) {
@@ -628,11 +683,32 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 			ndoubt++;
 			for (int k = 0; k < n && k < 64; k++) {
 				uint64_t slot;
-				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot))
-					continue; /* an insert in doubt: nothing to hold */
-				if (!dxl_store_lock_set(t->st, e[k].table, slot, rec.txn_id))
+				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot) == 0) {
+					int r2 = dxl_store_lock_set(t->st, e[k].table, slot,
+								    rec.txn_id);
+					if (r2 && r2 != DXL_E_NOENT)
+						return r2; /* NIC-owned words and no fabric path now */
+					if (!r2)
+						nl++;
+					continue;
+				}
+				if (e[k].op != DXL_WS_INSERT)
+					continue; /* absent: deleted since (a tombstone) */
+				/* an insert in doubt: the record as logged, held
+				 * for its transaction (a commit finds it, an abort
+				 * deletes it; issue 20) */
+				int x = dxl_store_insert_at(t->st, e[k].table, e[k].key, e[k].version,
+							    rec.commit_ts, e[k].value, e[k].len,
+							    rec.txn_id, NULL);
+				if (x == 1)
 					nl++;
+				else if (x < 0)
+					DXL_WARN("event=txn_in_doubt_insert_failed shard=%u txn=0x%" PRIx64
+						 " table=%u key=%" PRIu64 " msg=\"%s\"",
+						 t->shard, rec.txn_id, e[k].table, e[k].key, dxl_errmsg());
 			}
+			if ((ret = doubt_add(t, r, &rec)))
+				return ret;
 			DXL_INFO("event=txn_in_doubt shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64
 				 " entries=%d",
 				 t->shard, r, rec.txn_id, rec.commit_ts, n);
@@ -641,6 +717,27 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 	if (nlocks)
 		*nlocks = nl;
 	return (int)ndoubt;
+}
+
+void dxl_tables_reclaim(struct dxl_tables *t, const struct dxl_logstore *ls)
+{
+	uint64_t now = dxl_now_ms();
+	if (now - t->reclaim_ms < 100)
+		return;
+	t->reclaim_ms = now;
+	/* no write older than the oldest record the log still holds can be
+	 * applied again (replay or applier): a delete's tombstone below it
+	 * protects nothing. Commit timestamps respect conflict order, so
+	 * every earlier write of a deleted key has a smaller timestamp. */
+	uint64_t bound = UINT64_MAX;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, ls, r) == 0 && dxl_ring_iter_next(&it, &rec, &at) == 1)
+			bound = DXL_MIN(bound, rec.commit_ts);
+	}
+	dxl_store_set_reclaim_ts(t->st, bound);
 }
 
 void dxl_tables_apply_stop(struct dxl_tables *t)
@@ -657,9 +754,120 @@ bool dxl_tables_applying(const struct dxl_tables *t)
 	return t && t->ap.active;
 }
 
-uint64_t dxl_tables_applied_pos(const struct dxl_tables *t, uint32_t ring)
+static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *aborted,
+			  bool *present);
+
+/*
+ * entry_durable -- is the effect of a committed write-set entry of
+ * transaction txn durable in the store? The key's lock word is not txn's
+ * (the transaction's write-back and unlock are done: a write-back's flush
+ * precedes its unlock, dxl_record_wb_unlock_chain; RPC write-backs and
+ * deletes are persisted by the CPU before the RPC unlocks; inserts before
+ * the record is even logged), and the store holds the key at the entry's
+ * version or later, or no longer holds it (deleted by this entry or a later
+ * one, persisted before the key left the map). A torn or half-written
+ * record is not durable yet.
+ */
+static bool entry_durable(struct dxl_store *st, uint64_t txn,
+			  const struct dxl_ws_entry *e)
 {
-	if (!t || !t->ap.active || ring >= t->ap.nrings)
+	uint64_t slot;
+	if (dxl_store_find(st, e->table, e->key, &slot))
+		return true; /* gone: deleted (a CPU write, persisted) */
+	if (dxl_store_lock_word(st, e->table, slot) == txn)
+		return false; /* still its transaction's: write-back not done */
+	struct dxl_record r;
+	if (dxl_store_read(st, e->table, slot, &r, NULL, 0))
+		return false; /* being written, torn, or reused meanwhile */
+	if (r.key != e->key)
+		return false; /* the slot moved on meanwhile: look again later */
+	return r.version >= e->version;
+}
+
+/* rec_durable -- are all of rec's effects on this store durable? */
+static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec)
+{
+	if (!is_writeset(rec))
+		return true; /* no effect on the tables */
+	struct dxl_ws_entry e[64], *v = e;
+	int n = dxl_writeset_decode(rec->payload, rec->payload_len, e, 64);
+	if (n < 0)
+		return true; /* nothing any replay could apply either */
+	if (n > 64) {
+		v = malloc((size_t)n * sizeof(*v));
+		if (!v || dxl_writeset_decode(rec->payload, rec->payload_len, v,
+					      (uint32_t)n) != n) {
+			free(v);
+			return false;
+		}
+	}
+	bool ok = true;
+	for (int k = 0; k < n && ok; k++)
+		ok = find_tab(t, v[k].table) == NULL || /* not hosted: not ours */
+		     entry_durable(t->st, rec->txn_id, &v[k]);
+	if (v != e)
+		free(v);
+	if (!ok && t->ls) {
+		/* an aborted transaction has no effect to wait for */
+		bool aborted, present;
+		collect_aborts(t->ls, rec->txn_id, &aborted, &present);
+		ok = aborted;
+	}
+	return ok;
+}
+
+/*
+ * durable_pos -- on the primary (the applier is off: coordinators write its
+ * store): the position of the first record of ring below its watermark
+ * whose effects are not durable in the store yet. Retention must not pass
+ * it (docs/engine.md: "a ring's head may pass a record only once its
+ * effects are persistent in the store"); after a power failure nothing
+ * would replay it. Records at or past the watermark are not looked at
+ * (retention stops there anyway). The position reached is remembered, as
+ * durability never goes back.
+ */
+static uint64_t durable_pos(struct dxl_tables *t, uint32_t ring)
+{
+	const struct dxl_logstore *ls = t->ls;
+	if (!ls || ring >= dxl_logstore_nrings(ls) || ring >= DXL_RING_MAX)
+		return 0; /* cannot tell: keep everything */
+	struct durable_mark *m = &t->dm[ring];
+	struct dxl_ring_iter it;
+	struct dxl_ring_head h;
+	if (dxl_logstore_head(ls, ring, &h))
+		return 0;
+	if (!m->valid || m->pos < h.pos) {
+		if (dxl_ring_iter_init(&it, ls, ring))
+			return 0;
+	} else if (dxl_ring_iter_init_at(&it, ls, ring, m->pos, m->seq)) {
+		m->valid = false;
+		return 0;
+	}
+	uint64_t wm = dxl_logstore_watermark(ls, ring);
+	struct dxl_rec rec;
+	uint64_t at;
+	uint64_t pos = it.pos, seq = it.seq;
+	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+		if (rec.commit_ts >= wm || !rec_durable(t, &rec))
+			break;
+		pos = it.pos;
+		seq = it.seq;
+	}
+	m->pos = pos;
+	m->seq = seq;
+	m->valid = true;
+	return pos;
+}
+
+uint64_t dxl_tables_applied_pos(struct dxl_tables *t, uint32_t ring)
+{
+	if (!t)
+		return UINT64_MAX; /* no tables: nothing in the log has effects */
+	if (!t->ap.active)
+		return durable_pos(t, ring);
+	for (uint32_t r = 0; r < DXL_RING_MAX; r++)
+		t->dm[r].valid = false; /* the applier writes the store now */
+	if (ring >= t->ap.nrings)
 		return UINT64_MAX;
 	return t->ap.pos[ring];
 }
@@ -858,7 +1066,10 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
 		if (fwd < 0)
 			return fwd;
-		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
+		int nun = dxl_store_unlock_coord(t->st, (uint32_t)r->key);
+		if (nun < 0)
+			return nun;
+		rep->slot = (uint64_t)nun;
 		rep->holder = (uint64_t)fwd;
 		if (rep->slot || fwd)
 			DXL_INFO("event=coord_locks_released shard=%u coord=%" PRIu64 " locks=%" PRIu64
@@ -930,12 +1141,10 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
 	int ret = 0;
 	if (abort) {
-		if (have && w == r->owner && opv == DXL_WS_INSERT) {
-			struct dxl_record cur;
-			if (dxl_store_read(st, r->table, slot, &cur, NULL, 0) == 0 &&
-			    cur.version == r->version)
-				ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL);
-		}
+		/* owner holds the lock of the key it inserts: its insert (made
+		 * at its lock phase, or by a promotion gate) */
+		if (have && w == r->owner && opv == DXL_WS_INSERT)
+			ret = dxl_store_delete(st, r->table, slot, r->owner, 0, NULL);
 	} else {
 		ret = dxl_store_apply(st, r->table, r->key, (enum dxl_ws_op)opv, r->version,
 				      r->ts, r->value, r->len);
@@ -944,8 +1153,12 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	}
 	if (ret)
 		return ret;
-	if (have && w == r->owner)
-		dxl_store_lock_set(st, r->table, slot, 0);
+	/* forward: the lock stays until the ring's watermark passed the
+	 * record (UNLOCK_COORD): a later writer of the key through a live
+	 * ring cannot reach the backups before it (issue 20) */
+	if (abort && have && w == r->owner &&
+	    (ret = dxl_store_lock_set(st, r->table, slot, 0)))
+		return ret;
 	if (dxl_store_find(st, r->table, r->key, &slot) == 0)
 		read_fields(st, r->table, slot, rep);
 	return 0;
@@ -976,8 +1189,18 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	int ret;
 	switch (op) {
 	case DXL_RPC_ID_TABLE_LOOKUP:
-		if ((ret = dxl_store_find(st, r->table, r->key, &slot)))
-			return ret;
+		if ((ret = dxl_store_find(st, r->table, r->key, &slot))) {
+			/* a versioned miss: the tombstone's version and
+			 * timestamp (a transaction reading the absence
+			 * observes its deleter's) */
+			struct dxl_store_absence ab;
+			if (dxl_store_absence(st, r->table, r->key, &ab) == 0) {
+				rep->rec.version = ab.version;
+				rep->rec.ts = ab.ts;
+				rep->rec.key = r->key;
+			}
+			return dxl_err_set(ret, "table %u: no key %" PRIu64, r->table, r->key);
+		}
 		ret = dxl_store_read(st, r->table, slot, &rep->rec, val, vcap);
 		if (!ret && (!rep->rec.live || rep->rec.key != r->key))
 			ret = dxl_err_set(DXL_E_NOENT, "table %u: no key %" PRIu64,
@@ -998,12 +1221,31 @@ static int serve(struct dxl_tables *t, uint16_t op,
 			rep->data_len = rep->rec.len;
 		}
 		return ret;
-	case DXL_RPC_ID_TABLE_INSERT:
-		/* owner != 0: a transaction's insert, locked by it */
+	case DXL_RPC_ID_TABLE_INSERT: {
+		/* owner != 0: a transaction's insert, locked by it; holder =
+		 * the commit timestamp of the absence it replaces */
+		struct dxl_store_absence ab = {0};
+		dxl_store_absence(st, r->table, r->key, &ab);
 		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
 					     r->len, r->owner, &slot, NULL);
-		return ret ? ret : read_fields(st, r->table, slot, rep);
+		if (!ret && !(ret = read_fields(st, r->table, slot, rep)))
+			rep->holder = ab.ts;
+		return ret;
+	}
 	case DXL_RPC_ID_TABLE_DELETE:
+		if ((r->flags & DXL_TABLE_DEL_AT_SLOT) && r->slot < tb->sc.capacity &&
+		    r->owner && dxl_store_lock_word(st, r->table, r->slot) == r->owner) {
+			/* a retry of the caller's own delete (its reply was
+			 * lost): the slot it locked no longer holds the key
+			 * live, and the caller still holds its lock word */
+			struct dxl_record cur;
+			if (dxl_store_read(st, r->table, r->slot, &cur, NULL, 0) == 0 &&
+			    cur.key == r->key && !cur.live) {
+				rep->rec = cur;
+				rep->slot = r->slot;
+				return 0;
+			}
+		}
 		if ((ret = dxl_store_find(st, r->table, r->key, &slot)) ||
 		    (ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL)))
 			return ret;
@@ -1281,6 +1523,75 @@ void dxl_table_svc_set_config(struct dxl_table_svc *svc,
 	pthread_mutex_lock(&svc->mu);
 	dxl_cluster_config_clear(&svc->conf);
 	svc->conf = copy;
+	pthread_mutex_unlock(&svc->mu);
+}
+
+/*
+ * settle_one -- d (in doubt when the gate opened) is decided now: committed
+ * unless an abort marker names it. Acts only where d's transaction still
+ * holds the lock here (recover_locks set it): nobody else can be writing
+ * the record then. Committed: the entry applied (idempotent by version:
+ * its coordinator may have written it back already) and the lock
+ * released; aborted: a record it inserted deleted, its lock released.
+ * svc->mu held (the RPC handlers are the other writers).
+ */
+static void settle_one(struct dxl_tables *t, const struct doubt *d)
+{
+	bool aborted, present;
+	collect_aborts(t->ls, d->txn, &aborted, &present);
+	struct dxl_ws_entry e[64];
+	int n = dxl_writeset_decode(d->payload, d->len, e, 64);
+	uint32_t done = 0;
+	for (int k = 0; k < n && k < 64; k++) {
+		uint64_t slot;
+		if (dxl_store_find(t->st, e[k].table, e[k].key, &slot) ||
+		    dxl_store_lock_word(t->st, e[k].table, slot) != d->txn)
+			continue;
+		int ret = 0;
+		if (aborted) {
+			if (e[k].op == DXL_WS_INSERT)
+				ret = dxl_store_delete(t->st, e[k].table, slot, d->txn, 0, NULL);
+		} else {
+			ret = dxl_store_apply(t->st, e[k].table, e[k].key, e[k].op, e[k].version,
+					      d->ts, e[k].value, e[k].len);
+		}
+		if (ret < 0)
+			DXL_WARN("event=txn_settle_failed shard=%u txn=0x%" PRIx64 " key=%" PRIu64
+				 " msg=\"%s\"", t->shard, d->txn, e[k].key, dxl_errmsg());
+		dxl_store_lock_set(t->st, e[k].table, slot, 0);
+		done++;
+	}
+	DXL_INFO("event=txn_settled shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64
+		 " decision=%s entries=%u",
+		 t->shard, d->ring, d->txn, d->ts, aborted ? "abort" : "commit", done);
+}
+
+void dxl_table_svc_settle(struct dxl_table_svc *svc)
+{
+	pthread_mutex_lock(&svc->mu);
+	for (uint32_t i = 0; i < svc->n; i++) {
+		struct dxl_tables *t = svc->t[i];
+		if (!t || !t->ndq)
+			continue;
+		const struct dxl_cluster_shard *cs = dxl_cluster_config_shard(&svc->conf, t->shard);
+		if (!t->ls || !cs || cs->primary != svc->node_id) {
+			doubt_clear(t); /* not ours to settle any more */
+			continue;
+		}
+		if (svc->gated[i])
+			continue;
+		size_t keep = 0;
+		for (size_t k = 0; k < t->ndq; k++) {
+			struct doubt *d = &t->dq[k];
+			if (d->ts >= dxl_logstore_watermark(t->ls, d->ring)) {
+				t->dq[keep++] = *d; /* still in doubt */
+				continue;
+			}
+			settle_one(t, d);
+			free(d->payload);
+		}
+		t->ndq = keep;
+	}
 	pthread_mutex_unlock(&svc->mu);
 }
 

@@ -29,6 +29,9 @@ struct dxl_tables_cfg {
 	enum dxl_durability durability;
 	bool create;                   /* create the store if it is absent */
 	enum dxl_lock_mode lock_mode;
+	/* DXL_LOCKS_NIC: the node's lock agent (engine.h), through which the
+	 * node's own lock-word changes go; it must outlive the tables */
+	struct dxl_lock_agent *lock_agent;
 	const struct dxl_table_schema *tables; /* engine.tables */
 	uint32_t ntables;
 };
@@ -109,10 +112,21 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 
 /* not a backup any more (primary, catching up, left): forget the positions */
 void dxl_tables_apply_stop(struct dxl_tables *t);
+/* dxl_tables_reclaim -- (a member of the shard, primary or backup) let the
+ * store reuse the slots of tombstones older than the oldest record the
+ * local log still holds (docs/engine.md "Tombstones"); at most every 100 ms */
+void dxl_tables_reclaim(struct dxl_tables *t, const struct dxl_logstore *ls);
 bool dxl_tables_applying(const struct dxl_tables *t);
-/* the position of ring's next record to apply: retention keeps it and
- * everything after (UINT64_MAX when not applying) */
-uint64_t dxl_tables_applied_pos(const struct dxl_tables *t, uint32_t ring);
+/*
+ * dxl_tables_applied_pos -- retention keeps the record at this position of
+ * ring and everything after it: on a backup the next record to apply; on
+ * the primary (not applying) the first record whose effects are not yet
+ * durable in the store (a committed write-back not done, or done and not
+ * flushed: its lock word is still the transaction's; docs/engine.md "When
+ * a write-back is durable"). UINT64_MAX for a shard without tables. The
+ * retention thread only.
+ */
+uint64_t dxl_tables_applied_pos(struct dxl_tables *t, uint32_t ring);
 void dxl_tables_apply_stats(const struct dxl_tables *t,
 			    struct dxl_tables_apply_stats *out);
 
@@ -151,6 +165,13 @@ void dxl_table_svc_set_config(struct dxl_table_svc *svc,
 /* dxl_table_svc_set_gated -- while true, requests for shard are refused
  * (DXL_E_UNAVAIL: a promoted primary applying its log). Any thread. */
 void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gated);
+
+/* dxl_table_svc_settle -- the transactions in doubt when a promotion gate
+ * opened (dxl_tables_recover_locks) that are decided now (their ring's
+ * watermark passed them) are finished at this primary where they still
+ * hold their locks: committed ones applied, aborted ones' inserts deleted,
+ * locks released (docs/replica.md "The promotion gate") */
+void dxl_table_svc_settle(struct dxl_table_svc *svc);
 
 /* dxl_table_svc_set_serving -- false: every request is refused
  * (DXL_E_UNAVAIL) from the moment this returns. Any thread. */

@@ -50,6 +50,7 @@ struct dxl_log_writer {
 	/* failure handling */
 	bool broken;            /* stop posting; reopen */
 	bool dead;              /* the slot lease ended: only delete is left */
+	bool slot_ahead;        /* the slot's ring is ahead of our clock */
 	uint64_t broken_since_ms;
 	uint64_t drain_until_ms;
 	uint64_t last_try_ms;
@@ -92,6 +93,8 @@ static void apply_hold(struct dxl_log_writer *w)
 	if (w->ap && w->cfg.hold_until_decided)
 		dxl_appender_set_hold(w->ap, hold_ts(w));
 }
+
+static void collect(struct dxl_log_writer *w);
 
 /* ---- opening the shard (and reopening it) ----------------------------------- */
 
@@ -191,8 +194,20 @@ static int try_open(struct dxl_log_writer *w)
 		return ret;
 	}
 	/* new timestamps above everything the rings promise (a previous
-	 * holder of the slot may have had a clock ahead of ours) */
-	dxl_hlc_observe(&w->clk, dxl_appender_min_ts(w->ap));
+	 * holder of the slot may have had a clock ahead of ours) -- unless
+	 * that is further ahead of our clock than a clock takes: a holder
+	 * whose clock jumped forward; appending here would carry the jump on
+	 * (issue 19.7), so this slot is not for us */
+	if (dxl_hlc_observe(&w->clk, dxl_appender_min_ts(w->ap))) {
+		ret = dxl_err_set(DXL_E_INVAL,
+				  "writer slot %u of shard %u: its ring's records or watermark reach commit timestamp %" PRIu64
+				  ", more than %u ms ahead of this host's clock (a writer's clock jumped forward): not appending there",
+				  w->slot, w->cfg.shard, dxl_appender_min_ts(w->ap),
+				  DXL_HLC_MAX_AHEAD_MS);
+		w->slot_ahead = true;
+		close_appender(w);
+		return ret;
+	}
 	apply_hold(w);
 	/* resolve what was in flight */
 	uint64_t last = dxl_appender_last_ts(w->ap);
@@ -265,6 +280,7 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 		return dxl_err_set(DXL_E_NOMEM, "writer queue");
 	}
 	dxl_hlc_init(&w->clk);
+	w->clk.wall_ms = cfg->wall_ms;
 	w->info.shard = cfg->shard;
 	/* which members, how many rings: the slot must exist on all */
 	struct dxl_cluster_config c;
@@ -309,7 +325,7 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 		} else if (!skip) {
 			ret = dxl_writer_slot_lease(zk, cfg->shard, nslots, &w->slot);
 		} else {
-			ret = dxl_err_set(DXL_E_FULL, "every free writer slot of shard %u holds records in doubt",
+			ret = dxl_err_set(DXL_E_FULL, "every free writer slot of shard %u holds records in doubt or is ahead of this host's clock",
 					  cfg->shard);
 			for (uint32_t k = 0; k < nslots && k < 64; k++) {
 				if ((skip >> k) & 1)
@@ -322,7 +338,7 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 			}
 			if (ret == DXL_E_EXIST)
 				ret = dxl_err_set(DXL_E_FULL,
-						  "every writer slot of shard %u is taken or holds records in doubt",
+						  "every writer slot of shard %u is taken, holds records in doubt or is ahead of this host's clock",
 						  cfg->shard);
 		}
 		if (ret)
@@ -341,6 +357,15 @@ int dxl_log_writer_new(struct dxl_zk *zk, const struct dxl_log_writer_cfg *cfg,
 			if (dxl_now_ms() >= deadline)
 				break;
 			usleep(cfg->retry_ms * 1000);
+		}
+		if (ret && w->slot_ahead && cfg->slot < 0 && w->slot < 64) {
+			DXL_WARN("event=writer_slot_ahead shard=%u slot=%u action=next_slot msg=\"%s\"",
+				 cfg->shard, w->slot, dxl_errmsg());
+			w->slot_ahead = false;
+			skip |= 1ull << w->slot;
+			dxl_writer_slot_release(zk, cfg->shard, w->slot);
+			w->slot_held = false;
+			continue;
 		}
 		if (ret)
 			goto fail;
@@ -375,6 +400,24 @@ void dxl_log_writer_delete(struct dxl_log_writer **wp)
 	if (!wp || !*wp)
 		return;
 	struct dxl_log_writer *w = *wp;
+	/* a clean end closes the ring, so that tailers stop holding their
+	 * resolved timestamp at it (docs/log.md, "Tailing"); with records in
+	 * flight or held undecided, or a member failed, it stays open for the
+	 * next holder of the slot */
+	if (w->ap && !w->broken && !w->dead && w->slot_held &&
+	    dxl_zk_session_epoch(w->zk) == w->session_epoch && dxl_zk_lease_valid(w->zk)) {
+		/* (only while the slot is surely ours: a new holder of it has
+		 * the same writer id, and its owner word must stay set) */
+		/* what is in flight finishes within the fabric's timeout */
+		uint64_t end = dxl_now_ms() + w->cfg.fabric_timeout_ms;
+		for (collect(w); !w->broken && dxl_appender_inflight(w->ap) &&
+				 dxl_now_ms() < end;
+		     collect(w))
+			dxl_appender_wait(w->ap, 10);
+		if (!w->broken && dxl_appender_inflight(w->ap) == 0 && dxl_zk_lease_valid(w->zk) &&
+		    dxl_appender_close(w->ap, dxl_hlc_now(&w->clk)) == 0)
+			DXL_DEBUG("event=writer_closed shard=%u slot=%u", w->cfg.shard, w->slot);
+	}
 	close_appender(w);
 	dxl_fabric_delete(&w->f);
 	if (w->slot_held && !w->dead && dxl_zk_session_epoch(w->zk) == w->session_epoch)
@@ -665,6 +708,11 @@ int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts)
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w)
 {
 	return hold_ts(w);
+}
+
+void dxl_log_writer_observe(struct dxl_log_writer *w, uint64_t ts)
+{
+	dxl_hlc_observe(&w->clk, ts);
 }
 
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w)

@@ -40,12 +40,24 @@ if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	echo "=== Soft-RoCE guest (verbs provider)"
 	rdma_rc=0
 	scripts/rdma-guest.sh -q --timeout 580 --list tests/rdma/smoke.list \
-		--list tests/rdma/dxl.list --list tests/rdma/cluster.list || rdma_rc=$?
+		--list tests/rdma/dxl.list --list tests/rdma/fabric.list \
+		--list tests/rdma/cluster.list || rdma_rc=$?
 	case $rdma_rc in
 	0) echo "=== Soft-RoCE guest: passed"; passed=$((passed + 1)) ;;
 	77) echo "=== Soft-RoCE guest: SKIPPED (see the line above)"; skipped=$((skipped + 1)) ;;
 	*) echo "=== Soft-RoCE guest: FAILED"; rc=1; failed=$((failed + 1)) ;;
 	esac
+fi
+if [ $# -eq 0 ]; then
+	# reconnecting peers under ASan: freed passive QPs and receive
+	# buffers must not be used again (issue 17; about 30 s)
+	echo "=== connection churn under ASan (make test-churn-asan)"
+	if make test-churn-asan >build/churn-asan.log 2>&1; then
+		echo "=== connection churn under ASan: passed"; passed=$((passed + 1))
+	else
+		tail -30 build/churn-asan.log; echo "=== connection churn under ASan: FAILED"
+		rc=1; failed=$((failed + 1))
+	fi
 fi
 if [ $# -eq 0 ]; then
 	# bounded fuzzing of the on-disk parsers (tests/fuzz/README)

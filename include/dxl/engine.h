@@ -182,6 +182,28 @@ int dxl_record_wb_chain(const void *buf, uint32_t slot_size, uint32_t lkey,
 			uint32_t nwr);
 
 /*
+ * dxl_record_wb_unlock_chain -- a lock holder's whole commit of one record
+ * on ONE QP: the write-back (dxl_record_wb_chain), then a flush READ of the
+ * slot's first 8 bytes, then the unlock: a CAS of the lock word at
+ * lock_raddr/lock_rkey from owner to 0. Only the CAS is signalled.
+ *
+ * The order is the rule "durable before unlocked": the READ, executed
+ * after the WRITEs on the same QP, makes them durable at the target (H9,
+ * 000 L665-675) before the CAS can free the word, so whoever sees the lock
+ * word free (a new lock holder, the log's retention) sees a record that a
+ * power failure keeps (docs/engine.md "When a write-back is durable").
+ *
+ * scratch: 16 bytes, 8-aligned, in the region of lkey: [0] receives the
+ * READ, [1] the CAS's old value (== owner when the unlock took effect).
+ * Returns the number of requests (dxl_record_wb_nwr + 2), or DXL_E_INVAL.
+ */
+#define DXL_RECORD_WB_UNLOCK_EXTRA 2
+int dxl_record_wb_unlock_chain(const void *buf, uint32_t slot_size, uint32_t lkey,
+			       uint64_t raddr, uint32_t rkey, uint64_t lock_raddr,
+			       uint32_t lock_rkey, uint64_t owner, uint64_t *scratch,
+			       struct dxl_wr *wr, uint32_t nwr);
+
+/*
  * dxl_record_wb_onesided_ok -- 1 if the provider places the WRITEs of one
  * QP in posting order, so dxl_record_wb_chain is safe against concurrent
  * one-sided readers (tcp), else 0 (verbs: write back through the owner).
@@ -249,6 +271,11 @@ struct dxl_store_hooks {
 struct dxl_store_cfg {
 	enum dxl_lock_mode lock_mode; /* default DXL_LOCKS_CPU */
 	struct dxl_store_hooks hooks; /* default none */
+	/* keep every tombstone until dxl_store_set_reclaim_ts passes its
+	 * commit timestamp (a replica of the log: docs/engine.md
+	 * "Tombstones"); false (default): a tombstone's slot is reused when
+	 * it is the oldest free one */
+	bool keep_tombstones;
 };
 
 void dxl_store_cfg_init(struct dxl_store_cfg *cfg);
@@ -317,6 +344,7 @@ struct dxl_store_stats {
 	uint64_t free;  /* slots in the free lists */
 	uint64_t torn;  /* live slots still torn (cut by a crash, not yet replayed) */
 	uint64_t torn_at_open; /* torn slots the scan at open found */
+	uint64_t tombstones; /* free slots that are a deleted key's tombstone */
 };
 /* table = UINT32_MAX: all tables; DXL_E_NOENT for an unknown table */
 int dxl_store_stats(const struct dxl_store *s, uint32_t table,
@@ -352,14 +380,27 @@ int dxl_store_insert(struct dxl_store *s, uint32_t table, uint64_t key,
  * dxl_store_insert_owned -- dxl_store_insert, with the new record's lock
  * word set to owner (!= 0) before the record becomes live or the index
  * names it: a transaction's insert, held until its commit (write-back not
- * needed, unlock) or abort (delete, unlock). The owner's CPU writes that
- * lock word even with NIC-owned locks: the slot was free, passed over if
- * its lock word was not 0, and no peer can name it before the insert
- * hook ran (docs/transactions.md "Inserts"). owner 0 = dxl_store_insert.
+ * needed, unlock) or abort (delete, unlock). The word is taken with a CAS
+ * 0 -> owner (NIC mode: through the lock agent): a peer with a stale
+ * location may CAS the word of a free slot at any moment, and a slot it
+ * holds is left to it (the next free slot is tried). owner 0 =
+ * dxl_store_insert. Errors: as dxl_store_insert; NIC mode: see "Who
+ * changes a lock word" below (nothing changed).
  */
 int dxl_store_insert_owned(struct dxl_store *s, uint32_t table, uint64_t key,
 			   uint64_t ts, const void *value, uint32_t len,
 			   uint64_t owner, uint64_t *slot, uint64_t *version);
+
+/*
+ * dxl_store_insert_at -- dxl_store_insert_owned with the record's version
+ * given (even, >= 2): a logged insert made live for its transaction still
+ * in doubt (a promoted primary's gate). Returns 1 (inserted), 0 (nothing:
+ * the key's tombstone has this version or a later one) or the errors of
+ * dxl_store_insert_owned.
+ */
+int dxl_store_insert_at(struct dxl_store *s, uint32_t table, uint64_t key,
+			uint64_t version, uint64_t ts, const void *value, uint32_t len,
+			uint64_t owner, uint64_t *slot);
 
 /*
  * dxl_store_update -- write a new value into the live record at slot
@@ -393,9 +434,37 @@ int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
 int dxl_store_read(const struct dxl_store *s, uint32_t table, uint64_t slot,
 		   struct dxl_record *out, void *value, uint32_t cap);
 
-/* dxl_store_find -- the slot of key's live (or torn) record; DXL_E_NOENT if none */
+/* dxl_store_find -- the slot of key's live (or torn) record; DXL_E_NOENT if
+ * none (a tombstone is none) */
 int dxl_store_find(struct dxl_store *s, uint32_t table, uint64_t key,
 		   uint64_t *slot);
+
+/*
+ * Tombstones (docs/engine.md "Tombstones"). A delete leaves the key's slot
+ * free but still naming the key, with the delete's version and commit
+ * timestamp: the key's tombstone. dxl_store_apply compares a write with it
+ * as with a live record (a write of a smaller version is older than the
+ * delete: passed over), so a replica applying writes of one key in any
+ * order ends with the latest. An insert of the key replaces it; otherwise
+ * its slot may be reused by another key once the tombstone is no longer
+ * needed: with keep_tombstones, when its timestamp is below the bound
+ * dxl_store_set_reclaim_ts set (the replica: below the oldest record its
+ * log still holds, so no older write of the key can be applied again).
+ */
+struct dxl_store_absence {
+	uint64_t slot;    /* the tombstone's slot; UINT64_MAX: no tombstone */
+	uint64_t version; /* the delete's version; 0: no tombstone */
+	uint64_t ts;      /* the delete's commit timestamp; without a
+			     tombstone, at least that of every tombstone
+			     this table reclaimed (0 if none) */
+};
+/* dxl_store_absence -- key is absent: 0 and *out; DXL_E_EXIST (live or
+ * torn), DXL_E_NOENT (unknown table) */
+int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
+		      struct dxl_store_absence *out);
+/* dxl_store_set_reclaim_ts -- with keep_tombstones: tombstones whose commit
+ * timestamp is below ts may give their slots to inserts (no-op otherwise) */
+void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts);
 
 /* dxl_store_slot_ptr -- the slot's address in the mapping (NULL if out of
  * range); for tests and for serving READs locally */
@@ -416,19 +485,59 @@ int dxl_store_lock(struct dxl_store *s, uint32_t table, uint64_t slot,
 int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 		     uint64_t owner);
 /*
- * dxl_store_lock_set -- set the lock word of a slot to word (0 = free) with
- * the CPU, in either lock mode: ONLY while no peer can reach the lock words
- * (not registered, or registered but not yet published: a promoted primary
- * recovering the locks of transactions in doubt before it serves,
- * docs/transactions.md "Failures"). Errors: DXL_E_NOENT (table, slot).
+ * Who changes a lock word (docs/engine.md "Lock words: who may touch
+ * them"): in DXL_LOCKS_CPU mode the owner's CPU (atomics); in
+ * DXL_LOCKS_NIC mode only the NIC: a peer's fabric CAS, or the owner's own
+ * change sent through the fabric by its lock agent (a loopback QP,
+ * dxl_store_set_lock_agent), never a CPU store or CPU CAS (RDMA atomics are
+ * not atomic against them). A CPU write of a NIC-owned word is a broken
+ * invariant (DXL_ASSERT). Reads (dxl_store_lock_word) are fine in any mode.
+ * In NIC mode the calls below that change a word need the store registered
+ * and an agent, else DXL_E_STATE; a failed fabric CAS is DXL_E_UNREACHABLE
+ * or DXL_E_ACCESS.
+ */
+struct dxl_lock_agent;
+/*
+ * dxl_lock_agent_new -- an agent on fabric f: a ctx with index ctx_idx (free
+ * at f) and a QP connected to it at f's own address. Any thread may use it
+ * (one at a time: a mutex). Errors: those of dxl_ctx_new, dxl_mr_reg and
+ * dxl_qp_connect.
+ */
+int dxl_lock_agent_new(struct dxl_fabric *f, uint32_t ctx_idx,
+		       struct dxl_lock_agent **out);
+/* dxl_lock_agent_delete -- after every store using it stopped; *a = NULL */
+void dxl_lock_agent_delete(struct dxl_lock_agent **a);
+/*
+ * dxl_lock_agent_cas -- CAS the 8-byte word at raddr (rkey) from cmp to swp
+ * with a fabric atomic; *old receives the word's old value (the CAS took
+ * effect iff *old == cmp). Reconnects a failed loopback first.
+ * Errors: DXL_E_ACCESS (rkey, bounds), DXL_E_UNREACHABLE, dxl_qp_connect's.
+ */
+int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
+		       uint64_t cmp, uint64_t swp, uint64_t *old);
+/* dxl_lock_agent_ops -- CASes it has executed (for tests) */
+uint64_t dxl_lock_agent_ops(struct dxl_lock_agent *a);
+/* dxl_store_set_lock_agent -- the agent of a DXL_LOCKS_NIC store (NULL:
+ * none); set before the store serves. Ignored in DXL_LOCKS_CPU mode. */
+void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a);
+
+/*
+ * dxl_store_lock_set -- set the lock word of a slot to word (0 = free),
+ * whatever it held (a promoted primary recovering the locks of transactions
+ * in doubt before it serves, docs/transactions.md "Failures"; a resolved
+ * transaction's lock): CPU atomics in DXL_LOCKS_CPU mode, fabric CASes
+ * through the lock agent in DXL_LOCKS_NIC mode.
+ * Errors: DXL_E_NOENT (table, slot); NIC mode: see above.
  */
 int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 		       uint64_t word);
 /*
  * dxl_store_unlock_coord -- release every lock word held by a transaction
- * of coordinator `coord` (DXL_LOCK_OWNER's top 16 bits), in every table:
- * the CPU does it in either mode, for a coordinator that is gone and whose
- * transactions were resolved (docs/transactions.md). Returns the count.
+ * of coordinator `coord` (DXL_LOCK_OWNER's top 16 bits), in every table,
+ * for a coordinator that is gone and whose transactions were resolved
+ * (docs/transactions.md): a CAS holder -> 0 per word, by the CPU or (NIC
+ * mode) through the lock agent. Returns the count, or a negative DXL_E_*
+ * (NIC mode: see above) with the words released so far released.
  */
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord);
 /* the current lock word (an acquire load; any mode); 0 if out of range */
@@ -549,17 +658,16 @@ int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
 
 /*
  * dxl_store_apply -- apply one logged write to the store of a replica (or
- * during recovery): idempotent by version. If the key has a consistent
- * record whose version >= version, nothing happens (returns 0). A delete
- * leaves nothing behind (no tombstone): applied again after a later
- * delete, an older put would put the key back until that delete is applied
- * again; dxl_store_replay avoids that by applying only each key's last
- * write of a window. Otherwise
- * the record is written with exactly this version and ts (insert and
- * update are both "put": a missing key gets a free slot; a delete of a
- * missing key does nothing) and persisted (returns 1). A torn record (cut
- * by a crash) is always rewritten. No lock is checked: the applier is the
- * only writer of a backup's records.
+ * during recovery): idempotent and order-safe by version. If the key has a
+ * consistent record or a tombstone whose version >= version, nothing
+ * happens (returns 0): the write is applied already, or older than what is
+ * here. Otherwise the record is written with exactly this version and ts
+ * (insert and update are both "put": an absent key gets a free slot,
+ * replacing its tombstone; a delete leaves a tombstone with this version,
+ * also for a key that is absent here: its older writes may still come) and
+ * persisted (returns 1). A torn record (cut by a crash) is always
+ * rewritten. No lock is checked: the applier is the only writer of a
+ * backup's records.
  * Errors (nothing changed): DXL_E_NOENT (unknown table), DXL_E_TOOBIG,
  * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL, a hook's error.
  */

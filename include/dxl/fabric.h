@@ -54,6 +54,22 @@ extern "C" {
  * dxl_errmsg() saying what failed. Failed remote operations are reported as
  * completions with a status, never by a crash or a hang: a dead or stuck
  * peer turns into DXL_WC_PEER_UNREACHABLE within cfg.timeout_ms.
+ *
+ * What a failed QP's completions mean (both providers; docs/fabric.md
+ * "Failures: what a completion in error means"): the first outstanding
+ * request carries the cause, every later one DXL_WC_FLUSHED.
+ *  - After a remote error (REM_ACCESS_ERR, REM_OP_ERR first): the failed
+ *    request and every FLUSHED one did not execute.
+ *  - After a timeout or a lost connection (PEER_UNREACHABLE first): each
+ *    request completed PEER_UNREACHABLE or FLUSHED may have executed before
+ *    the failure was detected (its outcome is unknown, as with a peer that
+ *    dies), but it does not execute after the target learns of the
+ *    failure, and never after a request the same fabric posts on a QP it
+ *    connects to that node afterwards. A caller retrying after a failure on
+ *    a new QP therefore never races with the failed attempt; it must only
+ *    allow for the attempt having taken effect.
+ * A request still outstanding when its QP is deleted (dxl_qp_delete) may
+ * or may not execute: the QP closes in order (tcp) / disconnects (verbs).
  */
 
 struct dxl_fabric;
@@ -96,13 +112,19 @@ struct dxl_fabric_cfg {
 	uint8_t port;
 	int gid_index;
 	/* tcp only: the power-failure model. When pf_signal != 0, receiving that
-	 * signal makes the process simulate a power failure with pf_policy and
-	 * pf_seed (see dxl_fabric_power_fail). Default 0 (off). The
-	 * environment variable DXL_FABRIC_PF="SIG:POLICY[:SEED]" (e.g.
-	 * "USR2:random:42") sets these three fields in dxl_fabric_cfg_init. */
+	 * signal arms a simulated power failure with pf_policy and pf_seed
+	 * that strikes within the next DXL_PF_STRIKE_WINDOW steps of the NIC
+	 * (a step count drawn from pf_seed) or after DXL_PF_IDLE_MS without
+	 * any (see dxl_fabric_power_fail_arm). Default 0 (off). The
+	 * environment variable DXL_FABRIC_PF="SIG:POLICY[:SEED[:IDLE_MS]]"
+	 * (e.g. "USR2:random:42") sets these fields in dxl_fabric_cfg_init.
+	 * pf_idle_ms: strike after this long without a step (0 =
+	 * DXL_PF_IDLE_MS); a node with slow traffic needs more to be struck
+	 * in it. */
 	int pf_signal;
 	enum dxl_pf_policy pf_policy;
 	uint64_t pf_seed;
+	uint32_t pf_idle_ms;
 };
 
 /* dxl_fabric_cfg_init -- fill cfg with the defaults above (and DXL_FABRIC_PF) */
@@ -238,6 +260,32 @@ void dxl_mr_set_persist_fn(struct dxl_mr *mr, dxl_mr_persist_fn fn, void *arg);
 int dxl_fabric_power_fail(struct dxl_fabric *f, enum dxl_pf_policy policy,
 			  uint64_t seed);
 
+/*
+ * dxl_fabric_power_fail_arm -- arm a simulated power failure that strikes
+ * in the middle of the NIC's work (tcp provider): once the NIC has executed
+ * `steps` more steps, a step being one 64-byte line of a WRITE into a
+ * persistent region, or one request (READ, WRITE, atomic, SEND) of a QP
+ * that has un-flushed lines (elsewhere a strike would find what the next
+ * counted step finds). So it can strike
+ * between any two requests of a chain (after a record's WRITE, before its
+ * flush READ) or inside a WRITE, where each remaining line of the piece at
+ * hand is placed or not by a coin drawn from seed (a NIC's DMA places the
+ * lines of a WRITE in any order). If no step comes for idle_ms (counted
+ * from the arming, then from each step), it strikes then. Either way: as dxl_fabric_power_fail (the policy picks the
+ * un-flushed lines lost; the process is SIGKILLed). Returns 0 once the NIC
+ * counts steps (what the caller posts afterwards is counted); the first
+ * armed failure stands. With DXL_FABRIC_PF_REPORT=FILE in the environment
+ * every power failure appends one line to FILE: "pf node=N policy=P
+ * seed=S lost=L pending=U struck=now|idle|between requests|inside
+ * write_lines=W placed=K" (W lines of the WRITE it struck in, K of them
+ * placed). Errors: DXL_E_NOTSUP (verbs), DXL_E_INVAL, DXL_E_TIMEDOUT (the
+ * NIC thread did not take it within 5 s).
+ */
+#define DXL_PF_STRIKE_WINDOW 64 /* pf_signal: steps drawn below this */
+#define DXL_PF_IDLE_MS 20       /* pf_signal: strike after this without steps */
+int dxl_fabric_power_fail_arm(struct dxl_fabric *f, enum dxl_pf_policy policy,
+			      uint64_t seed, uint32_t steps, uint32_t idle_ms);
+
 /* dxl_fabric_pending_lines -- lines that a power failure could lose now */
 size_t dxl_fabric_pending_lines(struct dxl_fabric *f);
 
@@ -252,6 +300,16 @@ int dxl_ctx_new(struct dxl_fabric *f, uint32_t idx, struct dxl_ctx **out);
 
 /* dxl_ctx_delete -- destroy the ctx and all its QPs (active and passive) */
 void dxl_ctx_delete(struct dxl_ctx **c);
+
+/*
+ * dxl_ctx_qp_count -- the QPs this ctx holds now: active ones, passive ones
+ * the user has seen, and passive ones not freed yet (owner thread only).
+ * Passive QPs are freed by the provider once they are down if the user
+ * never saw them (no RECV named them); a passive QP the user has seen is
+ * the user's to delete with dxl_qp_delete once it is DXL_QP_ERR (the RPC
+ * layer does). So a ctx that serves reconnecting peers stays bounded.
+ */
+uint32_t dxl_ctx_qp_count(struct dxl_ctx *c);
 
 uint32_t dxl_ctx_idx(const struct dxl_ctx *c);
 struct dxl_fabric *dxl_ctx_fabric(const struct dxl_ctx *c);
@@ -269,7 +327,12 @@ int dxl_qp_connect(struct dxl_ctx *c, const char *remote_addr,
 		   uint32_t remote_ctx, struct dxl_qp **out);
 
 /* dxl_qp_delete -- close the QP (active or passive); *qp = NULL. Completions
- * of its outstanding requests are dropped. */
+ * of its outstanding requests are dropped, except received messages: a
+ * receive buffer holding a message for the QP that was not polled yet comes
+ * back as a DXL_WC_RECV completion with status DXL_WC_FLUSHED, its wr_id,
+ * byte_len 0 and qp NULL (post it again). Passive QPs: the provider frees
+ * the ones the user never saw once they are down; the ones a RECV named are
+ * the user's to delete (see dxl_ctx_qp_count). */
 void dxl_qp_delete(struct dxl_qp **qp);
 
 enum dxl_qp_state {
@@ -351,7 +414,14 @@ enum dxl_wc_status {
 	DXL_WC_PEER_UNREACHABLE = 2, /* peer died, disconnected or timed out */
 	DXL_WC_LOCAL_ERR = 3,        /* local failure (e.g. RECV buffer too small) */
 	DXL_WC_REM_OP_ERR = 4,       /* remote could not take a SEND (too large) */
-	DXL_WC_FLUSHED = 5,          /* not executed: the QP entered the error state */
+	DXL_WC_FLUSHED = 5,          /* the QP entered the error state before this
+					request completed: not executed after a
+					remote error; after a timeout or a lost
+					connection, executed before the failure
+					or never (see "What a failed QP's
+					completions mean" above). A RECV: the
+					buffer comes back unused (its QP was
+					deleted), qp NULL */
 };
 
 enum dxl_wc_opcode {

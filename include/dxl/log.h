@@ -20,32 +20,47 @@ extern "C" {
  * since the Unix epoch, then 16 logical bits (000 L1973-2005: DST's scalar
  * timestamp). Timestamps from one clock strictly increase, even if the wall
  * clock steps back; dxl_hlc_observe() folds in a timestamp seen from another
- * node so causally later events get larger timestamps.
+ * node so causally later events get larger timestamps -- but never one
+ * further ahead of this host's physical clock than max_ahead_ms: a clock
+ * that jumped forward on one node must not drag every other clock (and
+ * every later holder of its writer slot) with it.
  */
 #define DXL_HLC_LOGICAL_BITS 16
 #define DXL_HLC_PHYS(ts) ((ts) >> DXL_HLC_LOGICAL_BITS)
 #define DXL_HLC_LOGICAL(ts) ((ts) & ((1u << DXL_HLC_LOGICAL_BITS) - 1))
 #define DXL_HLC_MAKE(ms, l) (((uint64_t)(ms) << DXL_HLC_LOGICAL_BITS) | (uint64_t)(l))
+/* how far ahead of the physical clock an observed timestamp may be */
+#define DXL_HLC_MAX_AHEAD_MS 60000u
 
 struct dxl_hlc {
 	uint64_t last; /* accessed with atomics: any thread may call */
 	uint64_t (*wall_ms)(void); /* NULL = CLOCK_REALTIME; tests inject */
+	uint32_t max_ahead_ms; /* 0 = DXL_HLC_MAX_AHEAD_MS */
 };
 
 void dxl_hlc_init(struct dxl_hlc *c);
 /* dxl_hlc_now -- a timestamp larger than every one this clock returned or observed */
 uint64_t dxl_hlc_now(struct dxl_hlc *c);
-/* dxl_hlc_observe -- remember ts (e.g. from a received message) */
-void dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
+/*
+ * dxl_hlc_observe -- remember ts (e.g. from a received message, a ring's
+ * watermark): later dxl_hlc_now values are above it. A ts more than
+ * max_ahead_ms ahead of this host's physical clock is not taken: the clock
+ * goes only as far as dxl_hlc_max_ts(), a warning is logged, and the call
+ * returns DXL_E_INVAL (the caller then knows its timestamps stay below ts).
+ * Returns 0 otherwise. Never aborts, whatever ts is.
+ */
+int dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
+/* dxl_hlc_max_ts -- the largest timestamp dxl_hlc_observe accepts now */
+uint64_t dxl_hlc_max_ts(const struct dxl_hlc *c);
 
 /* ---- log records ---------------------------------------------------------- */
 
 /*
  * A record is self-describing; every integer is little-endian:
  *
- *   offset  size  header (48 bytes)
+ *   offset  size  header (56 bytes)
  *        0     4  magic "DXLR" (0x524c5844)
- *        4     1  format version (1)
+ *        4     1  format version (2)
  *        5     1  type: 1 = data, 2 = skip (padding up to the ring's end)
  *        6     2  number of participant shards (nparts)
  *        8     4  payload length in bytes
@@ -55,11 +70,12 @@ void dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
  *       24     8  per-writer sequence number
  *       32     8  transaction id
  *       40     8  commit timestamp (HLC)
- *       48  4*np  participant shard ids (u32)
+ *       48     4  incarnation: the ring's incarnation its appender wrote in
+ *       52     4  reserved, 0
+ *       56  4*np  participant shard ids (u32)
  *        .     .  payload
  *        .     .  zero padding
- *   tot-16    16  trailer: total length (u32), CRC32C (u32, = header's),
- *                 sequence number (u64, = header's)
+ *    tot-8     8  trailer: total length (u32), CRC32C (u32, = header's)
  *
  * The total length is aligned and padded to 64 bytes (H6), or to 256 bytes
  * once it reaches 256 (H5) (000 L623-649). The smallest record is 64 bytes.
@@ -68,11 +84,19 @@ void dxl_hlc_observe(struct dxl_hlc *c, uint64_t ts);
  * (003 §5), so a record whose header and trailer arrived but whose middle did
  * not is caught by the checksum, and a stale record from an earlier lap of a
  * ring by its sequence number.
+ *
+ * The incarnation makes a record follow only the record it was written
+ * after: every appender that opens a ring takes a new incarnation, higher
+ * than any the ring ever had, and a scan stops at a record whose
+ * incarnation is lower than its predecessor's (DXL_RING_END_GHOST). Without
+ * it, a record k+1 that survived a crash behind a torn record k (never
+ * acknowledged) would come back to life once a later appender rewrote
+ * position k with a record of the same size.
  */
 #define DXL_REC_MAGIC 0x524c5844u
-#define DXL_REC_VERSION 1
-#define DXL_REC_HDR_SIZE 48
-#define DXL_REC_TRL_SIZE 16
+#define DXL_REC_VERSION 2
+#define DXL_REC_HDR_SIZE 56
+#define DXL_REC_TRL_SIZE 8
 #define DXL_REC_MIN_SIZE 64
 #define DXL_REC_MAX_PARTS 1024
 #define DXL_REC_MAX_PAYLOAD (16u << 20)
@@ -90,6 +114,7 @@ struct dxl_rec {
 	uint64_t seq;
 	uint64_t txn_id;
 	uint64_t commit_ts;
+	uint32_t incarnation; /* the ring's incarnation (an appender sets it) */
 	uint16_t nparts;
 	const uint8_t *parts; /* nparts little-endian u32; use dxl_rec_part() */
 	const void *payload;
@@ -109,7 +134,8 @@ uint32_t dxl_rec_size(unsigned nparts, uint32_t payload_len);
 
 /*
  * dxl_rec_encode -- write record r (its type, writer, epoch, seq, txn_id,
- * commit_ts, nparts, parts, payload, payload_len; total_len is ignored) into
+ * commit_ts, incarnation, nparts, parts, payload, payload_len; total_len is
+ * ignored) into
  * buf. `parts` here may be any array of u32 in host order: pass them with
  * dxl_rec_encode_parts. Returns the total length, or DXL_E_TOOBIG (over the
  * limits), DXL_E_INVAL (NULL pointers, bad type, cap too small).
@@ -119,10 +145,14 @@ int dxl_rec_encode(const struct dxl_rec *r, const uint32_t *parts, void *buf,
 
 /*
  * dxl_rec_encode_skip -- a skip record of exactly `total` bytes (a multiple
- * of 64, >= 64) telling readers to continue at the ring's start.
+ * of 64, >= 64) telling readers to continue at the ring's start, of
+ * incarnation 0; dxl_rec_encode_skip_inc gives it the ring's incarnation.
  */
 int dxl_rec_encode_skip(uint32_t writer, uint32_t epoch, uint64_t seq,
 			uint32_t total, void *buf, size_t cap);
+int dxl_rec_encode_skip_inc(uint32_t writer, uint32_t epoch,
+			    uint32_t incarnation, uint64_t seq, uint32_t total,
+			    void *buf, size_t cap);
 
 /*
  * dxl_rec_decode -- validate and decode the record at buf, of which `avail`
@@ -297,6 +327,15 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  * timestamp. Tailers take the minimum over the live writers' rings as the
  * resolved timestamp and deliver only records below it.
  *
+ * Control block offsets 256 and 320 (one line each) hold the ring's
+ * incarnation in two slots {I, I ^ DXL_RING_INC_MAGIC} (writer-written):
+ * every appender that opens the ring takes I = one more than the highest
+ * incarnation any target's slots or records show, writes it on every
+ * target into the slot that does not hold that target's highest, and
+ * flushes it before its first append; its records carry I. A torn slot
+ * leaves the other one readable, so a target's incarnation never goes
+ * back. The highest valid slot is the ring's incarnation.
+ *
  * Positions are 64-bit logical byte offsets that only grow; a record at
  * position p lives at buffer offset p % size. Records never straddle the
  * end of the buffer: the writer fills the rest with a skip record first.
@@ -320,6 +359,11 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
 #define DXL_RING_OWNER_OFF 128     /* owner word in the control block */
 #define DXL_RING_WMARK_OFF 192     /* watermark {ts, ts ^ magic}, own line */
 #define DXL_RING_WMARK_SIZE 16
+#define DXL_RING_INC_OFF 256       /* incarnation slots, one line each */
+#define DXL_RING_INC_SLOT 64       /* slot i at DXL_RING_INC_OFF + i * 64 */
+/* what an appender READs of a control block at open: up to the second
+ * incarnation slot's words */
+#define DXL_RING_CTL_READ (DXL_RING_INC_OFF + DXL_RING_INC_SLOT + 16)
 
 struct dxl_logstore;
 
@@ -362,10 +406,20 @@ struct dxl_ring_head {
 /*
  * dxl_ring_head_decode -- the valid head slot with the highest generation
  * among the two slots of a control block (as read locally or by a remote
- * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes). DXL_E_CORRUPT if neither
- * slot is valid.
+ * READ of DXL_RING_HEAD_SLOT_SIZE * 2 bytes): the head the replica set
+ * last. What the replica itself and a restart (everything left is durable)
+ * read. DXL_E_CORRUPT if neither slot is valid.
+ *
+ * dxl_ring_head_decode_durable -- the head a reader of a RUNNING replica may
+ * rely on: the older of two valid slots (else the only valid one).
+ * dxl_logstore_set_head stores a new head into both slots in turn and
+ * persists each before storing the next, so the newer slot may be visible
+ * before it is durable, the older never. A writer reuses space only below
+ * this head: reusing space below a head that a power failure can take back
+ * overwrites records the replica still needs after its restart.
  */
 int dxl_ring_head_decode(const void *slots, struct dxl_ring_head *out);
+int dxl_ring_head_decode_durable(const void *slots, struct dxl_ring_head *out);
 
 int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 		      struct dxl_ring_head *out);
@@ -373,7 +427,10 @@ int dxl_logstore_head(const struct dxl_logstore *ls, uint32_t ring,
 /*
  * dxl_logstore_set_head -- persist a new head for ring: pos, seq and the
  * commit timestamp of the last record before pos (none may go backwards:
- * DXL_E_INVAL). Replica side only (CPU-owned words, H8).
+ * DXL_E_INVAL). Replica side only (CPU-owned words, H8). The head is
+ * written into both slots, one after the other, each persisted before the
+ * next (two persists): writers, which trust the older slot
+ * (dxl_ring_head_decode_durable), see it only once it is durable.
  */
 int dxl_logstore_set_head(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq, uint64_t last_ts);
@@ -389,6 +446,19 @@ uint64_t dxl_logstore_watermark(const struct dxl_logstore *ls, uint32_t ring);
 
 /* dxl_ring_wmark_decode -- the same, from 16 bytes read remotely */
 uint64_t dxl_ring_wmark_decode(const void *buf);
+
+#define DXL_RING_INC_MAGIC 0x434e49524c58444eull /* "NDXLRINC" */
+
+/*
+ * dxl_ring_inc_decode -- the incarnation recorded in a control block (as
+ * read locally or remotely, at least DXL_RING_CTL_READ bytes): the highest
+ * of the two slots whose words agree, 0 if none does (never opened).
+ */
+uint32_t dxl_ring_inc_decode(const void *ctl);
+/* dxl_ring_inc_encode -- slot bytes (16) for incarnation inc */
+void dxl_ring_inc_encode(void *slot, uint32_t inc);
+/* dxl_logstore_incarnation -- dxl_ring_inc_decode of ring's control block */
+uint32_t dxl_logstore_incarnation(const struct dxl_logstore *ls, uint32_t ring);
 
 /*
  * dxl_logstore_truncate -- repair: make ring end at (pos, seq), dropping the
@@ -566,6 +636,20 @@ int dxl_ring_advance_head(struct dxl_logstore *ls, uint32_t ring);
  * (the persisted head, or a cursor position/sequence a tailer kept), with
  * the checks of dxl_ring_scan. Only data records are returned.
  */
+/* why a walk ended (dxl_ring_iter.end): what lies at it->pos */
+enum dxl_ring_end {
+	DXL_RING_END_NONE = 0,  /* not ended yet */
+	DXL_RING_END_EMPTY = 1, /* no record header: never written, or zeroed */
+	DXL_RING_END_TORN = 2,  /* a record header, but the record does not
+				   check out (torn by a crash, or corrupt) */
+	DXL_RING_END_STALE = 3, /* a valid record of an earlier lap (its
+				   sequence number is not the next one) */
+	DXL_RING_END_GHOST = 4, /* a valid record with the next sequence number
+				   but of a lower incarnation than its
+				   predecessor: written before it, not after */
+	DXL_RING_END_LAP = 5,   /* a whole lap walked */
+};
+
 struct dxl_ring_iter {
 	const uint8_t *buf; /* the ring buffer (a region's, or a copy of one) */
 	uint64_t ring_size;
@@ -573,7 +657,9 @@ struct dxl_ring_iter {
 	uint64_t start_pos;
 	uint64_t pos; /* position of the next record to examine */
 	uint64_t seq; /* its expected sequence number */
+	uint32_t inc; /* incarnation of the last record passed (0: none yet) */
 	int done;
+	enum dxl_ring_end end; /* set once done */
 };
 
 /* from the persisted head; DXL_E_CORRUPT if it is unreadable */
@@ -795,6 +881,9 @@ struct dxl_append_result {
 	uint32_t failed; /* bit i: target i may not have it */
 	uint64_t seq;    /* the record's sequence number in the ring */
 	uint64_t pos;    /* its ring position */
+	uint64_t wmark;  /* the watermark this append wrote (written before
+			    its flush READ: durable on every target that
+			    acknowledged it) */
 };
 
 struct dxl_appender;
@@ -831,10 +920,23 @@ struct dxl_appender;
  * silently repaired). Every target is checked before any is changed: an
  * error leaves every ring as it was. Watermarks are left as they are (a
  * watermark above the reference's still holds: it only covers
- * acknowledged records, which the reference has; the appender does not
- * append below it). The previous appender of this writer must be gone
+ * acknowledged records, which every member has; the appender does not
+ * append below it), and they bound what may be cut: a target's record
+ * past the reference's end with a commit timestamp below the highest
+ * watermark of any target was acknowledged, so the reference lost it:
+ * refused (DXL_E_STALE "the reference ... is behind"), never truncated. The previous appender of this writer must be gone
  * (deleted, or its process dead), or its late WRITEs could land after the
  * repair.
+ *
+ * Incarnation (with or without repair). Before its first append the
+ * appender takes a new incarnation of the ring (one more than the highest
+ * any target's control block or records show; dxl_appender_incarnation),
+ * writes it into every target's control block, zeroes the line at the
+ * tail on every target (reference included) and flushes both (H9). Its
+ * records carry it, and a scan never passes from a record to one of a
+ * lower incarnation: a record that an earlier appender left beyond the end
+ * (never acknowledged: e.g. behind a torn one) can never reappear after
+ * this appender's records.
  *
  * The writer's contract after a failure: a writer whose appender failed
  * with appends in flight (their outcome unknown) opens a new appender with
@@ -848,8 +950,9 @@ struct dxl_appender;
  * of different sizes), DXL_E_STALE (a ring is owned by or holds records of
  * another writer; without repair: the targets' rings end at different
  * places; with repair: a target is too far behind ("it must be caught up
- * first (dxl_logstore_pull)") or its records differ from the reference's
- * ("diverged")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
+ * first (dxl_logstore_pull)"), its records differ from the reference's
+ * ("diverged"), or the reference lacks acknowledged records ("is
+ * behind")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
  * (unreadable head), DXL_E_NOMEM.
  */
 int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
@@ -911,6 +1014,27 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts);
 
 /*
+ * dxl_appender_close -- the writer is done with its ring: write the final
+ * watermark max(ts, the last timestamp + 1) to every target, wait until
+ * every target has it, then clear the ring's owner word (CAS 1 + writer ->
+ * 0, made durable by a READ) on every target. A tailer then no longer holds
+ * its resolved timestamp at this ring (docs/log.md, "Tailing"): nothing in
+ * it can change below the final watermark. Only when every append was
+ * acknowledged and polled and no hold keeps records unconfirmed; otherwise
+ * the ring is left open (owner set), and tailers wait for the next holder
+ * of the slot, whose repair confirms or drops what is in doubt. After a
+ * successful close, appends and heartbeats are refused (DXL_E_STATE); the
+ * appender is still to be deleted. Closing twice is 0. Only the writer
+ * that still holds the ring's writer id (e.g. its ZooKeeper slot) may
+ * close: a new holder of the id owns the ring with the same owner word.
+ * Errors: DXL_E_BUSY (appends in flight or not polled, or a hold below the
+ * final watermark), DXL_E_STATE (a target failed: appends of unknown
+ * outcome), the heartbeat's and the READs' errors (then the ring may be
+ * closed on some targets and open on others: both are safe).
+ */
+int dxl_appender_close(struct dxl_appender *a, uint64_t ts);
+
+/*
  * dxl_appender_set_hold -- the watermarks written from now on (inline with
  * appends, heartbeats) stay at or below ts, whatever is acknowledged:
  * records at or above ts are not "confirmed" for tailers and appliers yet
@@ -939,11 +1063,27 @@ uint64_t dxl_appender_last_ts(const struct dxl_appender *a);
 
 /*
  * dxl_appender_min_ts -- the smallest commit timestamp the next append (or
- * heartbeat) may carry: the largest of the previous append's, last_ts and
- * every target's watermark. A writer whose clock is behind observes it
- * (dxl_hlc_observe) before taking timestamps.
+ * heartbeat) may carry: the largest of the previous append's, last_ts,
+ * every target's watermark of this ring and, when this appender claimed a
+ * ring that was closed or never used (its owner word 0 on some target),
+ * the shard floor (dxl_appender_shard_floor). A writer whose clock is
+ * behind observes it (dxl_hlc_observe) before taking timestamps.
  */
 uint64_t dxl_appender_min_ts(const struct dxl_appender *a);
+
+/*
+ * dxl_appender_shard_floor -- 0, or, when this appender claimed a ring that
+ * was closed or never used: the largest watermark of every ring of the
+ * shard on every target, read after the claim (each at most
+ * DXL_HLC_MAX_AHEAD_MS ahead of this host's clock). Tailers may have
+ * passed every timestamp below it while the ring was closed; no append of
+ * this appender goes below it.
+ */
+uint64_t dxl_appender_shard_floor(const struct dxl_appender *a);
+
+/* dxl_appender_incarnation -- the incarnation this appender took at open
+ * (written into the rings' control blocks and into each of its records) */
+uint32_t dxl_appender_incarnation(const struct dxl_appender *a);
 
 /* dxl_appender_open_watermark -- the reference ring's watermark when the
  * appender opened it (0: none); records above it (dxl_appender_last_ts >
@@ -1052,28 +1192,39 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 /*
  * A tailer reads one replica's log of a shard with one-sided READs only
  * (the replica's CPU is not involved): each poll READs every ring's control
- * block (head, owner, watermark) and then a window of new ring content on
- * the same QP, so every record below the watermark it read is in the data
- * it reads after. It merges the rings by (commit timestamp, writer) and
- * delivers exactly the records with cursor <= ts < resolved, where resolved
- * is the smallest watermark of the rings that have an owner (or of the rings
- * in live_mask when given): what every writer has acknowledged and will not
- * append below. The cursor then becomes `resolved`: it is "the next
- * position to read", a commit timestamp. Delivery is at-least-once across
- * restarts (resume from the last cursor you stored), exactly once within a
- * tailer, in commit-timestamp order.
+ * block (head, owner, watermark), then a window of new ring content, then
+ * every control block again, on one QP, so every record below a watermark
+ * it read is in the data it reads after, and only bytes above the later
+ * head (not reused by the writer meanwhile) are trusted. It merges the
+ * rings by (commit timestamp, writer) and delivers exactly the records with
+ * cursor <= ts < resolved. resolved is the smallest watermark of the rings
+ * that hold it: every ring whose owner word is set (a live writer, a
+ * crashed one whose records above its watermark the next holder may still
+ * confirm, or a new holder) and every ring in live_mask when given. A ring
+ * whose owner word is 0 was closed by its last holder
+ * (dxl_appender_close) or never used: it holds nobody back and its records
+ * below its own watermark are delivered; when no ring holds, resolved is
+ * the largest watermark. resolved never goes beyond this host's clock +
+ * DXL_HLC_MAX_AHEAD_MS / 2. Every record below resolved is final: no
+ * writer appends, resends or repairs a record below it (a new holder of a
+ * ring starts above every ring's watermark: dxl_appender_new). The cursor
+ * then becomes `resolved`: it is "the next position to read", a commit
+ * timestamp. Delivery is at-least-once across restarts (resume from the
+ * last cursor you stored), exactly once within a tailer, in
+ * commit-timestamp order; a record reclaimed before it was delivered is
+ * DXL_E_STALE, never skipped.
  */
 struct dxl_tailer;
 
 struct dxl_tail_cfg {
 	uint64_t from_ts;     /* cursor: deliver records with ts >= from_ts;
 				 0 = from the earliest record still retained */
-	/* the rings whose writers are alive (e.g. hold their ZooKeeper writer
-	 * slot): they bound `resolved`. A ring not in the set (its writer
-	 * crashed or left) does not hold the others back, and only its records
-	 * below its own watermark are delivered: the rest were never confirmed
-	 * and wait for recovery. Used when live_given is set (then 0 = nobody
-	 * is writing); otherwise every ring whose owner word is set is live. */
+	/* rings whose writers are alive (e.g. hold their ZooKeeper writer
+	 * slot): they bound `resolved` even before their writer claims the
+	 * ring. Used when live_given is set. A ring outside the set still
+	 * holds resolved while its owner word is set: its writer may have
+	 * crashed with records above its watermark that the next holder of
+	 * the slot confirms. */
 	uint64_t live_mask;   /* bit i = ring i (rings 0..63) */
 	int live_given;
 	uint32_t window;      /* the most bytes READ per ring per poll (default
@@ -1081,6 +1232,7 @@ struct dxl_tail_cfg {
 				 doubles while the ring has more than it
 				 fetched and halves while it uses less than a
 				 quarter */
+	uint64_t (*wall_ms)(void); /* NULL = CLOCK_REALTIME; tests inject */
 };
 
 /*
@@ -1130,6 +1282,14 @@ int dxl_tailer_caught_up(const struct dxl_tailer *t);
  * later. What a DXL_E_STALE error is about.
  */
 uint64_t dxl_tailer_reclaimed_ts(const struct dxl_tailer *t);
+
+/*
+ * dxl_tailer_holding -- how many rings held the resolved timestamp at the
+ * last poll (owner word set, or live). 0: every ring was closed or never
+ * used -- nothing below the cursor can still appear, and a writer that
+ * claims a ring later starts above it.
+ */
+unsigned dxl_tailer_holding(const struct dxl_tailer *t);
 
 /* dxl_tailer_set_live -- from the next poll on, the live rings are `mask`
  * (as dxl_tail_cfg.live_mask with live_given set), e.g. refreshed from the

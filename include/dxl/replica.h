@@ -48,8 +48,10 @@ struct dxl_shard;
 
 /*
  * dxl_shard_open -- open DIR/shard-<cfg.shard>.log, or (cfg.create) create
- * and format it if absent; then, if f != NULL, register its data area with f
- * and bind it. An existing region keeps its own geometry (nrings, ring_size
+ * and format it if absent -- or if its creation was interrupted (the region
+ * exists but its log header does not, and everything outside cfg's control
+ * blocks is zero); then, if f != NULL, register its data area with f and
+ * bind it. An existing region keeps its own geometry (nrings, ring_size
  * from its log header); a different cfg geometry is only logged.
  * Errors: DXL_E_NOENT (absent and !create), the errors of dxl_region_open /
  * dxl_region_create (DXL_E_STALE: another cluster/node; DXL_E_CONFIG:
@@ -250,12 +252,17 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * The payload is exactly 64 + value length bytes; every field the
  * operation does not use (table below) is 0.
  *
- *   LOOKUP     key                           -> the key's live record
- *   INSERT     key, ts, value, owner         -> slot, version, incarnation
+ *   LOOKUP     key                           -> the key's live record;
+ *              DXL_E_NOENT with version and ts of its tombstone (0 and the
+ *              table's floor without one: docs/engine.md "Tombstones")
+ *   INSERT     key, ts, value, owner         -> slot, version, incarnation,
+ *              holder = the commit timestamp of the absence replaced
  *              (owner != 0: inserted with its lock word = owner, a
  *              transaction's insert; 0: unlocked)
- *   DELETE     key, owner, ts                -> slot, version, incarnation
- *              (the caller holds the record's lock: lock word == owner)
+ *   DELETE     key, owner, ts [, slot,      -> slot, version, incarnation
+ *              flags DXL_TABLE_DEL_AT_SLOT]  (the caller holds the record's
+ *              lock: lock word == owner; with the flag a retry of a delete
+ *              done already answers 0: idempotent)
  *   READ       slot                          -> the record in the slot and
  *                                               its lock word (holder)
  *   LOCK       slot, owner                   -> the record's header
@@ -279,9 +286,10 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  *   RESOLVE      key, owner = txn id, version, ts, flags = op (1 insert,
  *                2 update, 3 delete) [| DXL_TABLE_RESOLVE_ABORT], value:
  *                forward: the entry applied idempotently by version
- *                (dxl_store_apply), the lock word must be 0 or owner and is
- *                released; abort: a record owner inserted (its version) is
- *                deleted, owner's lock released
+ *                (dxl_store_apply), the lock word must be 0 or owner and
+ *                stays (UNLOCK_COORD releases it once the ring's watermark
+ *                passed the record); abort: a record owner inserted (owner
+ *                holds its lock) is deleted, owner's lock released
  *   UNLOCK_COORD key = coordinator id      -> slot = lock words released
  *                (every lock word of that coordinator's transactions)
  *
@@ -306,10 +314,16 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * has not rewritten it yet). A refused request changes nothing.
  */
 #define DXL_REPLICA_RPC_CTX 2 /* ctx 0: writers and tailers, 1: catch-up */
+#define DXL_REPLICA_LOCK_CTX 3 /* engine.lock_mode=nic: the node's own lock-word
+				  CASes (a loopback QP, engine.h lock agent) */
 #define DXL_TABLE_REQ_SIZE 64
 #define DXL_TABLE_REP_SIZE 64
 #define DXL_TABLE_REP_LIVE 1u
 #define DXL_TABLE_WB_UNLOCK 1u
+/* DELETE: slot is the slot the caller locked; if the key is no longer live
+ * there and the caller still holds that lock word, the delete is done
+ * already (a retry after a lost reply): 0 and the slot's record */
+#define DXL_TABLE_DEL_AT_SLOT 1u
 /* the largest reply (a value, or a message up to that size) */
 #define DXL_TABLE_REP_MAX (DXL_TABLE_REP_SIZE + DXL_ENGINE_MAX_VALUE)
 
@@ -503,6 +517,9 @@ struct dxl_log_writer_cfg {
 	/* lease exactly this writer slot (its ring): a resolver taking over a
 	 * dead writer's ring; -1 = the first free one (default) */
 	int32_t slot;
+	/* the wall clock of the commit timestamps (ms since the Unix epoch);
+	 * NULL (default): the system's. Tests simulate a skewed host with it. */
+	uint64_t (*wall_ms)(void);
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
@@ -581,6 +598,10 @@ int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint
 int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts);
 /* the hold: the oldest undecided record's timestamp (UINT64_MAX: none) */
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w);
+/* dxl_log_writer_observe -- later appends get timestamps above ts (a
+ * coordinator folds in the commit timestamps of what its transaction read
+ * or overwrote: docs/transactions.md "Commit timestamps") */
+void dxl_log_writer_observe(struct dxl_log_writer *w, uint64_t ts);
 
 /* records appended and not yet returned by poll */
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);

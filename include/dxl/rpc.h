@@ -159,7 +159,11 @@ int dxl_rpc_register(struct dxl_rpc *rpc, uint16_t handler_id,
 		     dxl_rpc_handler_fn fn, void *arg);
 
 /* dxl_rpc_current_qp -- inside a handler: the QP the request came on (e.g.
- * for dxl_qp_remote_node); NULL elsewhere */
+ * for dxl_qp_remote_node); NULL elsewhere. When it is a passive QP (the
+ * client connected to us), the RPC layer owns it: once it is down
+ * (DXL_QP_ERR) and nothing of it is in flight, a round end deletes it
+ * (docs/fabric-rpc.md), so keep it no longer than while it is
+ * DXL_QP_RTS. */
 struct dxl_qp *dxl_rpc_current_qp(const struct dxl_rpc *rpc);
 
 /* dxl_rpc_max_payload -- the largest request or reply payload: max_msg - 40 */
@@ -294,6 +298,9 @@ struct dxl_rpc_stats {
 	uint64_t dropped_out;      /* queued entries lost with a failed QP or
 				      for want of a send buffer */
 	uint64_t send_bufs;        /* send buffers allocated now */
+	uint64_t recv_flushed;     /* receive buffers given back unread (their
+				      QP was deleted first) and posted again */
+	uint64_t passive_deleted;  /* passive QPs deleted once down */
 };
 
 /* dxl_rpc_stats -- copy the counters */

@@ -110,6 +110,10 @@ struct dxl_coord_cfg {
 	/* testing only: skip the V phase (to show that the serializability
 	 * checker catches it). Default false. */
 	bool no_validation;
+	/* the wall clock of its commit timestamps (ms since the Unix epoch);
+	 * NULL (default): the system's. Testing: a coordinator on a host whose
+	 * clock is behind (docs/transactions.md "Commit timestamps"). */
+	uint64_t (*wall_ms)(void);
 };
 #define DXL_COORD_MAX_ID 65535 /* DXL_LOCK_OWNER keeps 16 bits of it */
 void dxl_coord_cfg_init(struct dxl_coord_cfg *cfg);
@@ -208,12 +212,27 @@ struct dxl_txn_info {
 int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info);
 /* dxl_txn_abort -- release what it holds; nothing of it happens */
 void dxl_txn_abort(struct dxl_txn *t);
+/*
+ * dxl_txn_validate -- what t read so far (values, and existence answers:
+ * DXL_E_EXIST / DXL_E_NOENT of get, put, insert, delete) is still true
+ * now: 0 (t goes on), or DXL_E_CONFLICT (t is aborted: run it again). An
+ * answer of an uncommitted transaction is never validated. dxl_txn_commit
+ * validates everything read; call this to act on an answer without
+ * committing. dxl_txn_run does when fn returns DXL_E_EXIST or DXL_E_NOENT.
+ */
+int dxl_txn_validate(struct dxl_txn *t);
 
 /* one record a committed transaction read or wrote (for checkers):
- * version = the version read (reads) or produced (writes); 0 = absent */
+ * version = the version read (reads) or produced (writes: a delete's is
+ * its tombstone's). A read is a value read or an existence answer (put,
+ * insert, delete consult it too); absent: the key was not there, version
+ * = its tombstone's (the delete it read the result of; 0: none), or for
+ * the absence an insert replaced, one below the version its record got
+ * under the lock (the last write at or below it is what it replaced) */
 struct dxl_txn_access {
 	uint32_t table;
 	bool write;
+	bool absent;       /* reads */
 	enum dxl_ws_op op; /* writes */
 	uint64_t key;
 	uint64_t version;
@@ -226,7 +245,9 @@ int dxl_txn_footprint(const struct dxl_txn *t, struct dxl_txn_access *out,
 /*
  * dxl_txn_run -- begin, fn, commit; on DXL_E_CONFLICT (from fn or commit)
  * run it again after a short randomized backoff, at most max_tries times
- * (0 = 1000). fn returns 0 to commit, a negative code to abort with it.
+ * (0 = 1000). fn returns 0 to commit, a negative code to abort with it;
+ * DXL_E_EXIST and DXL_E_NOENT are returned only once validated
+ * (dxl_txn_validate; else the attempt is a conflict).
  * Returns 0 or the last error; info (may be NULL) describes the last run.
  */
 typedef int (*dxl_txn_fn)(struct dxl_txn *t, void *arg);

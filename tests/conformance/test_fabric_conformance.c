@@ -2153,6 +2153,152 @@ static void test_stopped_peer(void **state)
 	}
 }
 
+/* wait until the peer process has actually stopped (SIGSTOP) */
+static void wait_stopped(struct dxlt_peer *peer)
+{
+	for (int i = 0; i < 1000; i++) {
+		char path[64], buf[512];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)dxlt_peer_pid(peer));
+		FILE *fp = fopen(path, "r");
+		if (!fp)
+			return;
+		size_t k = fread(buf, 1, sizeof(buf) - 1, fp);
+		fclose(fp);
+		buf[k] = 0;
+		char *p = strrchr(buf, ')');
+		if (p && (p[2] == 'T' || p[2] == 't'))
+			return;
+		usleep(1000); /* /proc offers no notification */
+	}
+}
+
+/*
+ * The contract of FLUSHED and PEER_UNREACHABLE after a timeout (fabric.h):
+ * a request that completed so never executes afterwards. The peer is
+ * stopped BEFORE the requests are posted (so none can have executed before
+ * the initiator gave up), the QP times out, the peer resumes (SIGCONT
+ * only) and runs for twice the timeout: every request reported in error
+ * must have left the peer's memory untouched; one reported successful
+ * (verbs: the NIC serves a stopped process) must be there. Then a new QP
+ * to the resumed peer works and sees the same memory.
+ */
+#define SR_WRITES 16
+#define SR_BASE 8192
+static void test_stopped_peer_resumed(void **state)
+{
+	struct fx *x = *state;
+	fx_std(x, tweak_timeout500);
+	const uint32_t tmo = x->cfg.timeout_ms;
+	CHECK_WC(dxlt_read(x->c, x->qp, ldst(x, 0), x->lkey, raddr(x, 0),
+			   x->rd.rkey, 64), DXL_WC_SUCCESS);
+	CHECK(dxlt_peer_signal(x->peer, SIGSTOP));
+	wait_stopped(x->peer);
+	/* 16 unsignalled WRITEs of 64 B (each slot a distinct byte), an
+	 * unsignalled FAA, a signalled READ: one doorbell */
+	struct dxl_wr w[SR_WRITES + 2];
+	for (int i = 0; i < SR_WRITES; i++) {
+		memset(lsrc(x, (size_t)i * 64), 0xC0 + i, 64);
+		w[i] = (struct dxl_wr){.wr_id = 100 + (uint64_t)i, .op = DXL_WR_WRITE,
+				       .local = lsrc(x, (size_t)i * 64), .len = 64,
+				       .lkey = x->lkey,
+				       .remote_addr = raddr(x, SR_BASE + (uint64_t)i * 64),
+				       .rkey = x->rd.rkey};
+	}
+	uint64_t faa_off = SR_BASE + SR_WRITES * 64;
+	w[SR_WRITES] = (struct dxl_wr){.wr_id = 200, .op = DXL_WR_FAA,
+				       .local = ldst(x, 0), .len = 8, .lkey = x->lkey,
+				       .remote_addr = raddr(x, faa_off),
+				       .rkey = x->rd.rkey, .compare_add = 1};
+	w[SR_WRITES + 1] = (struct dxl_wr){.wr_id = 300, .op = DXL_WR_READ,
+					   .flags = DXL_WR_SIGNALED,
+					   .local = ldst(x, 64), .len = 64,
+					   .lkey = x->lkey, .remote_addr = raddr(x, 0),
+					   .rkey = x->rd.rkey};
+	for (int i = 0; i < SR_WRITES + 1; i++)
+		w[i].next = &w[i + 1];
+	CHECK(dxl_qp_post(x->qp, w, NULL));
+	/* errors complete every request (unsignalled ones included);
+	 * success only the signalled READ (and on verbs not the rest) */
+	enum dxl_wc_status st[SR_WRITES + 2];
+	for (int i = 0; i < SR_WRITES + 2; i++)
+		st[i] = DXL_WC_SUCCESS;
+	bool got_read = false;
+	uint64_t end = dxl_now_ms() + 4ull * tmo + 2000;
+	int nerr = 0;
+	while (!got_read && dxl_now_ms() < end) {
+		struct dxl_wc wc[8];
+		int n = dxlt_wait_wc(x->c, wc, 1, (int)(end - dxl_now_ms()));
+		for (int i = 0; i < n; i++) {
+			int k = wc[i].wr_id == 300   ? SR_WRITES + 1
+				: wc[i].wr_id == 200 ? SR_WRITES
+						     : (int)(wc[i].wr_id - 100);
+			assert_true(k >= 0 && k < SR_WRITES + 2);
+			st[k] = wc[i].status;
+			if (wc[i].status != DXL_WC_SUCCESS) {
+				assert_true(is_dead_status(wc[i].status));
+				nerr++;
+			}
+			got_read |= k == SR_WRITES + 1;
+		}
+	}
+	assert_true(got_read);
+	/* what came after the READ: nothing is outstanding any more */
+	struct dxl_wc extra[8];
+	int n;
+	while ((n = dxl_ctx_poll(x->c, extra, 8)) > 0)
+		for (int i = 0; i < n; i++) {
+			int k = extra[i].wr_id == 200 ? SR_WRITES : (int)(extra[i].wr_id - 100);
+			assert_true(k >= 0 && k < SR_WRITES + 1);
+			st[k] = extra[i].status;
+			nerr += extra[i].status != DXL_WC_SUCCESS;
+		}
+	CHECK(dxlt_peer_signal(x->peer, SIGCONT));
+	usleep(2 * tmo * 1000); /* the resumed peer runs for twice the timeout */
+	int landed = 0, held = 0;
+	for (int i = 0; i < SR_WRITES; i++) {
+		uint8_t got[64], want[64];
+		CHECK(dxlt_peer_mr_read(x->peer, x->rreg, SR_BASE + (uint64_t)i * 64,
+					got, 64));
+		memset(want, 0xC0 + i, 64);
+		if (st[i] == DXL_WC_SUCCESS) {
+			assert_memory_equal(got, want, 64);
+			landed++;
+		} else {
+			if (memcmp(got, x->shadow + SR_BASE + (size_t)i * 64, 64))
+				fail_msg("WRITE %d completed %s, but its data reached the "
+					 "peer after it resumed", i,
+					 dxl_wc_status_str(st[i]));
+			held++;
+		}
+	}
+	uint64_t faa_was;
+	memcpy(&faa_was, x->shadow + faa_off, 8);
+	uint64_t faa_now = peer_u64(x, faa_off);
+	if (st[SR_WRITES] == DXL_WC_SUCCESS) {
+		assert_int_equal(faa_now, faa_was + 1);
+	} else if (faa_now != faa_was) {
+		fail_msg("FAA completed %s, but it executed after the peer resumed",
+			 dxl_wc_status_str(st[SR_WRITES]));
+	}
+	print_message("  stopped, timed out, resumed for %u ms: %d requests "
+		      "completed in error and did not execute, %d succeeded and "
+		      "did\n", 2 * tmo, held + (st[SR_WRITES] != DXL_WC_SUCCESS),
+		      landed + (st[SR_WRITES] == DXL_WC_SUCCESS));
+	if (nic_in_process(x->cfg.provider)) {
+		/* the stopped process is the NIC: everything failed, so the
+		 * check above covered every request */
+		assert_int_equal(nerr, SR_WRITES + 2);
+		assert_int_equal(held, SR_WRITES);
+	}
+	/* the resumed peer serves a new QP, and its memory is as checked */
+	struct dxl_qp *q2 = fx_connect_ctx(x, 0);
+	CHECK_WC(dxlt_read(x->c, q2, ldst(x, 4096), x->lkey, raddr(x, SR_BASE),
+			   x->rd.rkey, 64), DXL_WC_SUCCESS);
+	if (st[0] != DXL_WC_SUCCESS)
+		assert_memory_equal(ldst(x, 4096), x->shadow + SR_BASE, 64);
+	dxl_qp_delete(&q2);
+}
+
 /* ========================================================================== */
 /* power-failure model (tcp provider)                                         */
 /* ========================================================================== */
@@ -2226,9 +2372,126 @@ static void test_power_fail_model(void **state)
 }
 
 /* ========================================================================== */
+/* a receive pending on a deleted QP                                          */
+/* ========================================================================== */
+
+struct two_sends_arg {
+	char addr[DXL_FABRIC_ADDR_MAX]; /* the test's fabric, ctx 0 */
+	uint64_t flag_addr;             /* a word of the test's to set to 1 */
+	uint32_t flag_rkey;
+	uint32_t pad;
+};
+
+/* job in the peer: connect to the test's ctx 0, SEND "first", SEND
+ * "second" (each signalled: delivered when it completes), then WRITE 1
+ * into the test's flag word: the second message is in a receive buffer by
+ * then. The QP stays open until the test has looked. */
+static int job_two_sends(struct dxlt_peer_self *self, const void *arg,
+			 size_t arg_len, void **out, size_t *out_len)
+{
+	struct two_sends_arg a;
+	if (arg_len != sizeof(a))
+		return DXL_E_INVAL;
+	memcpy(&a, arg, sizeof(a));
+	struct dxl_ctx *c = NULL;
+	struct dxl_qp *qp = NULL;
+	int ret = dxl_ctx_new(dxlt_self_fabric(self), 9, &c);
+	if (!ret)
+		ret = dxl_qp_connect(c, a.addr, 0, &qp);
+	static char first[8] = "first", second[8] = "second";
+	static uint64_t one = 1;
+	struct dxl_wr w[3] = {
+		{.wr_id = 1, .op = DXL_WR_SEND, .local = first, .len = 8,
+		 .flags = DXL_WR_SIGNALED | DXL_WR_INLINE},
+		{.wr_id = 2, .op = DXL_WR_SEND, .local = second, .len = 8,
+		 .flags = DXL_WR_SIGNALED | DXL_WR_INLINE},
+		{.wr_id = 3, .op = DXL_WR_WRITE, .local = &one, .len = 8,
+		 .flags = DXL_WR_SIGNALED | DXL_WR_INLINE,
+		 .remote_addr = a.flag_addr, .rkey = a.flag_rkey},
+	};
+	for (int i = 0; !ret && i < 3; i++) {
+		if (i == 1)
+			usleep(100000); /* the test has seen the first by then */
+		ret = dxl_qp_post(qp, &w[i], NULL);
+		struct dxl_wc wc;
+		if (!ret && dxlt_wait_wc(c, &wc, 1, dxlt_wait_ms()) != 1)
+			ret = DXL_E_TIMEDOUT;
+		if (!ret && wc.status != DXL_WC_SUCCESS)
+			ret = dxl_err_set(DXL_E_IO, "request %d: %s", i,
+					  dxl_wc_status_str(wc.status));
+	}
+	usleep(500000);
+	dxl_qp_delete(&qp);
+	dxl_ctx_delete(&c);
+	return ret;
+}
+
+/*
+ * A message waits in a receive buffer for its (passive) QP when the QP is
+ * deleted: the buffer comes back to the user as a RECV completion with
+ * DXL_WC_FLUSHED, its wr_id, byte_len 0 and no QP (fabric.h), on every
+ * provider -- never lost (the receive queue would shrink for good).
+ */
+static void test_recv_of_deleted_qp(void **state)
+{
+	struct fx *x = *state;
+	fx_open(x, NULL);
+	fx_peer(x);
+	uint64_t *flag = dxlt_alloc_pages(4096);
+	assert_non_null(flag);
+	struct dxl_mr *fmr;
+	CHECK(dxl_mr_reg(x->f, flag, 4096, DXL_MR_LOCAL_WRITE | DXL_MR_REMOTE_WRITE,
+			 &fmr));
+	struct dxl_mr_desc fd;
+	dxl_mr_desc(fmr, &fd);
+	CHECK(dxl_ctx_post_recv(x->c, ldst(x, 0), 64, x->lkey, 501));
+	CHECK(dxl_ctx_post_recv(x->c, ldst(x, 64), 64, x->lkey, 502));
+	struct two_sends_arg a = {.flag_addr = fd.addr, .flag_rkey = fd.rkey};
+	snprintf(a.addr, sizeof(a.addr), "%s", dxl_fabric_addr(x->f));
+	CHECK(dxlt_peer_job_start(x->peer, "two_sends", &a, sizeof(a)));
+	struct dxl_wc wc;
+	assert_int_equal(dxlt_wait_wc(x->c, &wc, 1, dxlt_wait_ms()), 1);
+	assert_int_equal(wc.wr_id, 501);
+	CHECK_WC(wc.status, DXL_WC_SUCCESS);
+	assert_int_equal(wc.opcode, DXL_WC_RECV);
+	assert_memory_equal(ldst(x, 0), "first", 6);
+	struct dxl_qp *pq = wc.qp;
+	assert_non_null(pq);
+	assert_int_equal(dxl_qp_is_passive(pq), 1);
+	/* the second message is in buffer 502 once the flag is set; do not
+	 * poll meanwhile */
+	uint64_t end = dxl_now_ms() + (uint64_t)dxlt_wait_ms();
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && dxl_now_ms() < end)
+		usleep(1000);
+	assert_int_equal(__atomic_load_n(flag, __ATOMIC_ACQUIRE), 1);
+	dxl_qp_delete(&pq);
+	memset(&wc, 0xff, sizeof(wc));
+	int n = dxlt_wait_wc(x->c, &wc, 1, 2000);
+	if (n != 1)
+		fail_msg("the buffer of a message for a deleted QP never came back");
+	assert_int_equal(wc.wr_id, 502);
+	assert_int_equal(wc.opcode, DXL_WC_RECV);
+	CHECK_WC(wc.status, DXL_WC_FLUSHED);
+	assert_int_equal(wc.byte_len, 0);
+	assert_null(wc.qp);
+	print_message("  a message pending on a deleted QP: its buffer came back "
+		      "FLUSHED with no QP\n");
+	int job_rc = -1;
+	void *out = NULL;
+	size_t out_len = 0;
+	CHECK(dxlt_peer_job_wait(x->peer, &job_rc, &out, &out_len));
+	free(out);
+	CHECK(job_rc);
+	expect_no_wc(x);
+	dxl_mr_dereg(&fmr);
+	dxlt_free_pages(flag, 4096);
+}
+
+/* ========================================================================== */
 
 static const struct dxlt_job jobs[] = {
 	{"atomic_client", job_atomic_client},
+	{"two_sends", job_two_sends},
 	{NULL, NULL},
 };
 
@@ -2269,11 +2532,13 @@ int main(void)
 		T(test_send_recv_echo),
 		T(test_recv_fifo),
 		T(test_send_too_large),
+		T(test_recv_of_deleted_qp),
 		T(test_connect_errors),
 		T(test_post_validation),
 		T(test_dead_peer_signalled),
 		T(test_dead_peer_unsignalled),
 		T(test_stopped_peer),
+		T(test_stopped_peer_resumed),
 		T(test_power_fail_model),
 	};
 	char name[64];

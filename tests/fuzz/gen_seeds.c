@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 		struct dxl_rec r = {.type = DXL_REC_DATA, .writer = (uint32_t)i,
 				    .epoch = 3, .seq = (uint64_t)i + 1,
 				    .txn_id = 77, .commit_ts = 123456789,
+				    .incarnation = (uint32_t)i + 1,
 				    .nparts = (uint16_t)(i % 4), .payload = payload,
 				    .payload_len = lens[i]};
 		int n = dxl_rec_encode(&r, parts, buf, sizeof(buf));
@@ -46,6 +47,8 @@ int main(int argc, char **argv)
 	}
 	int n = dxl_rec_encode_skip(1, 1, 9, 192, buf, sizeof(buf));
 	put(argv[1], "record", 5, buf, (size_t)n);
+	n = dxl_rec_encode_skip_inc(1, 1, 7, 10, 256, buf, sizeof(buf));
+	put(argv[1], "record", 6, buf, (size_t)n);
 
 	/* a superblock: create a tiny region and copy its first 4 KiB */
 	char path[1024];
@@ -80,6 +83,10 @@ int main(int argc, char **argv)
 	put(argv[1], "head", 0,
 	    (uint8_t *)dxl_region_data(reg) + dxl_logstore_ctl_off(ls, 0),
 	    2 * DXL_RING_HEAD_SLOT_SIZE);
+	/* a control block up to the incarnation slots, one of them written */
+	uint8_t *ctl = (uint8_t *)dxl_region_data(reg) + dxl_logstore_ctl_off(ls, 0);
+	dxl_ring_inc_encode(ctl + DXL_RING_INC_OFF + DXL_RING_INC_SLOT, 5);
+	put(argv[1], "head", 1, ctl, DXL_RING_CTL_READ);
 	dxl_logstore_close(&ls);
 	dxl_region_close(&reg);
 	remove(path);

@@ -623,6 +623,31 @@ static void kill_node(uint32_t node, const char *flag, const char *arg)
 	EXPECT_RC(rc, 0);
 }
 
+/* ---- what the power failures did (coverage): DXL_FABRIC_PF_REPORT ---------------- */
+
+static char g_report[300];
+static long g_report_off;
+static unsigned g_pf, g_pf_lost, g_pf_traffic;
+
+/* the power failures reported since the last call: printed, counted */
+static void pf_reports(void)
+{
+	FILE *f = fopen(g_report, "r");
+	if (!f)
+		return;
+	fseek(f, g_report_off, SEEK_SET);
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		const char *l = strstr(line, "lost=");
+		g_pf++;
+		g_pf_lost += l && strtoull(l + 5, NULL, 10) > 0;
+		g_pf_traffic += strstr(line, "struck=idle") == NULL;
+		print_message("  %s", line);
+	}
+	g_report_off = ftell(f);
+	fclose(f);
+}
+
 static void restart_node(uint32_t node)
 {
 	char id[16];
@@ -1330,6 +1355,7 @@ static void test_power_fail(void **state)
 	load_wait_acked(&load, 1);
 	kill_node(p, "--power-fail", NULL);
 	assert_non_null(strstr(g_out, "power failure"));
+	pf_reports(); /* where it struck, what it lost (under the load) */
 	bool ok = wait_cond(C_REMOVED, p, 15000, &c);
 	assert_true(ok);
 	assert_true(c.epoch > e0);
@@ -1546,6 +1572,8 @@ static void test_random_faults(void **state)
 		case A_KILL_CM:
 		case A_POWER:
 			kill_node(node, a == A_POWER ? "--power-fail" : NULL, NULL);
+			if (a == A_POWER)
+				pf_reports();
 			ok = wait_cond(C_REMOVED, node, 15000, &c);
 			down = node;
 			if (a == A_KILL_CM) {
@@ -1590,6 +1618,14 @@ static void test_random_faults(void **state)
 			      ", %zu records identical on every member\n",
 			      s.acked, (size_t)s.nfo, g_c.max_epoch, compared);
 	}
+	print_message("power failures in the schedule: %u, %u struck in the traffic, %u lost "
+		      "lines\n", g_pf, g_pf_traffic, g_pf_lost);
+	/* coverage floor once there are enough of them: they strike in the
+	 * load and really lose lines */
+	if (g_pf >= 10) {
+		assert_true(g_pf_traffic * 2 >= g_pf);
+		assert_true(g_pf_lost * 10 >= g_pf * 3);
+	}
 	alarm(0);
 }
 
@@ -1607,6 +1643,9 @@ static int group_setup(void **state)
 	g_out = malloc(OUT_CAP);
 	g_err = malloc(OUT_CAP);
 	assert_true(g_out && g_err);
+	/* the replicas (children of `dxl cluster`) report their power failures */
+	snprintf(g_report, sizeof(g_report), "%s/pf-report", g_tmp);
+	setenv("DXL_FABRIC_PF_REPORT", g_report, 1);
 	/* if this process dies without its teardown (runner timeout, abort):
 	 * kill the daemons started under g_tmp, remove g_tmp */
 	char script[1024];

@@ -650,12 +650,85 @@ static void test_retention(void **state)
 	alarm(0);
 }
 
+/*
+ * Retention passes only records below the ring's watermark (issue 19's
+ * ordering rules): a record at or above it may be unacknowledged, and a
+ * repair may still cut or rewrite it. The writer holds its watermark
+ * (dxl_appender_set_hold) while it appends records that are over the size
+ * bound and older than retention_ms: the head must stop at the hold.
+ */
+static void test_retention_only_below_the_watermark(void **state)
+{
+	(void)state;
+	NEED_SERVER();
+	mt_alarm(60);
+	char dir[256], logf[256];
+	snprintf(dir, sizeof(dir), "%s/n4", g_tmp);
+	snprintf(logf, sizeof(logf), "%s/n4.out", g_tmp);
+	struct dxl_zk *zk = zk_open();
+	const char *eager[] = {"-o", "log.retention_bytes=4K", "-o",
+			       "log.retention_ms=1", "-o",
+			       "log.retention_check_ms=10", NULL};
+	pid_t p = spawn(logf, 4, dir, eager);
+	static struct dxl_replica_desc d;
+	int ret = dxlt_replica_desc_wait(zk, 4, 1, 0, 15000, &d, NULL);
+	if (ret)
+		dump_log(logf);
+	assert_int_equal(ret, 0);
+	struct dxl_fabric *f = NULL;
+	struct dxl_ctx *wc = NULL;
+	assert_int_equal(dxl_fabric_new(NULL, &f), 0);
+	assert_int_equal(dxl_ctx_new(f, 0, &wc), 0);
+	static struct writer w;
+	memset(&w, 0, sizeof(w));
+	dxl_hlc_init(&w.clk);
+	assert_int_equal(writer_new(&w, wc, &d), 0);
+	append_n(&w, 20);
+	heartbeat(&w); /* 0..19 promised: retention may pass them */
+	uint64_t hold = dxl_hlc_now(&w.clk);
+	dxl_appender_set_hold(w.ap, hold);
+	append_n(&w, 200); /* acknowledged, but the watermark stays at hold */
+	usleep(300000);    /* 30 retention passes */
+	dxl_appender_delete(&w.ap);
+	kill(p, SIGTERM);
+	assert_int_equal(wait_exit(p, 10000), 0);
+	struct dxl_ring_head h;
+	uint64_t end_pos = 0;
+	int n = on_disk(dir, 4, &h, &end_pos);
+	print_message("held at the watermark: the head passed %llu records (last ts %llu, hold %llu), %d records kept\n",
+		      (unsigned long long)h.seq - 1, (unsigned long long)h.last_ts,
+		      (unsigned long long)hold, n);
+	assert_int_equal(h.last_ts, w.ts[19]); /* what was promised went */
+	assert_true(h.last_ts < hold);
+	assert_int_equal(n, 200);              /* nothing at or above it */
+	assert_true(end_pos - h.pos > 4096);   /* though over the size bound */
+
+	/* once promised, they go too */
+	p = spawn(logf, 4, dir, eager);
+	ret = dxlt_replica_desc_wait(zk, 4, 1, 0, 15000, &d, NULL);
+	assert_int_equal(ret, 0);
+	assert_int_equal(writer_new(&w, wc, &d), 0);
+	heartbeat(&w);
+	usleep(300000);
+	dxl_appender_delete(&w.ap);
+	dxl_fabric_delete(&f);
+	kill(p, SIGTERM);
+	assert_int_equal(wait_exit(p, 10000), 0);
+	n = on_disk(dir, 4, &h, &end_pos);
+	assert_int_equal(n, 0);
+	assert_int_equal(h.last_ts, w.ts[219]);
+	dxl_zk_delete(&zk);
+	alarm(0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_lease_loss_fences, test_teardown),
 		cmocka_unit_test_teardown(test_session_expiry, test_teardown),
 		cmocka_unit_test_teardown(test_retention, test_teardown),
+		cmocka_unit_test_teardown(test_retention_only_below_the_watermark,
+					  test_teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

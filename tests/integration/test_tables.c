@@ -775,6 +775,119 @@ static void test_rpc_cpu(void **state)
 	alarm(0);
 }
 
+/* ---- issue 20: tombstones through the RPCs, idempotent DELETE, RESOLVE
+ * keeps its lock ------------------------------------------------------------ */
+
+static uint64_t lock_word(const struct dxl_shard_table *t, uint64_t slot)
+{
+	uint64_t w;
+	rd(t->t.locks.addr + 8 * slot, t->t.locks.rkey, 8, &w);
+	return w;
+}
+
+static void test_txn_rpcs(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	new_cluster();
+	struct dxl_zk *zk = zk_open();
+	char dir[256], logf[256];
+	snprintf(dir, sizeof(dir), "%s/txr", g_tmp);
+	snprintf(logf, sizeof(logf), "%s/txr.out", g_tmp);
+	const char *tables[] = {"-o", TABLES, NULL};
+	pid_t p = spawn(logf, false, 1, dir, tables);
+	static struct dxl_replica_desc d;
+	wait_desc(zk, 1, p, 0, &d, logf);
+	uint64_t e = set_config(zk, 0, 1, d.addr);
+	wait_tables(zk, 1, p, e, &d, logf);
+	client_open(&d);
+	const struct dxl_shard_table *t1 = dxl_replica_desc_table(&d, 0, 1);
+	assert_non_null(t1);
+	struct dxl_table_rep rep;
+	uint8_t v[64];
+	fill(v, 64, 5);
+	struct dxl_table_req ins = {.table = 1, .epoch = e, .key = 5000, .ts = 100, .value = v,
+				    .len = 64};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &ins, &rep, NULL, 0), 0);
+	assert_int_equal(rep.holder, 0); /* never here before */
+	uint64_t slot = rep.slot, ver = rep.rec.version;
+
+	/* a transaction X deletes it: lock (CAS), DELETE at its slot */
+	uint64_t X = DXL_LOCK_OWNER(77, 1);
+	assert_int_equal(cas(t1, slot, 0, X), 0);
+	struct dxl_table_req del = {.table = 1, .epoch = e, .key = 5000, .owner = X, .ts = 300,
+				    .slot = slot, .flags = DXL_TABLE_DEL_AT_SLOT};
+	int r = call(DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+	if (r)
+		fail_msg("delete: %s", g.msg);
+	assert_int_equal(rep.rec.version, ver + 2);
+	/* LOOKUP: a versioned miss, the tombstone's version and timestamp */
+	struct dxl_table_req lk = {.table = 1, .epoch = e, .key = 5000};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, NULL, 0), DXL_E_NOENT);
+	assert_int_equal(rep.rec.version, ver + 2);
+	assert_int_equal(rep.rec.ts, 300);
+	/* defect 5: the reply was lost, X retries: done already, not NOENT
+	 * (which made the coordinator drop the lock without unlocking) */
+	r = call(DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+	if (r)
+		fail_msg("delete retried: %s: %s", dxl_errname(r), g.msg);
+	assert_int_equal(rep.slot, slot);
+	assert_false(rep.rec.live);
+	/* someone inserts the key again meanwhile (another slot): X's retry
+	 * still answers from X's slot; another owner's does not */
+	ins.ts = 400;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &ins, &rep, NULL, 0), 0);
+	assert_int_equal(rep.holder, 300); /* the absence it replaced */
+	assert_true(rep.slot != slot);
+	assert_true(rep.rec.version > ver + 2);
+	assert_int_equal(call(DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0), 0);
+	struct dxl_table_req del2 = del;
+	del2.owner = DXL_LOCK_OWNER(77, 2);
+	assert_int_equal(call(DXL_RPC_ID_TABLE_DELETE, &del2, &rep, NULL, 0), DXL_E_STATE);
+	/* X unlocks: its lock word was still there */
+	assert_int_equal(cas(t1, slot, X, 0), X);
+
+	/* RESOLVE forward keeps the lock (released by UNLOCK_COORD once the
+	 * ring's watermark passed the record): the second path of defect 1 */
+	fill(v, 64, 6);
+	struct dxl_table_req i6 = {.table = 1, .epoch = e, .key = 6000, .ts = 100, .value = v,
+				   .len = 64};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &i6, &rep, NULL, 0), 0);
+	uint64_t s6 = rep.slot, v6 = rep.rec.version;
+	uint64_t T = DXL_LOCK_OWNER(78, 5);
+	assert_int_equal(cas(t1, s6, 0, T), 0);
+	struct dxl_table_req rs = {.table = 1, .epoch = e, .key = 6000, .owner = T,
+				   .version = v6 + 2, .ts = 500, .flags = DXL_WS_UPDATE,
+				   .value = v, .len = 32};
+	r = call(DXL_RPC_ID_TABLE_RESOLVE, &rs, &rep, NULL, 0);
+	if (r)
+		fail_msg("resolve: %s", g.msg);
+	assert_int_equal(rep.rec.version, v6 + 2);
+	assert_int_equal(lock_word(t1, s6), T);
+	struct dxl_table_req uc = {.epoch = e, .key = 78};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_UNLOCK_COORD, &uc, &rep, NULL, 0), 0);
+	assert_int_equal(lock_word(t1, s6), 0);
+	/* RESOLVE abort of an insert: deleted whatever version the log gave
+	 * it (the log has the insert's commit version, lock version + 2) */
+	uint64_t T2 = DXL_LOCK_OWNER(78, 6);
+	struct dxl_table_req i7 = {.table = 1, .epoch = e, .key = 7000, .owner = T2, .value = v,
+				   .len = 64};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &i7, &rep, NULL, 0), 0);
+	uint64_t s7 = rep.slot;
+	struct dxl_table_req ra = {.table = 1, .epoch = e, .key = 7000, .owner = T2,
+				   .version = rep.rec.version + 2,
+				   .flags = DXL_WS_INSERT | DXL_TABLE_RESOLVE_ABORT};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_RESOLVE, &ra, &rep, NULL, 0), 0);
+	lk.key = 7000;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, NULL, 0), DXL_E_NOENT);
+	assert_int_equal(lock_word(t1, s7), 0);
+	client_close();
+	stop(p, logf);
+	dxl_zk_delete(&zk);
+	alarm(0);
+}
+
 /* ---- step 4: a backup applies its log to its store ------------------------ */
 
 /* append -- one record through the writer, acknowledged */
@@ -955,13 +1068,166 @@ static void test_backup_apply(void **state)
 	alarm(0);
 }
 
+/* ---- issue 20, defect 3: a promoted primary whose gate stopped waiting
+ * gets the inserts in doubt too, and settles them once they are decided */
+
+static uint64_t append_txn(struct dxl_log_writer *w, uint64_t txn, const void *payload,
+			   uint32_t len)
+{
+	uint64_t ts = 0;
+	uint32_t part = 0;
+	if (dxl_log_writer_append_ex(w, payload, len, txn, &part, 1, &ts))
+		fail_msg("append: %s", dxl_errmsg());
+	struct dxl_log_writer_result res;
+	uint64_t end = dxl_now_ms() + 20000;
+	while (dxl_log_writer_pending(w)) {
+		int n = dxl_log_writer_poll(w, &res, 1, 100);
+		if (n == 1 && res.status)
+			fail_msg("record not acknowledged: %s (%s)", dxl_errname(res.status),
+				 dxl_log_writer_why(w));
+		assert_true(dxl_now_ms() < end);
+	}
+	return ts;
+}
+
+static void test_gate_insert_in_doubt(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(120);
+	new_cluster();
+	struct dxl_zk *zk = zk_open();
+	char dir[2][256], logf[2][256];
+	pid_t p[2];
+	static struct dxl_replica_desc d[2];
+	/* a short session: the gate gives a writer 2 x 1 s */
+	const char *tables[] = {"-o", TABLES, "-o", "zk.session_timeout_ms=1000", NULL};
+	for (int i = 0; i < 2; i++) {
+		snprintf(dir[i], sizeof(dir[i]), "%s/gd%d", g_tmp, i + 1);
+		snprintf(logf[i], sizeof(logf[i]), "%s/gd%d.out", g_tmp, i + 1);
+		p[i] = spawn(logf[i], false, (uint32_t)i + 1, dir[i], tables);
+	}
+	for (int i = 0; i < 2; i++)
+		wait_desc(zk, (uint32_t)i + 1, p[i], 0, &d[i], logf[i]);
+	struct dxl_cluster_config c;
+	int32_t ver = DXL_ZK_VERSION_NONE;
+	dxl_cluster_config_init(&c);
+	c.epoch = 1;
+	uint32_t b2 = 2, b1 = 1;
+	assert_int_equal(dxl_cluster_config_set_node(&c, 1, d[0].addr), 0);
+	assert_int_equal(dxl_cluster_config_set_node(&c, 2, d[1].addr), 0);
+	assert_int_equal(dxl_cluster_config_set_shard(&c, 0, 1, &b2, 1), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, DXL_ZK_VERSION_NONE, NULL), 0);
+	dxl_cluster_config_clear(&c);
+	for (int i = 0; i < 2; i++)
+		wait_desc(zk, (uint32_t)i + 1, p[i], 1, &d[i], logf[i]);
+
+	/* a coordinator's writer: its records stay above the watermark until
+	 * decided. X inserts key 8000, Y inserts key 8001: acknowledged (on
+	 * both members), not decided (the coordinator is slow) */
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = 0;
+	wc.hold_until_decided = true;
+	struct dxl_log_writer *w = NULL;
+	if (dxl_log_writer_new(zk, &wc, &w))
+		fail_msg("writer: %s", dxl_errmsg());
+	uint64_t X = DXL_LOCK_OWNER(90, 1), Y = DXL_LOCK_OWNER(90, 2);
+	static uint8_t vx[64], vy[64], buf[4096];
+	fill(vx, 64, 8000);
+	fill(vy, 64, 8001);
+	struct dxl_ws_entry ex = {.table = 1, .op = DXL_WS_INSERT, .key = 8000, .version = 10,
+				  .value = vx, .len = 64};
+	struct dxl_ws_entry ey = {.table = 1, .op = DXL_WS_INSERT, .key = 8001, .version = 12,
+				  .value = vy, .len = 64};
+	uint64_t tx = append_txn(w, X, buf, (uint32_t)encode_ws(&ex, 1, buf, sizeof(buf)));
+	uint64_t ty = append_txn(w, Y, buf, (uint32_t)encode_ws(&ey, 1, buf, sizeof(buf)));
+
+	/* node 2 is promoted (node 1 stays a backup); the writer stays live
+	 * and holds its watermark below X: the gate stops waiting after 2 s */
+	assert_int_equal(dxl_cluster_config_read(zk, &c, &ver), 0);
+	c.epoch++;
+	assert_int_equal(dxl_cluster_config_set_shard(&c, 0, 2, &b1, 1), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, ver, NULL), 0);
+	uint64_t e = c.epoch;
+	dxl_cluster_config_clear(&c);
+	uint64_t t0 = dxl_now_ms();
+	while (!dxl_replica_desc_table(&d[1], 0, 1) || d[1].cfg_epoch < e) {
+		struct dxl_log_writer_result res;
+		dxl_log_writer_poll(w, &res, 1, 50); /* heartbeats: live, held */
+		int ret = dxlt_replica_desc_wait(zk, 2, 1, p[1], 1000, &d[1], NULL);
+		assert_int_equal(ret, 0);
+		if (dxl_now_ms() - t0 > 20000)
+			fail_msg("node 2 did not open its tables");
+	}
+	char out[65536];
+	dxlt_slurp(logf[1], out, sizeof(out));
+	if (!strstr(out, "writers_late=1"))
+		fail_msg("the gate did not stop waiting for the writer:\n%s", out);
+	client_open(&d[1]);
+	const struct dxl_shard_table *t1 = dxl_replica_desc_table(&d[1], 0, 1);
+	assert_non_null(t1);
+	/* the inserts in doubt are there, held for their transactions */
+	struct dxl_table_rep rep;
+	uint8_t got[64];
+	struct dxl_table_req lk = {.table = 1, .epoch = e, .key = 8000};
+	int r = call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got));
+	if (r)
+		fail_msg("the committed insert in doubt is not at the new primary: %s", g.msg);
+	assert_int_equal(rep.rec.version, 10);
+	assert_memory_equal(got, vx, 64);
+	uint64_t sx = rep.slot;
+	assert_int_equal(lock_word(t1, sx), X);
+	lk.key = 8001;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got)), 0);
+	uint64_t sy = rep.slot;
+	assert_int_equal(lock_word(t1, sy), Y);
+	/* the coordinator wakes up: X committed, Y aborted (a marker); both
+	 * decided, the watermark passes them -- and its write-back never
+	 * reaches the new primary (it wrote back at the old one) */
+	uint8_t m[DXL_ABORT_SIZE];
+	dxl_abort_marker_encode(Y, m, sizeof(m));
+	uint64_t tm = append_txn(w, Y, m, sizeof(m));
+	assert_int_equal(dxl_log_writer_decide(w, tx), 0);
+	assert_int_equal(dxl_log_writer_decide(w, ty), 0);
+	assert_int_equal(dxl_log_writer_decide(w, tm), 0);
+	assert_int_equal(dxl_log_writer_flush(w, 5000), 0);
+	uint64_t end = dxl_now_ms() + 10000;
+	for (;;) {
+		lk.key = 8001;
+		r = call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got));
+		if (r == DXL_E_NOENT && lock_word(t1, sx) == 0)
+			break;
+		if (dxl_now_ms() > end)
+			fail_msg("not settled: key 8001 %s, key 8000's lock word 0x%" PRIx64,
+				 r ? "absent" : "present", lock_word(t1, sx));
+		usleep(20000);
+	}
+	assert_int_equal(lock_word(t1, sy), 0);
+	lk.key = 8000;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got)), 0);
+	assert_int_equal(rep.rec.version, 10);
+	client_close();
+	dxl_log_writer_delete(&w);
+	for (int i = 0; i < 2; i++)
+		stop(p[i], logf[i]);
+	dxlt_slurp(logf[1], out, sizeof(out));
+	assert_non_null(strstr(out, "event=txn_settled"));
+	dxl_zk_delete(&zk);
+	alarm(0);
+}
+
 int main(void)
 {
+	if (getenv("DXL_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("DXL_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hosting),
 		cmocka_unit_test(test_rpc_nic),
 		cmocka_unit_test(test_rpc_cpu),
+		cmocka_unit_test(test_txn_rpcs),
 		cmocka_unit_test(test_backup_apply),
+		cmocka_unit_test(test_gate_insert_in_doubt),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

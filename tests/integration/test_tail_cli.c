@@ -1,8 +1,11 @@
 /* test_tail_cli.c -- dxl tail end to end under a real ZooKeeper, with real
  * replica processes: --all merged across 2 shards, consumer groups (resume,
  * the cursor in ZooKeeper, --from overriding it, a concurrent consumer),
- * a cursor older than the retained log, and --follow across kill -9 of the
- * replica being tailed.
+ * a cursor older than the retained log, a writer that crashed with a record
+ * its watermark did not confirm yet (held back, then delivered once the
+ * next holder of its slot confirms it: the group's cursor never passes it),
+ * --follow across kill -9 of the replica being tailed, and a writer whose
+ * clock jumped forward (the next writer does not inherit the jump).
  *
  * One cluster ('dxl cluster up', 3 replicas, 2 shards, 64 KiB rings so
  * that retention by size can be forced) for the whole group; the tests run
@@ -27,7 +30,9 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "dxl/log.h"
 #include "dxl/membership.h"
+#include "dxl/replica.h"
 #include "tests/lib/cli_run.h"
 #include "tests/lib/proc.h"
 
@@ -554,6 +559,174 @@ static void test_tail_stale_cursor(void **state)
 	alarm(0);
 }
 
+/* ---- a writer of the test's own, on ring k of a shard's members ----------------- */
+
+struct raw {
+	struct dxl_fabric *f;
+	struct dxl_ctx *ctx;
+	struct dxl_appender *ap;
+	struct dxl_hlc clk;
+};
+
+/* raw_open -- an appender with repair for ring `ring` of shard on every
+ * member of the current configuration (primary first), retried while the
+ * members register for a new epoch; its clock above what the rings promise */
+static void raw_open(struct raw *w, uint32_t shard, uint32_t ring)
+{
+	static struct dxl_replica_desc d;
+	memset(w, 0, sizeof(*w));
+	uint64_t end = dxl_now_ms() + 15000;
+	for (;;) {
+		struct dxl_cluster_config cfg;
+		assert_int_equal(dxl_cluster_config_read(g_zk, &cfg, NULL), 0);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&cfg, shard);
+		assert_non_null(sh);
+		uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t n = dxl_cluster_shard_members(sh, ids);
+		uint64_t epoch = cfg.epoch;
+		dxl_cluster_config_clear(&cfg);
+		struct dxl_log_target t[DXL_CONFIG_MAX_REPLICAS];
+		int ret = 0;
+		for (uint32_t i = 0; i < n && !ret; i++) {
+			ret = dxl_replica_desc_get(g_zk, ids[i], &d);
+			if (!ret && d.cfg_epoch < epoch)
+				ret = DXL_E_UNAVAIL;
+			if (!ret)
+				ret = dxl_replica_desc_target(&d, shard, ring, &t[i]);
+		}
+		if (!ret && !w->f) {
+			struct dxl_fabric_cfg fc;
+			dxl_fabric_cfg_init(&fc);
+			fc.provider = d.provider;
+			assert_int_equal(dxl_fabric_new(&fc, &w->f), 0);
+			assert_int_equal(dxl_ctx_new(w->f, 0, &w->ctx), 0);
+		}
+		if (!ret) {
+			struct dxl_appender_cfg ac;
+			dxl_appender_cfg_init(&ac);
+			ac.writer_id = ring;
+			ac.epoch = (uint32_t)epoch;
+			ac.repair = true;
+			ret = dxl_appender_new(w->ctx, &ac, t, n, &w->ap);
+		}
+		if (!ret)
+			break;
+		if (dxl_now_ms() > end)
+			fail_msg("writer on ring %u of shard %u: %s", ring, shard, dxl_errmsg());
+		usleep(100000);
+	}
+	dxl_hlc_init(&w->clk);
+	assert_int_equal(dxl_hlc_observe(&w->clk, dxl_appender_min_ts(w->ap)), 0);
+}
+
+/* raw_crash -- gone without closing its ring */
+static void raw_crash(struct raw *w)
+{
+	dxl_appender_delete(&w->ap);
+	dxl_ctx_delete(&w->ctx);
+	dxl_fabric_delete(&w->f);
+}
+
+static void raw_wait(struct raw *w)
+{
+	struct dxl_append_result res;
+	while (dxl_appender_inflight(w->ap)) {
+		assert_true(dxl_appender_poll(w->ap, &res, 1) >= 0);
+		dxl_appender_wait(w->ap, 10);
+	}
+}
+
+/*
+ * Issue 19.3 end to end: a writer on slot 3 of shard 1 appends R (every
+ * member has it: acknowledged) and crashes before a watermark confirms R;
+ * its slot is released. A later record S of another writer is resolved on
+ * its own ring. 'dxl tail --group' prints neither and commits a cursor not
+ * past R: the crashed ring holds the shard at its watermark (before, the
+ * ring of a writer without a slot did not hold anybody back: S was printed
+ * and the cursor committed past R, which the next holder of slot 3 then
+ * confirmed -- and no run of the group ever printed R). The next holder
+ * of slot 3 confirms R with its repair and closes the ring; the group's
+ * next run prints R, then S.
+ */
+static void test_tail_crashed_writer_taken_over(void **state)
+{
+	(void)state;
+	SKIP_IF_NO_CLUSTER();
+	alarm(60);
+	assert_int_equal(dxl_writer_slot_take(g_zk, 1, 3), 0);
+	g_slot = 3;
+	struct raw w;
+	raw_open(&w, 1, 3);
+	const char *rp = "crashed-R";
+	uint64_t rts = dxl_hlc_now(&w.clk);
+	struct dxl_rec r = {.commit_ts = rts, .txn_id = rts, .payload = rp,
+			    .payload_len = (uint32_t)strlen(rp)};
+	struct dxl_append_result res;
+	assert_int_equal(dxl_appender_append_sync(w.ap, &r, NULL, &res), 0);
+	raw_crash(&w);
+	release_slot();
+	int ir = g_nrec++;
+	g_recs[ir] = (struct rec){.shard = 1, .ts = rts};
+	snprintf(g_recs[ir].payload, sizeof(g_recs[ir].payload), "%s", rp);
+	int is = append(1, 1, "after-R", 0);
+	assert_true(g_recs[is].ts > rts);
+
+	int rc = dxl(15000, "tail", "--shard", "1", "--dir", g_dir, "--group", "crash", NULL);
+	EXPECT_RC(rc, 0);
+	assert_null(strstr(out, "crashed-R"));
+	assert_null(strstr(out, "after-R"));
+	assert_true(cursor("crash", 1) <= rts);
+
+	/* the next holder of slot 3 */
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = 1;
+	wc.slot = 3;
+	struct dxl_log_writer *lw;
+	assert_int_equal(dxl_log_writer_new(g_zk, &wc, &lw), 0);
+	assert_int_equal(dxl_log_writer_flush(lw, 5000), 0);
+	dxl_log_writer_delete(&lw);
+
+	rc = dxl(15000, "tail", "--shard", "1", "--dir", g_dir, "--group", "crash", NULL);
+	EXPECT_RC(rc, 0);
+	check_output(out, ir, g_nrec, 0);
+	assert_true(cursor("crash", 1) > g_recs[is].ts);
+	alarm(0);
+}
+
+/*
+ * Issue 19.7 end to end: a writer whose clock was an hour ahead left its
+ * watermark on ring 0 of shard 0 and closed it. The next 'dxl log append'
+ * leases slot 0 first: it does not take that hour over (before, its clock
+ * observed the ring's watermark and every record it appended was an hour
+ * in the future, and so were the next holders'); it takes the next slot and
+ * appends at its own clock, at most DXL_HLC_MAX_AHEAD_MS ahead. (Last: the
+ * hour stays in shard 0's ring 0.)
+ */
+static void test_tail_clock_jump_not_inherited(void **state)
+{
+	(void)state;
+	SKIP_IF_NO_CLUSTER();
+	alarm(60);
+	assert_int_equal(dxl_writer_slot_take(g_zk, 0, 0), 0);
+	struct raw w;
+	raw_open(&w, 0, 0);
+	uint64_t ahead = DXL_HLC_MAKE(dxl_wall_ms() + 3600 * 1000, 0);
+	assert_int_equal(dxl_appender_heartbeat(w.ap, ahead), 0);
+	raw_wait(&w);
+	assert_int_equal(dxl_appender_close(w.ap, ahead), 0);
+	raw_crash(&w);
+	assert_int_equal(dxl_writer_slot_release(g_zk, 0, 0), 0);
+
+	int ix = append(0, 1, "not-dragged", 0);
+	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_AHEAD_MS + 1000, 0);
+	if (g_recs[ix].ts >= bound)
+		fail_msg("appended at %llu: %llu ms ahead of the clock",
+			 (unsigned long long)g_recs[ix].ts,
+			 (unsigned long long)(DXL_HLC_PHYS(g_recs[ix].ts) - dxl_wall_ms()));
+	alarm(0);
+}
+
 /* remove_node -- what the CM does when a node dies: a new configuration
  * (epoch + 1) without it in any shard (unless the CM did it already) */
 static void remove_node(uint32_t id)
@@ -652,7 +825,9 @@ int main(void)
 		cmocka_unit_test(test_tail_group_resume),
 		cmocka_unit_test(test_tail_group_conflict),
 		cmocka_unit_test(test_tail_stale_cursor),
+		cmocka_unit_test(test_tail_crashed_writer_taken_over),
 		cmocka_unit_test(test_tail_follow_failover),
+		cmocka_unit_test(test_tail_clock_jump_not_inherited),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -20,6 +20,7 @@
 #ifndef DXL_TEST_LOG_REPLICA_H
 #define DXL_TEST_LOG_REPLICA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -44,6 +45,9 @@ struct dxl_test_replica_cfg {
 	uint32_t nrings;
 	uint64_t ring_size;
 	uint32_t apply_ms;           /* 0: never advance heads */
+	bool apply_below_wmark;      /* advance only past records below the
+					ring's watermark (as retention does);
+					else past every valid record */
 	enum dxl_pf_policy pf_policy; /* on SIGUSR2 */
 	uint64_t pf_seed;
 	/* the log region's durability: process (the default), or msync */
@@ -69,6 +73,10 @@ int dxl_test_replica_persister(struct dxl_test_replica *r, int paused);
 int dxl_test_replica_persist_stats(struct dxl_test_replica *r,
 				   struct dxl_persist_stats *out);
 
+/* send sig and return (several replicas fail at once); reap with _wait */
+void dxl_test_replica_kill(struct dxl_test_replica *r, int sig);
+/* reap the child after SIGKILL or SIGUSR2 */
+void dxl_test_replica_wait(struct dxl_test_replica *r);
 /* kill -9 and reap, if still running */
 void dxl_test_replica_stop(struct dxl_test_replica *r);
 

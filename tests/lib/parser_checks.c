@@ -30,8 +30,9 @@ void dxl_check_record_parser(const uint8_t *data, size_t size)
 	if (r.type == DXL_REC_SKIP) {
 		CHECK(r.payload == NULL && r.payload_len == 0 && r.nparts == 0);
 		uint8_t *buf = malloc(r.total_len);
-		CHECK(dxl_rec_encode_skip(r.writer, r.epoch, r.seq, r.total_len, buf,
-					  r.total_len) == (int)r.total_len);
+		CHECK(dxl_rec_encode_skip_inc(r.writer, r.epoch, r.incarnation,
+					      r.seq, r.total_len, buf,
+					      r.total_len) == (int)r.total_len);
 		CHECK(memcmp(buf, data, r.total_len) == 0);
 		free(buf);
 		return;
@@ -71,12 +72,29 @@ void dxl_check_superblock_parser(const uint8_t *data, size_t size)
 
 void dxl_check_head_parser(const uint8_t *data, size_t size)
 {
-	uint8_t slots[2 * DXL_RING_HEAD_SLOT_SIZE] = {0};
-	memcpy(slots, data, size < sizeof(slots) ? size : sizeof(slots));
-	struct dxl_ring_head h;
-	if (dxl_ring_head_decode(slots, &h) != 0)
+	/* the input is (a prefix of) a control block: head slots, owner,
+	 * watermark, incarnation slots */
+	uint8_t ctl[DXL_RING_CTL_READ] = {0};
+	memcpy(ctl, data, size < sizeof(ctl) ? size : sizeof(ctl));
+	uint32_t inc = dxl_ring_inc_decode(ctl);
+	if (inc) { /* one slot says so, its check word agreeing */
+		int found = 0;
+		for (int i = 0; i < 2; i++) {
+			const uint8_t *sl = ctl + DXL_RING_INC_OFF + i * DXL_RING_INC_SLOT;
+			uint8_t want[16];
+			dxl_ring_inc_encode(want, inc);
+			found |= memcmp(sl, want, 16) == 0;
+		}
+		CHECK(found);
+	}
+	struct dxl_ring_head h, d;
+	int ret = dxl_ring_head_decode(ctl, &h);
+	CHECK((ret == 0) == (dxl_ring_head_decode_durable(ctl, &d) == 0));
+	if (ret != 0)
 		return;
 	CHECK(h.gen != 0);
+	/* the durable head is never newer than the newest */
+	CHECK(d.gen != 0 && d.gen <= h.gen);
 }
 
 /* a write set (engine/writeset.c): a payload that decodes re-encodes to

@@ -81,6 +81,8 @@ int get_desc(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *d);
 
 /* subcommands */
 int cmd_cluster_up(int argc, char **argv);
+int cmd_cluster_add(int argc, char **argv);
+int cmd_cluster_verify(int argc, char **argv);
 int cmd_cluster_status(int argc, char **argv);
 int cmd_cluster_down(int argc, char **argv);
 int cmd_cluster_kill(int argc, char **argv);

@@ -832,6 +832,48 @@ int cmd_cluster_kill(int argc, char **argv)
 	return EX_OK;
 }
 
+/* wait_registered -- until replica i (pid) has registered nodes/<id> */
+static int wait_registered(const char *dir, const struct state *s, uint32_t i, pid_t pid)
+{
+	int ret;
+	struct dxl_zk *zk = NULL;
+	if ((ret = zk_connect(&s->c, &zk)))
+		return ret;
+	uint64_t start = dxl_now_ms(), end = start + 60000;
+	ret = EX_FAIL;
+	while (dxl_now_ms() < end) {
+		struct dxl_replica_desc d;
+		char *json = NULL;
+		int64_t sess = 0;
+		if (dxl_member_get(zk, s->ids[i], &json, &sess) == 0) {
+			json_t *o = json_loads(json, 0, NULL);
+			json_int_t p = 0;
+			json_unpack(o, "{s?I}", "pid", &p);
+			json_decref(o);
+			int r = dxl_replica_desc_decode(json, strlen(json), &d);
+			free(json);
+			if (r == 0 && p == pid) {
+				printf("replica %u: registered after %.1f s, addr %s, config epoch %llu\n",
+				       s->ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr,
+				       (unsigned long long)d.cfg_epoch);
+				ret = EX_OK;
+				break;
+			}
+		}
+		if (!pid_alive(pid)) {
+			errf("replica %u (pid %d) exited during start-up", s->ids[i], (int)pid);
+			log_tail(dir, s->ids[i]);
+			break;
+		}
+		usleep(50000);
+	}
+	if (ret && pid_alive(pid))
+		errf("replica %u did not register within 60 s (see %s/logs/replica-%u.log)",
+		     s->ids[i], dir, s->ids[i]);
+	dxl_zk_delete(&zk);
+	return ret;
+}
+
 static void restart_usage(FILE *out)
 {
 	fprintf(out,
@@ -900,40 +942,89 @@ int cmd_cluster_restart(int argc, char **argv)
 	printf("replica %u: started, pid %d\n", s.ids[i], (int)pid);
 	if (!wait_reg)
 		return EX_OK;
-	struct dxl_zk *zk = NULL;
-	if ((ret = zk_connect(&s.c, &zk)))
-		return ret;
-	uint64_t start = dxl_now_ms(), end = start + 60000;
-	ret = EX_FAIL;
-	while (dxl_now_ms() < end) {
-		struct dxl_replica_desc d;
-		char *json = NULL;
-		int64_t sess = 0;
-		if (dxl_member_get(zk, s.ids[i], &json, &sess) == 0) {
-			json_t *o = json_loads(json, 0, NULL);
-			json_int_t p = 0;
-			json_unpack(o, "{s?I}", "pid", &p);
-			json_decref(o);
-			int r = dxl_replica_desc_decode(json, strlen(json), &d);
-			free(json);
-			if (r == 0 && p == pid) {
-				printf("replica %u: registered after %.1f s, addr %s, config epoch %llu\n",
-				       s.ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr,
-				       (unsigned long long)d.cfg_epoch);
-				ret = EX_OK;
-				break;
-			}
+	return wait_registered(dir, &s, i, pid);
+}
+
+/* ---- dxl cluster add ------------------------------------------------------------ */
+
+static void add_usage(FILE *out)
+{
+	fprintf(out,
+"Usage: dxl cluster add [--dir DIR] [--no-wait]\n"
+"\n"
+"Start one more replica (the next node id) for the cluster started by 'dxl\n"
+"cluster up --dir DIR', hosting every shard, with the cluster's options, on a\n"
+"new data directory, and wait until it is registered in ZooKeeper. It is no\n"
+"member of any shard yet: it copies each shard's log and, when its tables\n"
+"miss records the members no longer keep in their logs, their tables (state\n"
+"transfer, docs/recovery.md), while the shard keeps committing; then it says\n"
+"synced and the configuration manager adds it as a backup while a shard has\n"
+"fewer than cm.replication members. 'dxl cluster status' shows the states.\n"
+"\n"
+"  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
+"  --no-wait          do not wait for the registration\n"
+"  -h, --help         this text\n"
+"\n" EXIT_CODES_HELP);
+}
+
+int cmd_cluster_add(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"no-wait", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir0 = "./dxl-cluster";
+	bool wait_reg = true;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir0 = optarg; break;
+		case 'n': wait_reg = false; break;
+		case 'h': add_usage(stdout); return EX_OK;
+		default: add_usage(stderr); return EX_USAGE;
 		}
-		if (!pid_alive(pid)) {
-			errf("replica %u (pid %d) exited during start-up", s.ids[i], (int)pid);
-			log_tail(dir, s.ids[i]);
-			break;
-		}
-		usleep(50000);
 	}
-	if (ret && pid_alive(pid))
-		errf("replica %u did not register within 60 s (see %s/logs/replica-%u.log)",
-		     s.ids[i], dir, s.ids[i]);
-	dxl_zk_delete(&zk);
-	return ret;
+	if (optind != argc) {
+		errf("unexpected argument '%s' (see --help)", argv[optind]);
+		return EX_USAGE;
+	}
+	char dir[PATH_MAX];
+	if (!realpath(dir0, dir)) {
+		errf("%s: %s", dir0, strerror(errno));
+		return EX_CLUSTER;
+	}
+	struct state s;
+	int ret = state_read(dir, &s);
+	if (ret)
+		return ret;
+	if (s.nreplicas >= MAX_REPLICAS) {
+		errf("the cluster has %u replicas already (at most %d)", s.nreplicas, MAX_REPLICAS);
+		return EX_FAIL;
+	}
+	uint32_t id = 0;
+	for (uint32_t k = 0; k < s.nreplicas; k++)
+		id = s.ids[k] > id ? s.ids[k] : id;
+	id++;
+	char data[PATH_MAX + 32];
+	snprintf(data, sizeof(data), "%s/data/%u", dir, id);
+	if (access(data, F_OK) == 0) {
+		errf("%s exists: a replica %u ran here before ('dxl cluster restart' is for a "
+		     "listed one)", data, id);
+		return EX_FAIL;
+	}
+	uint32_t i = s.nreplicas;
+	pid_t pid = spawn_replica(dir, &s, id);
+	if (pid < 0)
+		return EX_FAIL;
+	s.ids[i] = id;
+	s.pids[i] = pid;
+	s.nreplicas++;
+	if (state_write(dir, &s))
+		return EX_FAIL;
+	printf("replica %u: added, pid %d\n", id, (int)pid);
+	if (!wait_reg)
+		return EX_OK;
+	return wait_registered(dir, &s, i, pid);
 }

@@ -37,6 +37,8 @@ static void usage(FILE *out)
 "  cluster down     stop what 'cluster up' started\n"
 "  cluster kill     kill (or stop, or power-fail) one replica\n"
 "  cluster restart  start a killed replica again on its data\n"
+"  cluster add      start one more replica: it catches up and joins\n"
+"  cluster verify   compare the members' tables of every shard (state digests)\n"
 "  log append       append records to a shard (arguments or stdin lines)\n"
 "  log load         a steady append stream with a progress line, failover\n"
 "                   reports and verification by tailing\n"
@@ -68,7 +70,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "cluster") || !strcmp(argv[1], "log")) {
 		if (argc < 3) {
 			fprintf(stderr, "dxl %s: missing subcommand (%s)\n", argv[1],
-				!strcmp(argv[1], "cluster") ? "up, status, down, kill or restart" : "append or load");
+				!strcmp(argv[1], "cluster") ? "up, status, down, kill, restart, add or verify" : "append or load");
 			return EX_USAGE;
 		}
 		snprintf(cmdname, sizeof(cmdname), "dxl %s %s", argv[1], argv[2]);
@@ -86,6 +88,10 @@ int main(int argc, char **argv)
 				return cmd_cluster_kill(sub_argc, sub_argv);
 			if (!strcmp(argv[2], "restart"))
 				return cmd_cluster_restart(sub_argc, sub_argv);
+			if (!strcmp(argv[2], "add"))
+				return cmd_cluster_add(sub_argc, sub_argv);
+			if (!strcmp(argv[2], "verify"))
+				return cmd_cluster_verify(sub_argc, sub_argv);
 		} else if (!strcmp(argv[2], "append")) {
 			return cmd_log_append(sub_argc, sub_argv);
 		} else if (!strcmp(argv[2], "load")) {

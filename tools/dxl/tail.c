@@ -32,10 +32,13 @@
  *
  * A shard nobody writes to (no writer slot held in ZooKeeper) would hold
  * the merge back forever at its last watermark. A writer must lease a slot
- * before it appends, and then appends at its clock's time, so once a read
- * of writers/<S> at wall time W found no slot held and a later poll caught
- * up, nothing below W can still come from S: the bound of such a shard is
- * W - IDLE_MARGIN_MS (the margin covers clock skew between hosts and a
+ * before it appends, and then appends at its clock's time (or above the
+ * shard's watermarks), so once a read of writers/<S> at wall time W found
+ * no slot held and a later poll caught up with every ring of S closed (the
+ * tailer says no ring held its resolved timestamp: a ring whose writer
+ * crashed may still get records confirmed below W by the next holder of its
+ * slot), nothing below W can still come from S: the bound of such a shard
+ * is W - IDLE_MARGIN_MS (the margin covers clock skew between hosts and a
  * ZooKeeper read served a little late).
  *
  * Consumer group cursors (cursors/<group>/<shard>) hold "the next commit
@@ -78,7 +81,9 @@ static void tail_usage(FILE *out)
 "Print the records of shard S, or of every shard of the cluster\n"
 "configuration (--all), in commit-timestamp order. Each shard is read\n"
 "one-sidedly from one of its replicas; only resolved records are printed\n"
-"(below every live writer's watermark). With --all the shards are merged:\n"
+"(below the watermark of every writer that is live or did not close its\n"
+"ring: a killed writer's ring holds its shard until its slot is taken\n"
+"again). With --all the shards are merged:\n"
 "a record is printed once no shard can still deliver an earlier one\n"
 "(order: commit_ts, then shard, writer, sequence). Without --follow it exits\n"
 "once it has caught up.\n"
@@ -158,6 +163,7 @@ struct stail {
 	uint64_t last_ts, last_seq;
 	uint32_t last_writer;
 	bool caught_up;      /* the last poll left nothing below resolved */
+	unsigned holding;    /* rings that held resolved at the last poll */
 	uint64_t live_mask;  /* writer slots held, as last read */
 	bool live_known;
 	uint64_t live_at;    /* dxl_now_ms of the last read; 0 = read now */
@@ -332,7 +338,8 @@ static int poll_shard(struct tail *t, struct stail *st)
 	}
 	st->cur = DXL_MAX(st->cur, c);
 	st->caught_up = dxl_tailer_caught_up(st->tl);
-	if (st->caught_up && st->idle_cand) {
+	st->holding = dxl_tailer_holding(st->tl);
+	if (st->caught_up && st->idle_cand && !st->holding) {
 		st->idle_bound = DXL_MAX(st->idle_bound, st->idle_cand);
 		st->idle_cand = 0;
 	}
@@ -615,7 +622,8 @@ static bool waiting_helps(const struct tail *t)
 		return false;
 	for (uint32_t i = 0; i < t->n; i++) {
 		const struct stail *o = &t->s[i];
-		if (o != b && !o->qh && bound(o) <= b->qh->ts && o->live_known && !o->live_mask)
+		if (o != b && !o->qh && bound(o) <= b->qh->ts && o->live_known && !o->live_mask &&
+		    !o->holding)
 			return true;
 	}
 	return false;

@@ -126,6 +126,136 @@ static void test_long_chain(void **state)
 	dxlt_history_free(h);
 }
 
+/* issue 20: a delete is a version of its own; absence reads read it */
+static void test_deletes_and_absence(void **state)
+{
+	(void)state;
+	char why[512];
+	struct dxlt_history *h = dxlt_history_new();
+	dxlt_history_read_absent(h, 1, 0, 7, 0);  /* insert: was absent */
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_read(h, 2, 0, 7, 2);
+	dxlt_history_delete(h, 2, 0, 7, 4);
+	dxlt_history_read_absent(h, 3, 0, 7, 4);  /* "no such key" */
+	dxlt_history_read_absent(h, 4, 0, 7, 5);  /* its tombstone: an aborted
+						     insert's, past the delete */
+	dxlt_history_write(h, 4, 0, 7, 8);        /* inserted again */
+	struct dxlt_history_stats st;
+	assert_int_equal(dxlt_history_check_ex(h, why, sizeof(why), &st), 0);
+	assert_int_equal(st.deletes, 1);
+	assert_int_equal(st.absent_reads, 3);
+	/* write skew through an absence: T4 read key 9 initial, T5 read key 7
+	 * absent (before T4's insert) and wrote key 9: T4 -rw-> T5 -rw-> T4 */
+	dxlt_history_read(h, 4, 0, 9, 0);
+	dxlt_history_read_absent(h, 5, 0, 7, 4);
+	dxlt_history_write(h, 5, 0, 9, 2);
+	assert_int_equal(check(h, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "rw"));
+	dxlt_history_free(h);
+
+	/* impossible reads */
+	h = dxlt_history_new();
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_read_absent(h, 2, 0, 7, 3); /* absent, but v2 is present */
+	assert_int_equal(check(h, why, sizeof(why)), -1);
+	assert_non_null(strstr(why, "as absent"));
+	dxlt_history_free(h);
+	h = dxlt_history_new();
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_delete(h, 2, 0, 7, 4);
+	dxlt_history_read(h, 3, 0, 7, 4); /* a value at the tombstone */
+	assert_int_equal(check(h, why, sizeof(why)), -1);
+	assert_non_null(strstr(why, "deleted"));
+	dxlt_history_free(h);
+}
+
+/* real time: a transaction that began after another was acknowledged must
+ * see it. A deleted key that comes back (a backup that never applied the
+ * delete, promoted) is serializable without real time (the late reader
+ * ordered first) and a cycle with it. */
+static void test_real_time(void **state)
+{
+	(void)state;
+	char why[512];
+	for (int rt = 0; rt < 2; rt++) {
+		struct dxlt_history *h = dxlt_history_new();
+		dxlt_history_write(h, 1, 0, 7, 2);
+		dxlt_history_read(h, 2, 0, 7, 2);
+		dxlt_history_delete(h, 2, 0, 7, 4);
+		dxlt_history_read(h, 3, 0, 7, 2); /* the deleted key, back */
+		if (rt) {
+			dxlt_history_txn(h, 1, 10, 20, false);
+			dxlt_history_txn(h, 2, 30, 40, false);
+			dxlt_history_txn(h, 3, 50, 60, false); /* after 2's ack */
+		}
+		struct dxlt_history_stats st;
+		int r = dxlt_history_check_ex(h, why, sizeof(why), &st);
+		if (!rt) {
+			assert_int_equal(r, 0);
+		} else {
+			assert_int_equal(r, 1);
+			assert_non_null(strstr(why, "rt"));
+			assert_true(st.rt_edges > 0);
+		}
+		dxlt_history_free(h);
+	}
+	/* overlapping transactions impose nothing */
+	struct dxlt_history *h = dxlt_history_new();
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_read(h, 2, 0, 7, 0);
+	dxlt_history_txn(h, 1, 10, 40, false);
+	dxlt_history_txn(h, 2, 30, 50, false);
+	assert_int_equal(check(h, why, sizeof(why)), 0);
+	/* one that began after the ack and read the old version: a cycle */
+	dxlt_history_read(h, 3, 0, 7, 0);
+	dxlt_history_txn(h, 3, 41, 45, false);
+	assert_int_equal(check(h, why, sizeof(why)), 1);
+	dxlt_history_free(h);
+}
+
+/* unknown outcomes: counted iff someone read what they wrote */
+static void test_maybe(void **state)
+{
+	(void)state;
+	char why[512];
+	struct dxlt_history_stats st;
+	/* a lost update with a maybe that nobody read: left out, fine */
+	struct dxlt_history *h = dxlt_history_new();
+	dxlt_history_read(h, 1, 0, 7, 0);
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_read(h, 2, 0, 7, 0);
+	dxlt_history_write(h, 2, 0, 7, 4);
+	dxlt_history_txn(h, 2, 0, 0, true);
+	assert_int_equal(dxlt_history_check_ex(h, why, sizeof(why), &st), 0);
+	assert_int_equal(st.maybe_out, 1);
+	/* someone read its version: counted, and the cycle shows */
+	dxlt_history_read(h, 3, 0, 7, 4);
+	assert_int_equal(dxlt_history_check_ex(h, why, sizeof(why), &st), 1);
+	assert_int_equal(st.maybe_in, 1);
+	dxlt_history_free(h);
+	/* a maybe whose version a committed transaction wrote did not commit
+	 * (no "two writers"); the same for two committed ones is malformed */
+	h = dxlt_history_new();
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_write(h, 2, 0, 7, 2);
+	dxlt_history_txn(h, 2, 0, 0, true);
+	dxlt_history_read(h, 3, 0, 7, 2);
+	assert_int_equal(dxlt_history_check_ex(h, why, sizeof(why), &st), 0);
+	assert_int_equal(st.maybe_out, 1);
+	dxlt_history_txn(h, 2, 0, 0, false);
+	assert_int_equal(check(h, why, sizeof(why)), -1);
+	dxlt_history_free(h);
+	/* a maybe delete read as the absence: counted */
+	h = dxlt_history_new();
+	dxlt_history_write(h, 1, 0, 7, 2);
+	dxlt_history_delete(h, 2, 0, 7, 4);
+	dxlt_history_txn(h, 2, 0, 0, true);
+	dxlt_history_read_absent(h, 3, 0, 7, 4);
+	assert_int_equal(dxlt_history_check_ex(h, why, sizeof(why), &st), 0);
+	assert_int_equal(st.maybe_in, 1);
+	dxlt_history_free(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -135,6 +265,9 @@ int main(void)
 		cmocka_unit_test(test_tables_apart),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_long_chain),
+		cmocka_unit_test(test_deletes_and_absence),
+		cmocka_unit_test(test_real_time),
+		cmocka_unit_test(test_maybe),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,6 +35,14 @@ static void test_cfg_pf_env(void **state)
 	assert_int_equal(c.pf_signal, SIGUSR2);
 	assert_int_equal(c.pf_policy, DXL_PF_RANDOM);
 	assert_int_equal(c.pf_seed, 42);
+	assert_int_equal(c.pf_idle_ms, 0); /* DXL_PF_IDLE_MS */
+	setenv("DXL_FABRIC_PF", "USR2:random:7:1000", 1);
+	dxl_fabric_cfg_init(&c);
+	assert_int_equal(c.pf_seed, 7);
+	assert_int_equal(c.pf_idle_ms, 1000);
+	setenv("DXL_FABRIC_PF", "USR2:random:7:soon", 1); /* bad: ignored */
+	dxl_fabric_cfg_init(&c);
+	assert_int_equal(c.pf_signal, 0);
 	setenv("DXL_FABRIC_PF", "USR1:all", 1);
 	dxl_fabric_cfg_init(&c);
 	assert_int_equal(c.pf_signal, SIGUSR1);

@@ -91,12 +91,14 @@ static int raw_connect(void)
 /* a raw connection that completed a valid handshake with ctx 0 */
 static int raw_open(void)
 {
+	static uint64_t conn_id;
 	int s = raw_connect();
-	uint8_t b[TCP_HS_SIZE];
-	struct tcp_hs h = {.magic = TCP_MAGIC, .version = TCP_VERSION, .node = 9};
-	tcp_hs_encode(&h, b);
+	uint8_t b[TCP_HS_REQ_SIZE];
+	struct tcp_hs h = {.magic = TCP_MAGIC, .version = TCP_VERSION, .node = 9,
+			   .nonce = 0x5eed, .conn = ++conn_id};
+	tcp_hs_req_encode(&h, b);
 	tt_write_full(s, b, sizeof(b));
-	assert_int_equal(tt_read_full(s, b, sizeof(b), TT_WAIT_MS), 0);
+	assert_int_equal(tt_read_full(s, b, TCP_HS_SIZE, TT_WAIT_MS), 0);
 	tcp_hs_decode(b, &h);
 	assert_int_equal(h.magic, TCP_MAGIC);
 	assert_int_equal(h.status, TCP_HS_OK);

@@ -37,6 +37,11 @@ static void pf_start(struct pf *p, enum dxl_pf_policy pol, uint64_t seed)
 	snprintf(p->dir, sizeof(p->dir), "/tmp/dxl-tcp-pf-XXXXXX");
 	assert_non_null(mkdtemp(p->dir));
 	snprintf(p->path, sizeof(p->path), "%s/region", p->dir);
+	/* every power failure of the target reports here (the target is a
+	 * child: it inherits the environment) */
+	char rpath[128];
+	snprintf(rpath, sizeof(rpath), "%s/report", p->dir);
+	setenv("DXL_FABRIC_PF_REPORT", rpath, 1);
 	struct tt_target_cfg tc = {
 		.node = 2, .timeout_ms = 2000, .len = LEN,
 		.access = DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
@@ -104,6 +109,9 @@ static void pf_end(struct pf *p)
 	dxl_fabric_delete(&p->f);
 	free(p->buf);
 	unlink(p->path);
+	char rpath[128];
+	snprintf(rpath, sizeof(rpath), "%s/report", p->dir);
+	unlink(rpath);
 	rmdir(p->dir);
 }
 
@@ -277,6 +285,179 @@ static void test_random_seeded(void **state)
 	assert_int_not_equal(a, c);          /* and the seed matters */
 }
 
+/* ---- the armed power failure: it strikes in the middle of a chain ---------- */
+
+/* the file's last report line (DXL_FABRIC_PF_REPORT) into out */
+static void last_report(const char *path, char *out, size_t cap)
+{
+	out[0] = '\0';
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[512];
+	while (fgets(line, sizeof(line), f))
+		snprintf(out, cap, "%s", line);
+	fclose(f);
+}
+
+/*
+ * One chain [WRITE 8 lines at line 0, WRITE 1 line at line 20, READ] with a
+ * power failure armed to strike after `steps` steps: 0..7 at the lines of
+ * the first WRITE, 8 before the second WRITE, 9 at its line, 10 before the
+ * READ, later: after it (idle). (The first WRITE's request is no step: its
+ * QP has nothing un-flushed yet.) Returns the file and the report line.
+ */
+static void strike_run(enum dxl_pf_policy pol, uint64_t seed, uint32_t steps,
+		       uint8_t *file, char *rep, size_t cap)
+{
+	char rpath[128];
+	struct pf p;
+	pf_start(&p, pol, seed);
+	snprintf(rpath, sizeof(rpath), "%s/report", p.dir);
+	struct dxl_qp *qp = pf_qp(&p);
+	uint64_t a[4] = {(uint64_t)pol, seed, steps, 300};
+	assert_int_equal(tt_target_cmd(&p.t, 'A', a, 4), 0);
+	struct dxl_wr w[3] = {
+		{.op = DXL_WR_WRITE, .local = p.buf, .len = 8 * 64,
+		 .remote_addr = p.t.desc.addr, .rkey = p.t.desc.rkey},
+		{.op = DXL_WR_WRITE, .local = p.buf, .len = 64,
+		 .remote_addr = p.t.desc.addr + 20 * 64, .rkey = p.t.desc.rkey},
+		{.op = DXL_WR_READ, .local = p.buf + LEN, .len = 64,
+		 .remote_addr = p.t.desc.addr + 40 * 64, .rkey = p.t.desc.rkey,
+		 .flags = DXL_WR_SIGNALED, .wr_id = 7},
+	};
+	w[0].next = &w[1];
+	w[1].next = &w[2];
+	assert_int_equal(tt_post(qp, p.c, w), 0);
+	int st = tt_target_reap(&p.t, TT_WAIT_MS);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	int fd = open(p.path, O_RDONLY);
+	assert_int_equal(read(fd, file, LEN), LEN);
+	close(fd);
+	last_report(rpath, rep, cap);
+	unlink(rpath);
+	pf_end(&p);
+}
+
+/* policy NONE: the file shows exactly what was placed when it struck */
+static void test_strike_anywhere_in_a_chain(void **state)
+{
+	unsigned gaps = 0, partial = 0;
+	for (uint32_t k = 0; k <= 11; k++) {
+		uint8_t file[LEN];
+		char rep[512];
+		strike_run(DXL_PF_NONE, 1000 + k, k, file, rep, sizeof(rep));
+		int a[8], b = line_state(file, 20);
+		unsigned na = 0;
+		for (int l = 0; l < 8; l++) {
+			a[l] = line_state(file, (unsigned)l);
+			assert_true(a[l] >= 0); /* lines are never torn inside */
+			na += (unsigned)a[l];
+		}
+		assert_true(b >= 0);
+		if (k <= 7) { /* at line k of the first WRITE */
+			for (uint32_t l = 0; l < k; l++)
+				assert_int_equal(a[l], 1);
+			assert_int_equal(b, 0);
+			assert_non_null(strstr(rep, "struck=inside"));
+			int seen_old = 0;
+			for (uint32_t l = k; l < 8; l++) {
+				if (!a[l])
+					seen_old = 1;
+				else if (seen_old)
+					gaps++; /* placed after one that was not */
+			}
+			partial += na > k && na < 8;
+		} else if (k == 8) { /* before the second WRITE */
+			assert_int_equal(na, 8);
+			assert_int_equal(b, 0);
+			assert_non_null(strstr(rep, "struck=between requests"));
+		} else if (k == 9) { /* at the second WRITE's line */
+			assert_int_equal(na, 8);
+			assert_non_null(strstr(rep, "struck=inside"));
+		} else if (k == 10) { /* both WRITEs done, the READ not */
+			assert_int_equal(na, 8);
+			assert_int_equal(b, 1);
+			assert_non_null(strstr(rep, "struck=between requests"));
+			assert_non_null(strstr(rep, "pending=9"));
+		} else { /* after the READ: nothing left to strike in */
+			assert_int_equal(na, 8);
+			assert_int_equal(b, 1);
+			assert_non_null(strstr(rep, "struck=idle"));
+			assert_non_null(strstr(rep, "pending=0"));
+		}
+	}
+	printf("  12 strike points: %u WRITEs struck with some of their later lines placed, "
+	       "%u lines placed after an unplaced one\n", partial, gaps);
+	assert_true(partial > 0); /* lines land in any order ... */
+	assert_true(gaps > 0);    /* ... not only as a prefix */
+}
+
+/* RANDOM: struck before the flush READ, a seeded subset of the chain's
+ * lines is lost; after it, nothing */
+static void test_strike_before_the_flush_tears(void **state)
+{
+	unsigned torn = 0;
+	for (uint64_t seed = 1; seed <= 6; seed++) {
+		uint8_t file[LEN];
+		char rep[512];
+		strike_run(DXL_PF_RANDOM, seed, 10, file, rep, sizeof(rep));
+		unsigned na = 0;
+		for (unsigned l = 0; l < 8; l++)
+			na += (unsigned)line_state(file, l);
+		torn += na > 0 && na < 8;
+		assert_non_null(strstr(rep, "pending=9"));
+		strike_run(DXL_PF_RANDOM, seed, 11, file, rep, sizeof(rep));
+		for (unsigned l = 0; l < 8; l++)
+			assert_int_equal(line_state(file, l), 1);
+		assert_int_equal(line_state(file, 20), 1);
+	}
+	printf("  %u of 6 WRITEs torn by a failure before their flush READ\n", torn);
+	assert_true(torn >= 2);
+}
+
+/* the pf_signal arms a seeded strike point within DXL_PF_STRIKE_WINDOW steps:
+ * with chains flowing, it strikes inside one of the next few */
+static void test_signal_strikes_in_the_traffic(void **state)
+{
+	unsigned mid = 0;
+	for (uint64_t seed = 1; seed <= 4; seed++) {
+		struct pf p;
+		pf_start(&p, DXL_PF_RANDOM, seed);
+		char rpath[128];
+		snprintf(rpath, sizeof(rpath), "%s/report", p.dir);
+		struct dxl_qp *qp = pf_qp(&p);
+		assert_int_equal(kill(p.t.pid, SIGUSR2), 0);
+		usleep(2000); /* the NIC thread arms (it strikes idle after 20 ms) */
+		unsigned chains = 0;
+		for (; chains < 100; chains++) {
+			struct dxl_wr w[2] = {
+				{.op = DXL_WR_WRITE, .local = p.buf, .len = 8 * 64,
+				 .remote_addr = p.t.desc.addr + (chains % 7) * 512,
+				 .rkey = p.t.desc.rkey},
+				{.op = DXL_WR_READ, .local = p.buf + LEN, .len = 8,
+				 .remote_addr = p.t.desc.addr, .rkey = p.t.desc.rkey,
+				 .flags = DXL_WR_SIGNALED, .wr_id = chains},
+			};
+			w[0].next = &w[1];
+			struct dxl_wc wc;
+			if (tt_post(qp, p.c, w) || tt_wait_wc(p.c, &wc, TT_WAIT_MS) != 1 ||
+			    wc.status != DXL_WC_SUCCESS)
+				break;
+		}
+		int st = tt_target_reap(&p.t, TT_WAIT_MS);
+		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		char rep[512];
+		last_report(rpath, rep, sizeof(rep));
+		unlink(rpath);
+		/* 9 steps a chain: it struck within the first 8 */
+		assert_true(chains <= DXL_PF_STRIKE_WINDOW / 9 + 1);
+		assert_null(strstr(rep, "struck=idle"));
+		mid += strstr(rep, "struck=inside") != NULL;
+		pf_end(&p);
+	}
+	printf("  4 signalled power failures struck in the traffic, %u inside a WRITE\n", mid);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -288,6 +469,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_mark_durable),
 		cmocka_unit_test(test_atomic_and_none),
 		cmocka_unit_test(test_random_seeded),
+		cmocka_unit_test(test_strike_anywhere_in_a_chain),
+		cmocka_unit_test(test_strike_before_the_flush_tears),
+		cmocka_unit_test(test_signal_strikes_in_the_traffic),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

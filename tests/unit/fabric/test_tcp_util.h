@@ -223,6 +223,13 @@ static inline void tt_child(const struct tt_target_cfg *tc, int cmd_fd, int rep_
 			if (tt_read_full(cmd_fd, a, sizeof(a), TT_WAIT_MS))
 				break;
 			dxl_fabric_power_fail(f, (enum dxl_pf_policy)a[0], a[1]);
+		} else if (cmd == 'A') { /* arm: policy, seed, steps, idle_ms */
+			uint64_t a[4];
+			if (tt_read_full(cmd_fd, a, sizeof(a), TT_WAIT_MS))
+				break;
+			rep = (uint64_t)(int64_t)dxl_fabric_power_fail_arm(
+				f, (enum dxl_pf_policy)a[0], a[1], (uint32_t)a[2],
+				(uint32_t)a[3]);
 		}
 		tt_write_full(rep_fd, &rep, sizeof(rep));
 	}

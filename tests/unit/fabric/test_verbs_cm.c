@@ -413,6 +413,87 @@ static void test_unseen_passive_qp_reaped(void **state)
 	assert_true(fk.qp_destroyed[1]);
 }
 
+/*
+ * 1000 peers connect, and leave (DISCONNECTED), one after the other; the
+ * device reuses the QP slots and numbers. Odd ones only connect (unseen:
+ * the provider frees them), even ones send a message the user sees, then
+ * another one that is still in the CQ when the user, finding the QP down,
+ * deletes it (what the RPC layer does). The ctx must stay at most one QP,
+ * the CQ never grows, ids and QPs are all released, and the message left
+ * behind comes back as its buffer (FLUSHED, no QP) -- never as a message
+ * of the next QP with the same number -- so the 4 receive buffers last.
+ */
+static void test_passive_churn(void **state)
+{
+	struct dxl_vrb_fabric *vf = vfab();
+	uint8_t hello[DXL_VRB_HELLO_SIZE];
+	struct dxl_vrb_hello h = {.magic = DXL_VRB_MAGIC,
+				  .version = DXL_VRB_VERSION, .node = 9};
+	dxl_vrb_hello_encode(&h, hello);
+	fk.recycle_qps = true;
+	int ids0 = fk.ids_live;
+	static char rb[4][64];
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(dxl_ctx_post_recv(env.c, rb[i], 64, 1, (uint64_t)i), 0);
+	uint64_t flushed = 0, delivered = 0;
+	for (int cyc = 0; cyc < 1000; cyc++) {
+		struct rdma_cm_id *id = fk_passive_id(env.f);
+		struct rdma_cm_event ev;
+		fk_request_event(&ev, id, hello, 56, 1, 1);
+		assert_int_equal(dxl_vrb_cm_handle(vf, &ev), 0);
+		struct dxl_vrb_qp *q = id->context;
+		assert_non_null(q);
+		uint32_t n = q->qpn;
+		struct dxl_wc wc[4];
+		struct dxl_qp *seen = NULL;
+		/* what the last peer left in the CQ, polled now that a new QP
+		 * has its number: only buffers given back */
+		int k = dxl_ctx_poll(env.c, wc, 4);
+		for (int j = 0; j < k; j++) {
+			assert_int_equal(wc[j].opcode, DXL_WC_RECV);
+			assert_int_equal(wc[j].status, DXL_WC_FLUSHED);
+			assert_null(wc[j].qp);
+			flushed++;
+			assert_int_equal(dxl_ctx_post_recv(env.c, rb[wc[j].wr_id], 64, 1,
+							   wc[j].wr_id), 0);
+		}
+		if (cyc % 2 == 0) {
+			/* a message the user sees, then one left in the CQ */
+			fk_cqe(fk.recv_wr.wr_id, IBV_WC_SUCCESS, n, 8);
+			assert_int_equal(dxl_ctx_poll(env.c, wc, 4), 1);
+			assert_int_equal(wc[0].status, DXL_WC_SUCCESS);
+			seen = wc[0].qp;
+			assert_ptr_equal(seen, &q->base);
+			delivered++;
+			assert_int_equal(dxl_ctx_post_recv(env.c, rb[wc[0].wr_id], 64, 1,
+							   wc[0].wr_id), 0);
+		}
+		memset(&ev, 0, sizeof(ev));
+		ev.event = RDMA_CM_EVENT_DISCONNECTED;
+		ev.id = id;
+		assert_int_equal(dxl_vrb_cm_handle(vf, &ev), 0);
+		if (seen) {
+			/* the user polls, finds the QP down; a last message
+			 * lands in the CQ before the user deletes the QP */
+			assert_int_equal(dxl_ctx_poll(env.c, wc, 4), 0);
+			assert_int_equal(dxl_qp_state(seen), DXL_QP_ERR);
+			fk_cqe(fk.recv_wr.wr_id, IBV_WC_SUCCESS, n, 9);
+			dxl_qp_delete(&seen);
+		} else {
+			assert_int_equal(dxl_ctx_poll(env.c, wc, 4), 0); /* reaps */
+		}
+		assert_int_equal(dxl_ctx_qp_count(env.c), 0);
+		assert_int_equal(fk.ids_live, ids0);
+	}
+	print_message("  1000 passive QPs (one number, reused): %llu messages seen, "
+		      "%llu buffers back FLUSHED; QPs in the ctx after each: 0; CQ "
+		      "resized %d times\n", (unsigned long long)delivered,
+		      (unsigned long long)flushed, fk.resize_calls);
+	assert_int_equal(flushed, 500);
+	assert_int_equal(fk.resize_calls, 0);
+	assert_int_equal(fk.nqp, 1); /* one slot, reused every time */
+}
+
 static void test_accept_failure(void **state)
 {
 	uint8_t hello[DXL_VRB_HELLO_SIZE];
@@ -537,6 +618,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_of_active_qp,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_passive_churn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unseen_passive_qp_reaped,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_accept_failure, setup,

@@ -121,6 +121,8 @@ struct fk_state {
 	bool qp_destroyed[FK_MAX_QP];
 	int nqp;
 	int create_qp_errno;
+	bool recycle_qps; /* a new QP takes a destroyed one's slot and number */
+	uint32_t next_qpn; /* if set: the number of the next QP created */
 	struct fk_mod mod[FK_MAX_MOD];
 	int nmod;
 	/* post / poll / recv */
@@ -353,6 +355,8 @@ static int fk_qp_index(struct dxl_qp *qp)
 static void fk_cqe(uint64_t wr_id, enum ibv_wc_status st, uint32_t qpn,
 		   uint32_t byte_len)
 {
+	if (fk.cq_head == fk.cq_tail)
+		fk.cq_head = fk.cq_tail = 0; /* empty: start over */
 	assert_true(fk.cq_tail < FK_MAX_CQE);
 	struct ibv_wc *w = &fk.cqe[fk.cq_tail++];
 	memset(w, 0, sizeof(*w));
@@ -610,13 +614,24 @@ struct ibv_qp *__wrap_ibv_create_qp(struct ibv_pd *pd,
 		errno = fk.create_qp_errno;
 		return NULL;
 	}
-	assert_true(fk.nqp < FK_MAX_QP);
-	int i = fk.nqp++;
+	int i = -1;
+	for (int k = 0; fk.recycle_qps && k < fk.nqp && i < 0; k++)
+		if (fk.qp_destroyed[k])
+			i = k;
+	if (i < 0) {
+		assert_true(fk.nqp < FK_MAX_QP);
+		i = fk.nqp++;
+	}
+	fk.qp_destroyed[i] = false;
 	struct ibv_qp *q = &fk.qp[i];
 	memset(q, 0, sizeof(*q));
 	q->context = pd->context;
 	q->pd = pd;
 	q->qp_num = 100 + (uint32_t)i;
+	if (fk.next_qpn) {
+		q->qp_num = fk.next_qpn;
+		fk.next_qpn = 0;
+	}
 	q->send_cq = a->send_cq;
 	q->recv_cq = a->recv_cq;
 	q->srq = a->srq;
@@ -629,6 +644,8 @@ struct ibv_qp *__wrap_ibv_create_qp(struct ibv_pd *pd,
 
 int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 {
+	if (fk.recycle_qps && fk.nmod == FK_MAX_MOD)
+		fk.nmod = 0; /* a churn test: only the latest ones matter */
 	assert_true(fk.nmod < FK_MAX_MOD);
 	struct fk_mod *m = &fk.mod[fk.nmod++];
 	m->qp = qp;

@@ -296,6 +296,41 @@ static void test_recv_on_deleted_qp(void **state)
 	assert_null(wc.qp);
 }
 
+/*
+ * A message for a QP is in the CQ when the QP is deleted, and the next QP
+ * created gets the deleted one's number (devices reuse them). The message
+ * must come back as the buffer's FLUSHED completion with no QP, never as a
+ * message of the new QP (receive completions carry no serial: the CQ is
+ * drained when a QP is destroyed).
+ */
+static void test_recv_of_deleted_qp_not_given_to_reuser(void **state)
+{
+	char rb[2][64];
+	assert_int_equal(dxl_ctx_post_recv(env.c, rb[0], 64, 1, 77), 0);
+	uint64_t tag = fk.recv_wr.wr_id;
+	assert_int_equal(dxl_ctx_post_recv(env.c, rb[1], 64, 1, 78), 0);
+	uint64_t tag2 = fk.recv_wr.wr_id;
+	uint32_t n = qpn(env.qp);
+	fk_cqe(tag, IBV_WC_SUCCESS, n, 10); /* arrived, not polled yet */
+	dxl_qp_delete(&env.qp);
+	fk.next_qpn = n;
+	struct dxl_qp *q2 = fk_connect(env.c, 1);
+	assert_int_equal(qpn(q2), n);
+	fk_cqe(tag2, IBV_WC_SUCCESS, n, 11); /* really the new QP's */
+	struct dxl_wc wc[2];
+	assert_int_equal(dxl_ctx_poll(env.c, wc, 2), 2);
+	assert_int_equal(wc[0].wr_id, 77);
+	assert_int_equal(wc[0].status, DXL_WC_FLUSHED);
+	assert_int_equal(wc[0].opcode, DXL_WC_RECV);
+	assert_int_equal(wc[0].byte_len, 0);
+	assert_null(wc[0].qp);
+	assert_int_equal(wc[1].wr_id, 78);
+	assert_int_equal(wc[1].status, DXL_WC_SUCCESS);
+	assert_int_equal(wc[1].byte_len, 11);
+	assert_ptr_equal(wc[1].qp, q2);
+	dxl_qp_delete(&q2);
+}
+
 static void test_wait(void **state)
 {
 	/* something ready: no blocking, no arming */
@@ -378,6 +413,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recv_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recv_on_deleted_qp, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_recv_of_deleted_qp_not_given_to_reuser, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_race_after_arming, setup,
 						teardown),

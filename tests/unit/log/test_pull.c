@@ -387,7 +387,8 @@ static void test_torn_record_at_the_end(void **state)
 	uint8_t rec[1024], p[700];
 	make_payload(p, 700, 11);
 	struct dxl_rec r = {.type = DXL_REC_DATA, .seq = seq, .txn_id = 11,
-			    .commit_ts = 1011, .payload = p, .payload_len = 700};
+			    .commit_ts = 1011, .payload = p, .payload_len = 700,
+			    .incarnation = dxl_logstore_incarnation(x->sls, 0)};
 	int len = dxl_rec_encode(&r, NULL, rec, sizeof(rec));
 	assert_int_equal(len, 768);
 	uint8_t *b = (uint8_t *)dxl_region_data(x->sreg) +
@@ -620,6 +621,85 @@ static void test_pull_while_a_writer_appends(void **state)
 	alarm(0);
 }
 
+/*
+ * The pull writes the ring buffer before the control block (issue 19's
+ * ordering rules): a crash in between leaves a control block (head,
+ * watermark) that promises only what the ring it describes holds. The
+ * local ring was a copy from earlier, behind; the source went on, moved
+ * its head and promised more (heartbeat). Crash mid-pull, then check: every
+ * source record below the local watermark, from the local head on, is in
+ * the local scan. Written control block first, the watermark would promise
+ * records the local buffer does not have.
+ */
+static int crash_now(void *arg)
+{
+	(void)arg;
+	return 1;
+}
+
+static void test_crash_mid_pull_keeps_a_consistent_ring(void **state)
+{
+	struct fx *x = fx_new(65536);
+	for (uint64_t t = 1; t <= 10; t++)
+		put(x, t, 700);
+	assert_int_equal(dxl_appender_heartbeat(x->a, 1011), 0);
+	while (dxl_appender_inflight(x->a)) {
+		struct dxl_append_result res;
+		assert_true(dxl_appender_poll(x->a, &res, 1) >= 0);
+		dxl_appender_wait(x->a, 100);
+	}
+	struct dxl_pull_stats st;
+	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(st.records, 10);
+	for (uint64_t t = 11; t <= 30; t++)
+		put(x, t, 700);
+	assert_int_equal(dxl_appender_heartbeat(x->a, 1031), 0);
+	while (dxl_appender_inflight(x->a)) {
+		struct dxl_append_result res;
+		assert_true(dxl_appender_poll(x->a, &res, 1) >= 0);
+		dxl_appender_wait(x->a, 100);
+	}
+	/* the source's replica applied 1..5 */
+	struct dxl_ring_iter it;
+	struct dxl_rec rec;
+	assert_int_equal(dxl_ring_iter_init(&it, x->sls, 0), 0);
+	for (int k = 0; k < 5; k++)
+		assert_int_equal(dxl_ring_iter_next(&it, &rec, NULL), 1);
+	assert_int_equal(dxl_logstore_set_head(x->sls, 0, it.pos, it.seq, 1005), 0);
+	assert_int_equal(dxl_logstore_watermark(x->sls, 0), 1031);
+
+	dxl_pull_set_crash_hook(crash_now, NULL);
+	int ret = dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st);
+	dxl_pull_set_crash_hook(NULL, NULL);
+	assert_int_equal(ret, DXL_E_IO);
+	dxl_err_clear();
+	/* what a restart of the local replica finds */
+	uint64_t wm = dxl_logstore_watermark(x->lls, 0);
+	struct dxl_ring_head h;
+	assert_int_equal(dxl_logstore_head(x->lls, 0, &h), 0);
+	uint64_t last = h.last_ts ? h.last_ts - 1000 : 0, n = 0;
+	assert_int_equal(dxl_ring_iter_init(&it, x->lls, 0), 0);
+	while (dxl_ring_iter_next(&it, &rec, NULL)) {
+		assert_int_equal(rec.txn_id, last + 1);
+		last = rec.txn_id;
+		n++;
+	}
+	print_message("  crash mid-pull: local head past txn %llu, watermark %llu, %llu records after the head (up to txn %llu)\n",
+		      (unsigned long long)(h.last_ts ? h.last_ts - 1000 : 0),
+		      (unsigned long long)wm, (unsigned long long)n,
+		      (unsigned long long)last);
+	/* every record below the watermark (ts 1000 + txn) is there */
+	if (wm && 1000 + last + 1 < wm)
+		fail_msg("crash mid-pull: the watermark %llu promises up to txn %llu, the ring ends at txn %llu",
+			 (unsigned long long)wm, (unsigned long long)(wm - 1001),
+			 (unsigned long long)last);
+	/* the next pull completes the copy */
+	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_same_bytes(x, 0, 0);
+	assert_int_equal(dxl_logstore_watermark(x->lls, 0), 1031);
+	fx_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -630,6 +710,7 @@ int main(void)
 		cmocka_unit_test(test_torn_record_at_the_end),
 		cmocka_unit_test(test_pull_errors),
 		cmocka_unit_test(test_pull_while_a_writer_appends),
+		cmocka_unit_test(test_crash_mid_pull_keeps_a_consistent_ring),
 	};
 	return cmocka_run_group_tests_name("ring pull", tests, NULL, NULL);
 }

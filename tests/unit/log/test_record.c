@@ -21,6 +21,7 @@ static int make(uint8_t *buf, size_t cap, uint32_t len, uint16_t nparts)
 	struct dxl_rec r = {.type = DXL_REC_DATA, .writer = 3, .epoch = 12,
 			    .seq = 1000 + len, .txn_id = 0xabcdef0123ull,
 			    .commit_ts = DXL_HLC_MAKE(1700000000000ull, 5),
+			    .incarnation = 0x01020304u,
 			    .nparts = nparts, .payload = payload,
 			    .payload_len = len};
 	return dxl_rec_encode(&r, parts3, buf, cap);
@@ -28,7 +29,7 @@ static int make(uint8_t *buf, size_t cap, uint32_t len, uint16_t nparts)
 
 static void test_sizes_follow_h5_h6(void **state)
 {
-	assert_int_equal(dxl_rec_size(0, 0), 64);        /* hdr 48 + trl 16 */
+	assert_int_equal(dxl_rec_size(0, 0), 64);        /* hdr 56 + trl 8 */
 	assert_int_equal(dxl_rec_size(0, 1), 128);
 	assert_int_equal(dxl_rec_size(1, 60), 128);
 	assert_int_equal(dxl_rec_size(0, 128), 192);
@@ -39,7 +40,7 @@ static void test_sizes_follow_h5_h6(void **state)
 	assert_int_equal(dxl_rec_size(0, DXL_REC_MAX_PAYLOAD + 1), 0);
 	for (uint32_t len = 0; len < 5000; len += 37) {
 		uint32_t s = dxl_rec_size(2, len);
-		assert_true(s >= 48 + 8 + len + 16);
+		assert_true(s >= DXL_REC_HDR_SIZE + 8 + len + DXL_REC_TRL_SIZE);
 		assert_int_equal(s % (s >= 256 ? 256 : 64), 0);
 	}
 }
@@ -56,6 +57,7 @@ static void test_roundtrip(void **state)
 		assert_int_equal(r.writer, 3);
 		assert_int_equal(r.epoch, 12);
 		assert_int_equal(r.seq, 1000 + len);
+		assert_int_equal(r.incarnation, 0x01020304u);
 		assert_int_equal(r.txn_id, 0xabcdef0123ull);
 		assert_int_equal(r.commit_ts, DXL_HLC_MAKE(1700000000000ull, 5));
 		assert_int_equal(r.nparts, 3);
@@ -79,7 +81,7 @@ static void test_every_corruption_detected(void **state)
 	static uint8_t buf[1024], orig[1024];
 	const uint32_t len = 100;
 	int n = make(buf, sizeof(buf), len, 3);
-	assert_int_equal(n, 192); /* 48 + 12 + 100 + 16 = 176 -> 192 */
+	assert_int_equal(n, 192); /* 56 + 12 + 100 + 8 = 176 -> 192 */
 	memcpy(orig, buf, (size_t)n);
 	uint32_t body_end = DXL_REC_HDR_SIZE + 12 + len;
 	int checked = 0;
@@ -105,10 +107,10 @@ static void test_corruptions_have_clear_messages(void **state)
 	struct dxl_rec r;
 	int n = make(buf, sizeof(buf), 100, 0);
 	/* trailer length disagreeing with the header */
-	buf[n - 16] ^= 0x40;
+	buf[n - DXL_REC_TRL_SIZE] ^= 0x40;
 	assert_int_equal(dxl_rec_decode(buf, (size_t)n, &r), DXL_E_CORRUPT);
 	assert_non_null(strstr(dxl_errmsg(), "trailer length"));
-	buf[n - 16] ^= 0x40;
+	buf[n - DXL_REC_TRL_SIZE] ^= 0x40;
 	/* a torn record: header and trailer landed, the middle did not */
 	memset(buf + 64, 0, 32);
 	assert_int_equal(dxl_rec_decode(buf, (size_t)n, &r), DXL_E_CORRUPT);
@@ -119,9 +121,9 @@ static void test_corruptions_have_clear_messages(void **state)
 	assert_non_null(strstr(dxl_errmsg(), "runs past"));
 	assert_int_equal(dxl_rec_decode(buf, 10, &r), DXL_E_CORRUPT);
 	/* other version */
-	buf[4] = 2;
+	buf[4] = 1; /* the format before incarnations */
 	assert_int_equal(dxl_rec_decode(buf, (size_t)n, &r), DXL_E_CORRUPT);
-	assert_non_null(strstr(dxl_errmsg(), "version 2"));
+	assert_non_null(strstr(dxl_errmsg(), "version 1"));
 	/* zeroed memory is not a record */
 	memset(buf, 0, sizeof(buf));
 	assert_int_equal(dxl_rec_decode(buf, sizeof(buf), &r), DXL_E_CORRUPT);
@@ -245,6 +247,50 @@ static void test_hlc_monotonic(void **state)
 	assert_int_equal(DXL_HLC_LOGICAL(f), 0);
 }
 
+/*
+ * A clock takes from outside nothing further ahead of its physical clock
+ * than max_ahead_ms (issue 19.7): a peer whose clock jumped an hour forward
+ * does not drag this clock along, and a timestamp near the largest value
+ * (garbage, or a ring's watermark written by such a clock) neither jumps it
+ * nor makes a later dxl_hlc_now abort on overflow.
+ */
+static void test_hlc_observe_is_bounded(void **state)
+{
+	(void)state;
+	struct dxl_hlc c;
+	dxl_hlc_init(&c);
+	c.wall_ms = fake_wall;
+	fake_ms = 1000000;
+	assert_int_equal(dxl_hlc_max_ts(&c),
+			 DXL_HLC_MAKE(1000000 + DXL_HLC_MAX_AHEAD_MS, 0xffff));
+	/* within the bound: taken as before */
+	assert_int_equal(dxl_hlc_observe(&c, DXL_HLC_MAKE(1000000 + 5000, 7)), 0);
+	assert_int_equal(dxl_hlc_now(&c), DXL_HLC_MAKE(1005000, 8));
+	/* an hour ahead: not taken; the clock goes no further than the bound */
+	assert_int_equal(dxl_hlc_observe(&c, DXL_HLC_MAKE(1000000 + 3600000, 0)),
+			 DXL_E_INVAL);
+	assert_non_null(strstr(dxl_errmsg(), "ahead of this host's clock"));
+	uint64_t t = dxl_hlc_now(&c);
+	assert_true(DXL_HLC_PHYS(t) <= 1000000 + DXL_HLC_MAX_AHEAD_MS + 1);
+	/* the largest values: no abort, still bounded, still increasing */
+	assert_int_equal(dxl_hlc_observe(&c, UINT64_MAX), DXL_E_INVAL);
+	assert_int_equal(dxl_hlc_observe(&c, UINT64_MAX - 1), DXL_E_INVAL);
+	uint64_t u = dxl_hlc_now(&c);
+	assert_true(u > t);
+	assert_true(DXL_HLC_PHYS(u) <= 1000000 + DXL_HLC_MAX_AHEAD_MS + 1);
+	/* a per-clock bound */
+	struct dxl_hlc d;
+	dxl_hlc_init(&d);
+	d.wall_ms = fake_wall;
+	d.max_ahead_ms = 100;
+	assert_int_equal(dxl_hlc_observe(&d, DXL_HLC_MAKE(1000000 + 100, 5)), 0);
+	assert_int_equal(dxl_hlc_observe(&d, DXL_HLC_MAKE(1000000 + 101, 0)), DXL_E_INVAL);
+	assert_int_equal(dxl_hlc_now(&d), DXL_HLC_MAKE(1000101, 0));
+	/* the physical clock catches up: the same timestamp is taken */
+	fake_ms = 1000000 + 3600000;
+	assert_int_equal(dxl_hlc_observe(&c, DXL_HLC_MAKE(1000000 + 3600000, 0)), 0);
+}
+
 #define HLC_THREADS 2
 #define HLC_PER 50000
 static struct dxl_hlc shared_clock;
@@ -298,6 +344,7 @@ int main(void)
 		cmocka_unit_test(test_encode_rejects_bad_input),
 		cmocka_unit_test(test_crc32c_known_vector),
 		cmocka_unit_test(test_hlc_monotonic),
+		cmocka_unit_test(test_hlc_observe_is_bounded),
 		cmocka_unit_test(test_hlc_unique_across_threads),
 	};
 	return cmocka_run_group_tests_name("log records and clock", tests, NULL, NULL);

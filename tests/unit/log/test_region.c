@@ -9,12 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 
 static char dir[256];
 
@@ -28,6 +31,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s/tiny", dir);
+	umount2(cmd, MNT_DETACH); /* a failed test_region_on_full_filesystem */
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
@@ -298,6 +303,98 @@ static void test_datadir_refuses_foreign_and_dax_less_dirs(void **state)
 	assert_int_equal(dxl_durability_parse("flash", &m), DXL_E_INVAL);
 }
 
+/* a region owns every block of its file from creation on (issue 19.8) */
+static void test_region_blocks_allocated(void **state)
+{
+	char p[512];
+	path_of(p, sizeof(p), "allocated");
+	struct dxl_region *r;
+	assert_int_equal(dxl_region_create(p, 8 << 20, DXL_DUR_PROCESS, &ID, &r), 0);
+	struct stat st;
+	assert_int_equal(stat(p, &st), 0);
+	assert_true((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size);
+	dxl_region_close(&r);
+
+	/* a failing allocation: a clear error, nothing left behind */
+	dxl_test_fallocate_err = ENOSPC;
+	path_of(p, sizeof(p), "no-space");
+	int ret = dxl_region_create(p, 8 << 20, DXL_DUR_PROCESS, &ID, &r);
+	dxl_test_fallocate_err = 0;
+	assert_int_equal(ret, DXL_E_IO);
+	assert_null(r);
+	assert_non_null(strstr(dxl_errmsg(), "cannot allocate"));
+	assert_non_null(strstr(dxl_errmsg(), "No space left on device"));
+	char q[600];
+	snprintf(q, sizeof(q), "%s.tmp", p);
+	assert_int_not_equal(access(p, F_OK), 0);
+	assert_int_not_equal(access(q, F_OK), 0);
+}
+
+/*
+ * The same on a real full filesystem: a 1 MiB tmpfs mounted for the test.
+ * Before, the file was created sparse and the first store into a hole
+ * raised SIGBUS (in a replica: in the NIC thread, for a remote WRITE).
+ * A sparse region an older build left is given its blocks when opened.
+ */
+static void test_region_on_full_filesystem(void **state)
+{
+	char mnt[512];
+	path_of(mnt, sizeof(mnt), "tiny");
+	assert_int_equal(mkdir(mnt, 0700), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) {
+		fprintf(stderr, "SKIPPED: cannot mount a small tmpfs (%s; needs root)\n",
+			strerror(errno));
+		rmdir(mnt);
+		skip();
+	}
+	char p[600], q[640];
+	snprintf(p, sizeof(p), "%s/log", mnt);
+	snprintf(q, sizeof(q), "%s.tmp", p);
+	struct dxl_region *r;
+	int ret = dxl_region_create(p, 4 << 20, DXL_DUR_PROCESS, &ID, &r);
+	if (ret == 0) { /* the old behaviour: show what it leads to */
+		pid_t pid = fork();
+		if (pid == 0) {
+			signal(SIGBUS, SIG_DFL); /* not cmocka's handler */
+			memset(dxl_region_data(r), 1, dxl_region_data_size(r));
+			_exit(0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		fprintf(stderr, "a sparse region on a full filesystem: %s\n",
+			WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "no signal");
+		dxl_region_close(&r);
+	}
+	int created = ret;
+	/* an older build's sparse region: superblock + holes */
+	char big[512];
+	path_of(big, sizeof(big), "model");
+	assert_int_equal(dxl_region_create(big, 4 << 20, DXL_DUR_PROCESS, &ID, &r), 0);
+	dxl_region_close(&r);
+	uint8_t *img;
+	size_t len;
+	read_file(big, &img, &len);
+	unlink(p);
+	int fd = open(p, O_RDWR | O_CREAT, 0640);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, img, 4096, 0), 4096);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	close(fd);
+	free(img);
+	int opened = dxl_region_open(p, DXL_DUR_PROCESS, &ID, &r);
+	char msg[1024];
+	snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+	if (!opened)
+		dxl_region_close(&r);
+	unlink(p);
+	assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+	rmdir(mnt);
+	assert_int_equal(created, DXL_E_IO);
+	assert_int_equal(opened, DXL_E_IO);
+	assert_non_null(strstr(msg, "cannot allocate"));
+	assert_non_null(strstr(msg, "bytes available"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -307,6 +404,8 @@ int main(void)
 		cmocka_unit_test(test_persist_outside_data_area_is_a_bug),
 		cmocka_unit_test(test_datadir),
 		cmocka_unit_test(test_datadir_refuses_foreign_and_dax_less_dirs),
+		cmocka_unit_test(test_region_blocks_allocated),
+		cmocka_unit_test(test_region_on_full_filesystem),
 	};
 	return cmocka_run_group_tests_name("regions and data directories", tests,
 					   setup, teardown);

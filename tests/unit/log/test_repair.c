@@ -23,6 +23,7 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
+#include "log/log_internal.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
 
@@ -595,8 +596,11 @@ static void test_diverged_detected(void **state)
 	uint8_t p[1024];
 	make_payload(p, len_of(3, 0), 3, 0);
 	p[0] ^= 1;
+	struct dxl_rec orig;
+	assert_int_equal(dxl_rec_decode(d + c.pos[2], 8192, &orig), 0);
 	struct dxl_rec r = {.type = DXL_REC_DATA, .writer = 0, .epoch = 1,
 			    .seq = c.seq[2], .txn_id = 3, .commit_ts = 1003,
+			    .incarnation = orig.incarnation,
 			    .payload = p, .payload_len = len_of(3, 0)};
 	assert_true(dxl_rec_encode(&r, NULL, d + c.pos[2], 8192) > 0);
 	const int TWO[2] = {0, 2};
@@ -683,6 +687,304 @@ static void test_last_ts_and_min_ts(void **state)
 	fx_free(x);
 }
 
+/*
+ * Issue 11 defect 1 through a real appender: a crash tore record k on
+ * every replica while k+1 (never acknowledged) survived intact behind it.
+ * The next process of the same writer opens with repair, finds the end at
+ * k and appends k' of the same size there. No scan may ever return k+1
+ * (it would follow k' with a lower timestamp): the records carry the
+ * ring's incarnation, and the new appender's is higher.
+ */
+static void test_ghost_after_torn_record(void **state)
+{
+	struct fx *x = fx_new(65536);
+	struct dxl_appender *a;
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	put_range(a, 1, 4, 0, 0x7, NREP);
+	/* k = 5 and k+1 = 6 in flight together: their watermark promises
+	 * only 1..4 (5 was not acknowledged when 6 was posted) */
+	static uint8_t p[8192];
+	for (uint64_t t = 5; t <= 6; t++) {
+		make_payload(p, len_of(t, 0), t, 0);
+		struct dxl_rec r = {.txn_id = t, .commit_ts = 1000 + t,
+				    .payload = p, .payload_len = len_of(t, 0)};
+		assert_int_equal(dxl_appender_append(a, &r, NULL, NULL), 0);
+	}
+	struct dxl_append_result res[2];
+	int got = 0;
+	while (got < 2) {
+		int k = dxl_appender_poll(a, res + got, 2 - got);
+		assert_true(k >= 0);
+		got += k;
+		if (got < 2)
+			dxl_appender_wait(a, 100);
+	}
+	dxl_appender_delete(&a);
+	struct recs c;
+	scan(x, 0, &c, NULL, NULL);
+	assert_int_equal(c.n, 6);
+	const uint64_t pos_k = c.pos[4], pos_k1 = c.pos[5];
+	for (int i = 0; i < NREP; i++) {
+		assert_true(dxl_logstore_watermark(x->rep[i].ls, RING) <= 1005);
+		/* the power failure: a line in the middle of k is lost */
+		uint8_t *d = (uint8_t *)dxl_region_data(x->rep[i].reg) +
+			     dxl_logstore_buf_off(x->rep[i].ls, RING);
+		memset(d + pos_k % x->ring_size + 128, 0, 64);
+		scan(x, i, &c, NULL, NULL);
+		assert_int_equal(c.n, 4);
+	}
+	/* the writer's next process (same writer id) */
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	uint64_t tail;
+	dxl_appender_tail(a, &tail, NULL);
+	assert_int_equal(tail, pos_k);
+	assert_int_equal(dxl_appender_last_ts(a), 1004);
+	/* k': txn 5 again, another payload of the same size */
+	put_len(a, 5, 1, len_of(5, 0), 0x7, NREP);
+	dxl_appender_tail(a, &tail, NULL);
+	assert_int_equal(tail, pos_k1);
+	dxl_appender_delete(&a);
+	for (int i = 0; i < NREP; i++) {
+		scan(x, i, &c, NULL, NULL);
+		if (c.n != 5)
+			fail_msg("replica %d returns %u records (txn %llu last): the record behind the torn one came back",
+				 i, c.n, (unsigned long long)c.txn[c.n - 1]);
+		assert_int_equal(c.txn[4], 5);
+		assert_int_equal(c.variant[4], 1);
+		assert_int_equal(dxl_log_scan_merged(x->rep[i].ls, UINT64_MAX, NULL,
+						     NULL), 5);
+	}
+	/* and the ring goes on from k' for the next writer too */
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	dxl_appender_tail(a, &tail, NULL);
+	assert_int_equal(tail, pos_k1);
+	put_len(a, 6, 1, len_of(6, 0), 0x7, NREP);
+	dxl_appender_delete(&a);
+	assert_identical(x, 6);
+	fx_free(x);
+}
+
+/* the incarnation slots: each open writes the one not holding the highest,
+ * so a torn write leaves the previous incarnation readable */
+static uint64_t inc_slot_val(struct fx *x, int i, int slot)
+{
+	const uint8_t *b = (const uint8_t *)dxl_region_data(x->rep[i].reg) +
+			   dxl_logstore_ctl_off(x->rep[i].ls, RING) + DXL_RING_INC_OFF +
+			   slot * DXL_RING_INC_SLOT;
+	uint64_t v, chk;
+	memcpy(&v, b, 8); /* little-endian host */
+	memcpy(&chk, b + 8, 8);
+	return chk == (v ^ DXL_RING_INC_MAGIC) ? v : 0;
+}
+
+static void test_incarnation_slots(void **state)
+{
+	struct fx *x = fx_new(65536);
+	struct dxl_appender *a;
+	for (uint32_t k = 1; k <= 3; k++) {
+		assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+		assert_int_equal(dxl_appender_incarnation(a), k);
+		put(a, k, 0, 0x7, NREP);
+		dxl_appender_delete(&a);
+		for (int i = 0; i < NREP; i++)
+			assert_int_equal(dxl_logstore_incarnation(x->rep[i].ls, RING), k);
+	}
+	/* slots hold 3 and 2: a torn write of 3 leaves 2; the records carry 3,
+	 * so the next appender still takes 4 */
+	for (int i = 0; i < NREP; i++) {
+		int s3 = inc_slot_val(x, i, 0) == 3 ? 0 : 1;
+		assert_int_equal(inc_slot_val(x, i, s3), 3);
+		assert_int_equal(inc_slot_val(x, i, !s3), 2);
+		uint8_t *b = (uint8_t *)dxl_region_data(x->rep[i].reg) +
+			     dxl_logstore_ctl_off(x->rep[i].ls, RING) + DXL_RING_INC_OFF +
+			     s3 * DXL_RING_INC_SLOT;
+		b[3] ^= 0x40;
+		assert_int_equal(dxl_logstore_incarnation(x->rep[i].ls, RING), 2);
+	}
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	assert_int_equal(dxl_appender_incarnation(a), 4);
+	put(a, 4, 0, 0x7, NREP);
+	dxl_appender_delete(&a);
+	for (int i = 0; i < NREP; i++) {
+		assert_int_equal(dxl_logstore_incarnation(x->rep[i].ls, RING), 4);
+		/* 4 went into the torn slot: 2 stays readable beside it */
+		assert_true(inc_slot_val(x, i, 0) == 2 || inc_slot_val(x, i, 1) == 2);
+	}
+	assert_identical(x, 4);
+	fx_free(x);
+}
+
+/* ---- issue 19.2: repair never truncates what a watermark proves acknowledged */
+
+/* replica i's log region deleted and created anew, empty (a replaced disk) */
+static void recreate(struct fx *x, int i)
+{
+	struct rep *r = &x->rep[i];
+	fence(x, i);
+	dxl_logstore_close(&r->ls);
+	dxl_region_close(&r->reg);
+	assert_int_equal(unlink(r->path), 0);
+	struct dxl_region_id id = {.cluster = "t", .node_id = (uint32_t)i + 1,
+				   .kind = DXL_REGION_LOG};
+	uint64_t bytes = DXL_ALIGN_UP(dxl_logstore_bytes(NRINGS, x->ring_size),
+				      4096ull);
+	assert_int_equal(dxl_region_create(r->path, bytes, DXL_DUR_PROCESS, &id,
+					   &r->reg), 0);
+	assert_int_equal(dxl_logstore_format(r->reg, 0, NRINGS, x->ring_size), 0);
+	assert_int_equal(dxl_logstore_open(r->reg, &r->ls), 0);
+	unfence(x, i);
+}
+
+static void test_repair_keeps_what_a_watermark_proves(void **state)
+{
+	struct fx *x = fx_new(65536);
+	struct dxl_appender *a;
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	put_range(a, 1, 5, 0, 0x7, NREP);
+	/* idle: the watermark says everything below 1200 is acknowledged */
+	assert_int_equal(dxl_appender_heartbeat(a, 1200), 0);
+	struct dxl_append_result res;
+	while (dxl_appender_inflight(a)) {
+		assert_true(dxl_appender_poll(a, &res, 1) >= 0);
+		dxl_appender_wait(a, 100);
+	}
+	dxl_appender_delete(&a);
+	for (int i = 0; i < NREP; i++)
+		assert_int_equal(dxl_logstore_watermark(x->rep[i].ls, RING), 1200);
+
+	/* the primary's disk was replaced: its ring is empty. As the
+	 * reference it would make the others drop 1..5, acknowledged */
+	recreate(x, 0);
+	uint8_t *s1 = snap(x, 1), *s2 = snap(x, 2);
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), DXL_E_STALE);
+	print_message("  refused: %s\n", dxl_errmsg());
+	assert_non_null(strstr(dxl_errmsg(), "reference"));
+	assert_non_null(strstr(dxl_errmsg(), "is behind"));
+	assert_non_null(strstr(dxl_errmsg(), x->rep[0].t[RING].addr));
+	assert_non_null(strstr(dxl_errmsg(), "below the watermark 1200"));
+	assert_unchanged(x, 1, s1);
+	assert_unchanged(x, 2, s2);
+	struct recs c;
+	scan(x, 1, &c, NULL, NULL);
+	assert_int_equal(c.n, 5);
+
+	/* a member that holds them as the reference catches the empty one up */
+	const int FROM1[NREP] = {1, 0, 2};
+	assert_int_equal(open_app(x, FROM1, NREP, true, &a), 0);
+	put(a, 200, 0, 0x7, NREP); /* (not below the watermark: ts 1200) */
+	dxl_appender_delete(&a);
+	assert_identical(x, 6);
+
+	/* records above every watermark (never acknowledged) are still cut */
+	const int ONE2[1] = {2};
+	assert_int_equal(open_app(x, ONE2, 1, false, &a), 0);
+	put(a, 201, 0, 0x1, 1); /* only on replica 2: never acknowledged */
+	dxl_appender_delete(&a);
+	assert_int_equal(open_app(x, ALL, NREP, true, &a), 0);
+	struct dxl_repair_stats rs;
+	dxl_appender_repair_stats(a, &rs);
+	assert_int_equal(rs.records_dropped, 1);
+	dxl_appender_delete(&a);
+	assert_identical(x, 6);
+	fx_free(x);
+}
+
+/* ---- issue 19.1: a head is durable before any writer may use it ------------ */
+
+struct head_crash {
+	struct dxl_appender *a;
+	uint32_t crash_step; /* set_head "crashes" after storing this copy */
+	uint8_t *ctl;        /* the ring's control block */
+	uint8_t pre[2 * DXL_RING_HEAD_SLOT_SIZE]; /* the slots before */
+	uint64_t next_txn, acked_max;
+	unsigned appended;   /* appends acknowledged while the head was not durable */
+};
+
+/* try to append txn (1000 + txn): 0 acknowledged, else the error */
+static int try_put(struct dxl_appender *a, uint64_t txn)
+{
+	static uint8_t p[8192];
+	uint32_t len = len_of(txn, 0);
+	make_payload(p, len, txn, 0);
+	struct dxl_rec r = {.txn_id = txn, .commit_ts = 1000 + txn, .payload = p,
+			    .payload_len = len};
+	return dxl_appender_append_sync(a, &r, NULL, NULL);
+}
+
+/* the new head is stored, not persisted: the writer runs, then the crash
+ * loses the store */
+static int head_crash_hook(void *slot, uint32_t step, void *arg)
+{
+	struct head_crash *hc = arg;
+	if (step != hc->crash_step)
+		return 0;
+	for (int k = 0; k < 8 && try_put(hc->a, hc->next_txn) == 0; k++) {
+		hc->acked_max = hc->next_txn++;
+		hc->appended++;
+	}
+	dxl_err_clear();
+	uint8_t *s = slot;
+	memcpy(s, hc->pre + (s - hc->ctl), DXL_RING_HEAD_SLOT_SIZE);
+	return 1;
+}
+
+static int head_crash_run(uint32_t step)
+{
+	struct fx *x = fx_new(16384);
+	const int R0[1] = {0};
+	struct head_crash hc = {.crash_step = step, .next_txn = 1};
+	assert_int_equal(open_app(x, R0, 1, false, &hc.a), 0);
+	/* fill the ring: the writer waits for the head */
+	int full;
+	while ((full = try_put(hc.a, hc.next_txn)) == 0)
+		hc.acked_max = hc.next_txn++;
+	assert_int_equal(full, DXL_E_FULL);
+	dxl_err_clear();
+	assert_true(hc.acked_max >= 8);
+	/* the replica applied the first half: it moves the head past it */
+	struct dxl_logstore *ls = x->rep[0].ls;
+	struct dxl_ring_iter it;
+	struct dxl_rec rec;
+	uint64_t last = 0;
+	assert_int_equal(dxl_ring_iter_init(&it, ls, RING), 0);
+	while (last < hc.acked_max / 2 && dxl_ring_iter_next(&it, &rec, NULL))
+		last = rec.txn_id;
+	hc.ctl = (uint8_t *)dxl_region_data(x->rep[0].reg) +
+		 dxl_logstore_ctl_off(ls, RING);
+	memcpy(hc.pre, hc.ctl, sizeof(hc.pre));
+	dxl_ring_set_head_test_hook(head_crash_hook, &hc);
+	int ret = dxl_logstore_set_head(ls, RING, it.pos, it.seq, 1000 + last);
+	dxl_ring_set_head_test_hook(NULL, NULL);
+	assert_int_equal(ret, DXL_E_IO); /* the crash */
+	dxl_err_clear();
+	dxl_appender_delete(&hc.a);
+	/* the replica restarts with what is durable: every acknowledged record
+	 * above its head must be there */
+	struct dxl_ring_head h;
+	assert_int_equal(dxl_logstore_head(ls, RING, &h), 0);
+	struct recs c;
+	scan(x, 0, &c, NULL, NULL);
+	uint64_t first = h.last_ts ? h.last_ts - 1000 + 1 : 1;
+	print_message("  crash at copy %u of the head: %u appends acknowledged "
+		      "meanwhile; after the restart the head is past txn %llu and "
+		      "the ring holds %u records (%llu acknowledged above it)\n",
+		      step, hc.appended, (unsigned long long)first - 1, c.n,
+		      (unsigned long long)(hc.acked_max - first + 1));
+	if (c.n != hc.acked_max - first + 1 || (c.n && c.txn[0] != first))
+		fail_msg("crash at copy %u of a new head: %llu acknowledged records above the durable head, the ring holds %u",
+			 step, (unsigned long long)(hc.acked_max - first + 1), c.n);
+	fx_free(x);
+	return (int)hc.appended;
+}
+
+static void test_head_durable_before_writers_use_it(void **state)
+{
+	/* the first copy is visible, not durable: nobody may use it */
+	assert_int_equal(head_crash_run(1), 0);
+	/* the first copy is durable (the second is not): writers go on */
+	assert_true(head_crash_run(2) > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -693,6 +995,10 @@ int main(void)
 		cmocka_unit_test(test_diverged_detected),
 		cmocka_unit_test(test_behind_with_a_stray_record),
 		cmocka_unit_test(test_last_ts_and_min_ts),
+		cmocka_unit_test(test_ghost_after_torn_record),
+		cmocka_unit_test(test_incarnation_slots),
+		cmocka_unit_test(test_head_durable_before_writers_use_it),
+		cmocka_unit_test(test_repair_keeps_what_a_watermark_proves),
 	};
 	return cmocka_run_group_tests_name("appender repair", tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@ struct fx {
 	struct dxl_logstore *ls;
 	/* a local writer on ring 0 */
 	uint64_t tail_pos, tail_seq;
+	uint32_t inc; /* its incarnation */
 };
 
 static const struct dxl_region_id ID = {.cluster = "t", .node_id = 1,
@@ -62,7 +63,7 @@ static int append(struct fx *f, uint32_t n, uint32_t len)
 	snprintf((char *)payload, sizeof(payload), "rec-%u", n);
 	struct dxl_rec r = {.type = DXL_REC_DATA, .writer = 0, .epoch = 1,
 			    .txn_id = n, .commit_ts = n, .payload = payload,
-			    .payload_len = len};
+			    .payload_len = len, .incarnation = f->inc};
 	uint32_t size = dxl_rec_size(0, len);
 	struct dxl_ring_head h;
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
@@ -72,8 +73,9 @@ static int append(struct fx *f, uint32_t n, uint32_t len)
 		return ret;
 	uint8_t *buf = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_buf_off(f->ls, 0);
 	if (p.skip_len)
-		assert_int_equal(dxl_rec_encode_skip(0, 1, p.skip_seq, p.skip_len,
-						     buf + p.skip_off, p.skip_len),
+		assert_int_equal(dxl_rec_encode_skip_inc(0, 1, f->inc, p.skip_seq,
+							 p.skip_len, buf + p.skip_off,
+							 p.skip_len),
 				 (int)p.skip_len);
 	r.seq = p.rec_seq;
 	assert_int_equal(dxl_rec_encode(&r, NULL, buf + p.rec_off, RING - p.rec_off),
@@ -229,24 +231,150 @@ static void test_scan_stops_at_torn_and_stale(void **state)
 	assert_int_equal(end_pos, f->tail_pos);
 }
 
+/* where a walk ends, and why */
+static enum dxl_ring_end walk_end(struct fx *f, uint64_t *pos, uint32_t *n)
+{
+	struct dxl_ring_iter it;
+	struct dxl_rec rec;
+	assert_int_equal(dxl_ring_iter_init(&it, f->ls, 0), 0);
+	*n = 0;
+	while (dxl_ring_iter_next(&it, &rec, NULL))
+		(*n)++;
+	*pos = it.pos;
+	return it.end;
+}
+
+/*
+ * Issue 11 defect 1, with the library's own encode and scan: record k is
+ * torn by a crash, k+1 (never acknowledged) survived behind it; a later
+ * writer (a new incarnation) appends k' of the same size where k was. Its
+ * scan must stop after k': k+1 was written after k, not after k', and
+ * would come back with a lower timestamp (and an older epoch).
+ */
+static void test_ghost_record_never_returns(void **state)
+{
+	struct fx *f = *state;
+	f->inc = 1;
+	for (uint32_t n = 1; n <= 5; n++)
+		assert_int_equal(append(f, n, 200), 0);
+	const uint64_t pos_k = f->tail_pos, seq_k = f->tail_seq;
+	assert_int_equal(append(f, 6, 200), 0); /* k */
+	const uint64_t pos_k1 = f->tail_pos;
+	assert_int_equal(append(f, 7, 200), 0); /* k+1 */
+	uint8_t *buf = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_buf_off(f->ls, 0);
+	/* the power failure lost one line of k, none of k+1 */
+	memset(buf + pos_k % RING + 128, 0, 64);
+	uint64_t end;
+	uint32_t n;
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_TORN);
+	assert_int_equal(n, 5);
+	assert_int_equal(end, pos_k);
+	/* the next writer appends from the end its scan found, k' the size of k */
+	f->tail_pos = pos_k;
+	f->tail_seq = seq_k;
+	f->inc = 2;
+	assert_int_equal(append(f, 106, 200), 0);
+	assert_int_equal(f->tail_pos, pos_k1); /* k+1 lies right behind k' */
+	struct seen s = {0};
+	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, &end, NULL), 6);
+	assert_int_equal(s.txn[5], 106);
+	assert_int_equal(end, pos_k1);
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_GHOST);
+	/* the merged scan (what replay and tailers use) sees k' last, and no
+	 * timestamp going backwards (k+1 has 7 < 106) */
+	assert_int_equal(dxl_log_scan_merged(f->ls, UINT64_MAX, NULL, NULL), 6);
+	/* the same writer incarnation after k' continues the ring normally */
+	assert_int_equal(append(f, 107, 200), 0);
+	assert_int_equal(dxl_ring_scan(f->ls, 0, NULL, NULL, NULL, NULL), 7);
+	/* a higher incarnation may follow a lower one, never the reverse */
+	f->inc = 1;
+	assert_int_equal(append(f, 108, 200), 0);
+	assert_int_equal(dxl_ring_scan(f->ls, 0, NULL, NULL, NULL, NULL), 7);
+}
+
+/* the end reasons a walk reports */
+static void test_walk_end_reasons(void **state)
+{
+	struct fx *f = *state;
+	uint64_t end;
+	uint32_t n;
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_EMPTY);
+	for (uint32_t k = 1; k <= 3; k++)
+		assert_int_equal(append(f, k, 64), 0);
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_EMPTY);
+	assert_int_equal(n, 3);
+	/* a record of an earlier lap where the next one should be */
+	uint8_t *buf = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_buf_off(f->ls, 0);
+	uint32_t sz = dxl_rec_size(0, 64);
+	memcpy(buf + f->tail_pos, buf, sz);
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_STALE);
+	assert_int_equal(end, f->tail_pos);
+	/* its header intact, a later line not */
+	memset(buf + f->tail_pos, 0, sz);
+	assert_int_equal(append(f, 4, 64), 0);
+	buf[f->tail_pos - sz + 70] ^= 1;
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_TORN);
+	assert_int_equal(n, 3);
+	/* a full ring: the lap ends the walk */
+	buf[f->tail_pos - sz + 70] ^= 1;
+	while (append(f, 5, 64) == 0)
+		;
+	dxl_err_clear();
+	assert_int_equal(f->tail_pos, RING); /* exactly full: 128-byte records */
+	assert_int_equal(walk_end(f, &end, &n), DXL_RING_END_LAP);
+	assert_int_equal(n, RING / sz);
+}
+
+/* the head slot holding generation gen */
+static uint8_t *slot_of(uint8_t *ctl, uint64_t gen)
+{
+	for (int i = 0; i < 2; i++) {
+		uint64_t g;
+		memcpy(&g, ctl + i * DXL_RING_HEAD_SLOT_SIZE, 8);
+		if (g == gen)
+			return ctl + i * DXL_RING_HEAD_SLOT_SIZE;
+	}
+	fail_msg("no head slot of generation %llu", (unsigned long long)gen);
+	return NULL;
+}
+
 static void test_head_slots_survive_a_torn_update(void **state)
 {
 	struct fx *f = *state;
 	for (uint32_t n = 1; n <= 3; n++)
 		assert_int_equal(append(f, n, 10), 0);
 	const uint64_t sz = dxl_rec_size(0, 10); /* 128 */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2, 1), 0); /* gen 2 */
-	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3, 2), 0); /* gen 3 */
-	struct dxl_ring_head h;
+	uint8_t *ctl = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_ctl_off(f->ls, 0);
+	/* each head goes into both slots: generations 2 and 3, then 4 and 5 */
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, sz, 2, 1), 0);
+	struct dxl_ring_head h, d;
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
 	assert_int_equal(h.gen, 3);
-	assert_int_equal(h.pos, 2 * sz);
-	/* the newest slot is torn (a crash while writing it): the previous
-	 * head is used, which is safe: it only re-applies records */
-	uint8_t *ctl = (uint8_t *)dxl_region_data(f->r) + dxl_logstore_ctl_off(f->ls, 0);
-	ctl[(3 % 2) * DXL_RING_HEAD_SLOT_SIZE + 9] ^= 0xff;
+	assert_int_equal(h.pos, sz);
+	uint8_t head_a[2 * DXL_RING_HEAD_SLOT_SIZE];
+	memcpy(head_a, ctl, sizeof(head_a));
+	assert_int_equal(dxl_logstore_set_head(f->ls, 0, 2 * sz, 3, 2), 0);
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
-	assert_int_equal(h.gen, 2);
+	assert_int_equal(h.gen, 5);
+	assert_int_equal(h.pos, 2 * sz);
+	assert_int_equal(dxl_ring_head_decode_durable(ctl, &d), 0);
+	assert_int_equal(d.gen, 4); /* the older copy: the same head */
+	assert_int_equal(d.pos, 2 * sz);
+	/* the second copy is torn (a crash while writing it): the first one
+	 * holds the same head */
+	slot_of(ctl, 5)[9] ^= 0xff;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(h.gen, 4);
+	assert_int_equal(h.pos, 2 * sz);
+	/* the first copy is torn (generation 4 over generation 2; 3 is still
+	 * there): the previous head is used, which is safe: it only
+	 * re-applies records */
+	uint8_t *s4 = slot_of(ctl, 4);
+	memcpy(ctl, head_a, sizeof(head_a));
+	assert_ptr_not_equal(slot_of(ctl, 3), s4);
+	s4[9] ^= 0xff;
+	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), 0);
+	assert_int_equal(h.gen, 3);
 	assert_int_equal(h.pos, sz);
 	assert_int_equal(h.seq, 2);
 	assert_int_equal(h.last_ts, 1);
@@ -254,8 +382,9 @@ static void test_head_slots_survive_a_torn_update(void **state)
 	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), 2);
 	assert_int_equal(s.txn[0], 2);
 	/* both slots bad: an error, not a guess */
-	ctl[(2 % 2) * DXL_RING_HEAD_SLOT_SIZE + 1] ^= 0xff;
+	slot_of(ctl, 3)[1] ^= 0xff;
 	assert_int_equal(dxl_logstore_head(f->ls, 0, &h), DXL_E_CORRUPT);
+	assert_int_equal(dxl_ring_head_decode_durable(ctl, &d), DXL_E_CORRUPT);
 	assert_int_equal(dxl_ring_scan(f->ls, 0, collect, &s, NULL, NULL), DXL_E_CORRUPT);
 }
 
@@ -413,6 +542,8 @@ int main(void)
 		cmocka_unit_test(test_place_arithmetic),
 		cmocka_unit_test_setup_teardown(test_append_wrap_and_scan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_scan_stops_at_torn_and_stale, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ghost_record_never_returns, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_end_reasons, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_head_slots_survive_a_torn_update, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_survives_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_merge_by_timestamp_and_writer, setup, teardown),

@@ -1,0 +1,54 @@
+/* recovery_internal.h -- helpers shared by recovery/'s files (recovery module only) */
+#ifndef DXL_RECOVERY_INTERNAL_H
+#define DXL_RECOVERY_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dxl/recovery.h"
+
+/* DIR/ckpt-<shard>-<seq, 20 digits>.dat; DXL_E_INVAL if it does not fit */
+int dxl_rcv_ckpt_name(char *buf, size_t cap, const char *dir, uint32_t shard,
+		      uint64_t seq);
+
+/* true if slot of table is inconsistent (dxl_store_read: DXL_E_AGAIN after
+ * its retries) and its key (line 0 offset 16) maps to it: a record torn by
+ * a crash that the store keeps reserved for its key until the log's replay
+ * rewrites it -- or a live record a writer is slow to finish */
+bool dxl_rcv_torn_reserved(struct dxl_store *s, uint32_t table, uint64_t slot);
+
+/* the record digest's hash from the value's CRC32C (dxl_digest_add
+ * computes that CRC itself) */
+void dxl_rcv_digest_add_crc(struct dxl_digest *d, uint32_t table, uint64_t key,
+			    uint64_t version, uint32_t vcrc, uint32_t len);
+
+/* the writer's start_ts (informational: the heads' largest last_ts) */
+void dxl_rcv_writer_set_start_ts(struct dxl_ckpt_writer *w, uint64_t ts);
+
+/* fsync the directory holding path (a create, rename or unlink in it is
+ * durable afterwards); a failure is logged */
+void dxl_rcv_fsync_parent(const char *path);
+
+/* post chain on qp and wait for the completion of wr_id (the last,
+ * signalled request); a failed completion is DXL_E_ACCESS (remote access
+ * error: the source re-registered) or DXL_E_UNREACHABLE */
+int dxl_rcv_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id);
+
+/* the writer's summary so far (shard, tables, counts) */
+const struct dxl_ckpt_info *dxl_rcv_writer_info(const struct dxl_ckpt_writer *w);
+
+/*
+ * dxl_rcv_xfer_judge -- what a state transfer does with one slot, from its
+ * first READ a, the lock word READ after it, and its second READ b
+ * (transfer.c has the argument): DXL_RCV_XFER_TAKE (*r and val[0..r->len)
+ * hold the record; take it if live), DXL_RCV_XFER_SKIP (torn at the source
+ * and unlocked: its record is in the log), DXL_RCV_XFER_AGAIN (locked, or
+ * changed between the READs: read it again). *err: a consistent slot with
+ * impossible fields (DXL_E_CORRUPT), else 0.
+ */
+enum { DXL_RCV_XFER_TAKE = 0, DXL_RCV_XFER_SKIP = 1, DXL_RCV_XFER_AGAIN = 2 };
+int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32_t slot_size,
+		       struct dxl_record *r, uint8_t *val, int *err);
+
+#endif /* DXL_RECOVERY_INTERNAL_H */

@@ -1,0 +1,518 @@
+/* catchup.c -- catch-up of shards a node is not a member of: log pulls that never outrun the store, state transfer of tables, rebuild at open (replica/catchup_internal.h, docs/recovery.md) */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "replica/catchup_internal.h"
+
+#define APPLY_BATCH (1u << 20)
+#define NEED_PERIOD_MS 1000 /* the need cursor: at most this often */
+#define XFER_BACKOFF_MS 1000
+
+struct rc {
+	bool marked;         /* the store may not cover its log */
+	bool need_set;       /* our cursor exists in ZooKeeper */
+	uint64_t need_ts, need_ms;
+	uint64_t next_xfer_ms;
+	struct dxl_rcvm_stats st;
+};
+
+struct xfer {
+	bool running;       /* a thread exists (loop only) */
+	atomic_bool done;   /* it finished (set by the thread) */
+	pthread_t th;
+	uint32_t i;         /* the shard index */
+	struct dxl_rcvm *m;
+	struct dxl_xfer_source *src;
+	int result;
+	char msg[512];
+	struct dxl_xfer_stats xs;
+	struct dxl_install_stats is;
+	struct dxl_ckpt_info info;
+	uint64_t t0_ms;
+};
+
+struct dxl_rcvm {
+	struct dxl_rcvm_cfg cfg;
+	char dir[1024];
+	char cluster[DXL_CLUSTER_NAME_MAX];
+	struct dxl_shard *shards[DXL_REPLICA_MAX_SHARDS];
+	struct dxl_tables *tables[DXL_REPLICA_MAX_SHARDS];
+	struct rc rc[DXL_REPLICA_MAX_SHARDS];
+	struct xfer x;
+	/* the loop's bounce buffer for log copies (registered LOCAL_WRITE) */
+	uint8_t *bounce;
+	struct dxl_mr *bounce_mr;
+	uint64_t bounce_len;
+};
+
+static void region_id(const struct dxl_rcvm *m, struct dxl_region_id *id)
+{
+	memset(id, 0, sizeof(*id));
+	snprintf(id->cluster, sizeof(id->cluster), "%s", m->cluster);
+	id->node_id = m->cfg.node_id;
+}
+
+static uint32_t shard_of(const struct dxl_rcvm *m, uint32_t i)
+{
+	return dxl_shard_id(m->shards[i]);
+}
+
+/* ---- rebuild at open ----------------------------------------------------------------- */
+
+static int rebuild(struct dxl_rcvm *m, uint32_t i)
+{
+	struct dxl_region_id id;
+	region_id(m, &id);
+	uint32_t shard = shard_of(m, i);
+	struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	struct dxl_ckpt *c = NULL;
+	struct dxl_ckpt_scan scan;
+	int ret = dxl_ckpt_find(m->dir, m->cfg.durability, &id, shard, &c, &scan);
+	if (ret)
+		return ret;
+	char why[256];
+	ret = dxl_ckpt_covered(c, ls, why, sizeof(why));
+	if (ret == 0)
+		ret = dxl_err_set(DXL_E_STALE, "checkpoint %" PRIu64 " is not covered by the log: %s",
+				  dxl_ckpt_get_info(c)->seq, why);
+	struct dxl_install_stats is;
+	if (ret == 1)
+		ret = dxl_ckpt_install(dxl_tables_store(m->tables[i]), c, &is);
+	if (!ret) {
+		dxl_rcv_mark_clear(m->dir, shard);
+		m->rc[i].marked = false;
+		m->rc[i].st.rebuilt++;
+		DXL_INFO("event=store_rebuilt shard=%u checkpoint=%" PRIu64 " entries=%" PRIu64
+			 " written=%" PRIu64 " removed=%" PRIu64 " ms=%" PRIu64
+			 " msg=\"the log from the checkpoint's position is replayed when the applier starts\"",
+			 shard, dxl_ckpt_get_info(c)->seq, is.entries, is.written, is.removed, is.ms);
+	}
+	dxl_ckpt_close(&c);
+	return ret;
+}
+
+int dxl_rcvm_new(const struct dxl_rcvm_cfg *cfg, struct dxl_rcvm **out)
+{
+	if (!cfg || !out || !cfg->dir || !cfg->cluster || cfg->nshards > DXL_REPLICA_MAX_SHARDS)
+		return dxl_err_set(DXL_E_INVAL, "dxl_rcvm_new: bad argument");
+	struct dxl_rcvm *m = calloc(1, sizeof(*m));
+	if (!m)
+		return dxl_err_set(DXL_E_NOMEM, "catch-up state");
+	m->cfg = *cfg;
+	snprintf(m->dir, sizeof(m->dir), "%s", cfg->dir);
+	snprintf(m->cluster, sizeof(m->cluster), "%s", cfg->cluster);
+	m->cfg.dir = m->dir;
+	m->cfg.cluster = m->cluster;
+	struct dxl_region_id id;
+	region_id(m, &id);
+	for (uint32_t i = 0; i < cfg->nshards; i++) {
+		m->shards[i] = cfg->shards[i];
+		m->tables[i] = cfg->tables ? cfg->tables[i] : NULL;
+		if (!m->tables[i])
+			continue;
+		uint32_t shard = shard_of(m, i);
+		/* no checkpoint is being written now: cut ones can go */
+		dxl_ckpt_prune(m->dir, cfg->durability, &id, shard, 1);
+		char reason[64];
+		if (!dxl_rcv_marked(m->dir, shard, reason, sizeof(reason)))
+			continue;
+		m->rc[i].marked = true;
+		if (rebuild(m, i))
+			DXL_WARN("event=store_incomplete shard=%u reason=%s msg=\"%s; it takes a state transfer when it catches up\"",
+				 shard, reason, dxl_errmsg());
+	}
+	*out = m;
+	return 0;
+}
+
+static void xfer_join(struct dxl_rcvm *m)
+{
+	if (!m->x.running)
+		return;
+	pthread_join(m->x.th, NULL);
+	m->x.running = false;
+	free(m->x.src);
+	m->x.src = NULL;
+}
+
+void dxl_rcvm_delete(struct dxl_rcvm **mp)
+{
+	if (!mp || !*mp)
+		return;
+	xfer_join(*mp);
+	dxl_mr_dereg(&(*mp)->bounce_mr);
+	free((*mp)->bounce);
+	free(*mp);
+	*mp = NULL;
+}
+
+bool dxl_rcvm_store_ok(const struct dxl_rcvm *m, uint32_t i)
+{
+	return !m->rc[i].marked && !dxl_rcvm_busy(m, i);
+}
+
+bool dxl_rcvm_busy(const struct dxl_rcvm *m, uint32_t i)
+{
+	return m->x.running && m->x.i == i;
+}
+
+void dxl_rcvm_stats(const struct dxl_rcvm *m, uint32_t i, struct dxl_rcvm_stats *out)
+{
+	*out = m->rc[i].st;
+}
+
+/* ---- what a node catching up still needs ---------------------------------------------- */
+
+static void need_group(const struct dxl_rcvm *m, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "dxl-recovery-%u", m->cfg.node_id);
+}
+
+/* the smallest timestamp of a record this store has not applied: the
+ * first record at or after each ring's applied position, or, for a ring
+ * with none, its watermark (a writer never appends below it) */
+static uint64_t need_ts(const struct dxl_rcvm *m, uint32_t i)
+{
+	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	uint64_t need = UINT64_MAX;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		uint64_t pos = dxl_tables_applied_pos(m->tables[i], r), at, ts = 0;
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		if (!dxl_ring_iter_init(&it, ls, r))
+			while (dxl_ring_iter_next(&it, &rec, &at) == 1)
+				if (pos == UINT64_MAX || at >= pos) {
+					ts = rec.commit_ts;
+					break;
+				}
+		need = DXL_MIN(need, ts ? ts : dxl_logstore_watermark(ls, r));
+	}
+	dxl_err_clear();
+	return need;
+}
+
+static void need_publish(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk, uint64_t ts)
+{
+	struct rc *rc = &m->rc[i];
+	uint64_t now = dxl_now_ms();
+	if (!zk || (rc->need_set && rc->need_ts == ts) ||
+	    (rc->need_set && now - rc->need_ms < NEED_PERIOD_MS && ts > rc->need_ts))
+		return;
+	char g[64];
+	need_group(m, g, sizeof(g));
+	if (dxl_cursor_set(zk, g, shard_of(m, i), ts, DXL_ZK_VERSION_ANY, NULL)) {
+		DXL_DEBUG("event=need_cursor_failed shard=%u msg=\"%s\"", shard_of(m, i), dxl_errmsg());
+		return;
+	}
+	rc->need_set = true;
+	rc->need_ts = ts;
+	rc->need_ms = now;
+}
+
+void dxl_rcvm_joined(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk)
+{
+	struct rc *rc = &m->rc[i];
+	if (!rc->need_set || !zk)
+		return;
+	char g[64];
+	need_group(m, g, sizeof(g));
+	int ret = dxl_cursor_delete(zk, g, shard_of(m, i));
+	if (ret && ret != DXL_E_NOENT) {
+		DXL_DEBUG("event=need_cursor_failed shard=%u msg=\"%s\"", shard_of(m, i), dxl_errmsg());
+		return;
+	}
+	rc->need_set = false;
+}
+
+/* ---- state transfer ------------------------------------------------------------------ */
+
+static void *xfer_main(void *arg)
+{
+	struct xfer *x = arg;
+	struct dxl_rcvm *m = x->m;
+	uint32_t i = x->i, shard = shard_of(m, i);
+	struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	struct dxl_store *st = dxl_tables_store(m->tables[i]);
+	struct dxl_ctx *ctx = NULL;
+	struct dxl_qp *qp = NULL;
+	struct dxl_ckpt_writer *w = NULL;
+	struct dxl_ckpt *c = NULL;
+	uint32_t nr = dxl_logstore_nrings(ls);
+	struct dxl_log_pos *start = calloc(nr, sizeof(*start));
+	int ret = start ? 0 : dxl_err_set(DXL_E_NOMEM, "transfer");
+	if (!ret && x->src->nrings != nr)
+		ret = dxl_err_set(DXL_E_CONFIG, "node %u has %u rings of shard %u, this node %u",
+				  x->src->node_id, x->src->nrings, shard, nr);
+	if (!ret)
+		ret = dxl_ctx_new(m->cfg.f, m->cfg.xfer_ctx, &ctx);
+	if (!ret)
+		ret = dxl_qp_connect(ctx, x->src->addr, x->src->ctx, &qp);
+	/* 1. the log: its heads are the image's start position (everything
+	 *    below them is in the source's store before its slots are read) */
+	uint64_t start_ts = 0;
+	for (uint32_t r = 0; !ret && r < nr; r++) {
+		struct dxl_follow_stats fs;
+		if (!(ret = dxl_xfer_follow(ls, r, qp, &x->src->rings[r], NULL, &fs))) {
+			start[r].pos = fs.head.pos;
+			start[r].seq = fs.head.seq;
+			start_ts = DXL_MAX(start_ts, fs.head.last_ts);
+		}
+	}
+	/* 2. the tables, into a local checkpoint */
+	struct dxl_region_id id;
+	region_id(m, &id);
+	unsigned nt = dxl_store_ntables(st);
+	struct dxl_table_schema sc[DXL_STORE_MAX_TABLES];
+	for (unsigned t = 0; t < nt; t++)
+		dxl_store_table_at(st, t, &sc[t]);
+	if (!ret)
+		ret = dxl_ckpt_writer_new(m->dir, m->cfg.durability, &id, shard, sc, nt, nr,
+					  dxl_logstore_ring_size(ls), start, 0, x->src->node_id, &w);
+	if (!ret)
+		ret = dxl_xfer_copy_store(qp, x->src, w, 0, &x->xs);
+	if (!ret)
+		ret = dxl_ckpt_writer_commit(&w, &x->info);
+	dxl_ckpt_writer_abort(&w);
+	/* 3. the store made the image; the log from start is replayed by the
+	 *    applier when the next pass starts it */
+	if (!ret) {
+		char path[1200];
+		snprintf(path, sizeof(path), "%s/ckpt-%u-%020" PRIu64 ".dat", m->dir, shard,
+			 x->info.seq);
+		ret = dxl_ckpt_open(path, m->cfg.durability, &id, &c);
+	}
+	if (!ret)
+		ret = dxl_ckpt_install(st, c, &x->is);
+	dxl_ckpt_close(&c);
+	dxl_qp_delete(&qp);
+	dxl_ctx_delete(&ctx);
+	free(start);
+	x->result = ret;
+	snprintf(x->msg, sizeof(x->msg), "%s", ret ? dxl_errmsg() : "");
+	atomic_store(&x->done, true);
+	return NULL;
+}
+
+static int xfer_start(struct dxl_rcvm *m, uint32_t i, const struct dxl_replica_desc *d)
+{
+	uint32_t shard = shard_of(m, i);
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
+	if (!sd)
+		return dxl_err_set(DXL_E_NOENT, "node %u does not host shard %u", d->node_id, shard);
+	if (!sd->ntables)
+		return dxl_err_set(DXL_E_UNAVAIL, "node %u publishes no tables of shard %u (gated?)",
+				   d->node_id, shard);
+	struct dxl_xfer_source *src = calloc(1, sizeof(*src));
+	if (!src)
+		return dxl_err_set(DXL_E_NOMEM, "transfer");
+	src->node_id = d->node_id;
+	snprintf(src->addr, sizeof(src->addr), "%s", d->addr);
+	src->ctx = d->ctx;
+	src->nrings = sd->nrings;
+	int ret = 0;
+	for (uint32_t r = 0; !ret && r < sd->nrings && r < DXL_RING_MAX; r++)
+		ret = dxl_replica_desc_target(d, shard, r, &src->rings[r]);
+	src->ntables = sd->ntables;
+	for (uint32_t t = 0; t < sd->ntables; t++)
+		src->tables[t] = sd->tables[t].t;
+	if (ret) {
+		free(src);
+		return ret;
+	}
+	/* nothing else touches the shard's log or store until it is done */
+	dxl_tables_apply_stop(m->tables[i]);
+	memset(&m->x, 0, sizeof(m->x));
+	m->x.m = m;
+	m->x.i = i;
+	m->x.src = src;
+	m->x.t0_ms = dxl_now_ms();
+	if (pthread_create(&m->x.th, NULL, xfer_main, &m->x)) {
+		free(src);
+		m->x.src = NULL;
+		return dxl_err_set(DXL_E_NOMEM, "transfer thread");
+	}
+	m->x.running = true;
+	DXL_INFO("event=transfer_started shard=%u source=%u", shard, d->node_id);
+	return 0;
+}
+
+/* the transfer of shard index i ended (the thread is done): its outcome */
+static void xfer_finish(struct dxl_rcvm *m)
+{
+	uint32_t i = m->x.i, shard = shard_of(m, i);
+	struct rc *rc = &m->rc[i];
+	xfer_join(m);
+	uint64_t ms = dxl_now_ms() - m->x.t0_ms;
+	if (m->x.result) {
+		rc->st.transfer_failures++;
+		rc->next_xfer_ms = dxl_now_ms() + XFER_BACKOFF_MS;
+		DXL_WARN("event=transfer_failed shard=%u code=%s msg=\"%s\"", shard,
+			 dxl_errname(m->x.result), m->x.msg);
+		return;
+	}
+	struct dxl_region_id id;
+	region_id(m, &id);
+	dxl_ckpt_prune(m->dir, m->cfg.durability, &id, shard, 1);
+	if (dxl_rcv_mark_clear(m->dir, shard)) {
+		DXL_WARN("event=transfer_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
+		return;
+	}
+	rc->marked = false;
+	rc->st.transfers++;
+	rc->st.last_transfer_ms = ms;
+	rc->st.last_transfer_entries = m->x.info.entries;
+	DXL_INFO("event=transfer_done shard=%u source=%u checkpoint=%" PRIu64 " entries=%" PRIu64
+		 " slots=%" PRIu64 " read_bytes=%" PRIu64 " retried=%" PRIu64 " torn_skipped=%" PRIu64
+		 " copy_ms=%" PRIu64 " installed_written=%" PRIu64 " removed=%" PRIu64
+		 " install_ms=%" PRIu64 " ms=%" PRIu64,
+		 shard, m->x.info.source_node, m->x.info.seq, m->x.info.entries, m->x.xs.slots,
+		 m->x.xs.bytes_read, m->x.xs.retried, m->x.xs.torn_skipped, m->x.xs.ms,
+		 m->x.is.written, m->x.is.removed, m->x.is.ms, ms);
+}
+
+/* ---- a pass ---------------------------------------------------------------------------- */
+
+static void apply_all(struct dxl_rcvm *m, uint32_t i, uint64_t live_mask)
+{
+	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	int ret;
+	do
+		ret = dxl_tables_apply(m->tables[i], ls, live_mask, APPLY_BATCH);
+	while (ret >= (int)APPLY_BATCH);
+	/* errors were logged by the applier (event=apply_stuck) */
+}
+
+/* a ring's coverage: the position up to which the store holds its records */
+static uint64_t coverage(const struct dxl_rcvm *m, uint32_t i, uint32_t r)
+{
+	uint64_t pos = dxl_tables_applied_pos(m->tables[i], r);
+	if (pos != UINT64_MAX)
+		return pos;
+	struct dxl_ring_head h;
+	if (dxl_logstore_head(dxl_shard_logstore(m->shards[i]), r, &h))
+		return 0;
+	return h.pos;
+}
+
+static int pull_rings(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
+		      const struct dxl_replica_desc *d, const uint64_t *cov, uint64_t *changed,
+		      int *gap_ring, uint64_t *gap_head)
+{
+	uint32_t shard = shard_of(m, i), src = d->node_id;
+	struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, shard);
+	*changed = 0;
+	*gap_ring = -1;
+	if (!sd)
+		return dxl_err_set(DXL_E_NOENT, "node %u does not host shard %u", src, shard);
+	if (sd->nrings != dxl_logstore_nrings(ls) || sd->ring_size != dxl_logstore_ring_size(ls))
+		return dxl_err_set(DXL_E_CONFIG,
+				   "shard %u: node %u has %u rings of %" PRIu64
+				   " bytes, this node %u of %" PRIu64 " (log.writer_slots and log.ring_size must agree)",
+				   shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
+				   dxl_logstore_ring_size(ls));
+	/* one bounce buffer for every copy of the loop */
+	uint64_t need = dxl_logstore_pull_bounce_bytes(dxl_logstore_ring_size(ls));
+	if (m->bounce_len < need) {
+		dxl_mr_dereg(&m->bounce_mr);
+		free(m->bounce);
+		m->bounce_len = 0;
+		if (posix_memalign((void **)&m->bounce, 4096, need)) {
+			m->bounce = NULL;
+			return dxl_err_set(DXL_E_NOMEM, "catch-up: %" PRIu64 " bytes", need);
+		}
+		int r2 = dxl_mr_reg(dxl_ctx_fabric(pull_ctx), m->bounce, need, DXL_MR_LOCAL_WRITE,
+				    &m->bounce_mr);
+		if (r2) {
+			free(m->bounce);
+			m->bounce = NULL;
+			return r2;
+		}
+		m->bounce_len = need;
+	}
+	struct dxl_qp *qp = NULL;
+	int ret = dxl_qp_connect(pull_ctx, d->addr, d->ctx, &qp);
+	for (uint32_t r = 0; !ret && r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_log_target t;
+		struct dxl_follow_stats st;
+		if ((ret = dxl_replica_desc_target(d, shard, r, &t)))
+			break;
+		ret = dxl_xfer_follow(ls, r, qp, &t, m->bounce_mr, &st);
+		*changed += st.changed;
+		m->rc[i].st.bytes_read += st.bytes_read;
+		if (!ret && cov && st.head.pos > cov[r] && *gap_ring < 0) {
+			*gap_ring = (int)r;
+			*gap_head = st.head.pos;
+		}
+	}
+	dxl_qp_delete(&qp);
+	return ret;
+}
+
+int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
+		  const struct dxl_replica_desc *d, uint64_t live_mask,
+		  struct dxl_zk *zk, uint64_t *changed)
+{
+	*changed = 0;
+	uint32_t shard = shard_of(m, i);
+	struct rc *rc = &m->rc[i];
+	int gap_ring;
+	uint64_t gap_head = 0;
+	if (!m->tables[i]) /* the log only: nothing to cover */
+		return pull_rings(m, i, pull_ctx, d, NULL, changed, &gap_ring, &gap_head);
+	if (m->x.running) {
+		if (m->x.i != i || !atomic_load(&m->x.done))
+			return dxl_err_set(DXL_E_AGAIN, "a state transfer is under way");
+		xfer_finish(m);
+		return dxl_err_set(DXL_E_AGAIN, "a state transfer just ended");
+	}
+	if (rc->marked) {
+		if (dxl_now_ms() < rc->next_xfer_ms)
+			return dxl_err_set(DXL_E_AGAIN, "a state transfer failed: waiting to retry");
+		/* hold the source's retention by age while it runs */
+		need_publish(m, i, zk, 0);
+		int ret = xfer_start(m, i, d);
+		if (ret) {
+			rc->next_xfer_ms = dxl_now_ms() + XFER_BACKOFF_MS;
+			return ret;
+		}
+		return dxl_err_set(DXL_E_AGAIN, "a state transfer started");
+	}
+	/* 1. the store applies what its log holds; what it covers */
+	apply_all(m, i, live_mask);
+	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	uint32_t nr = dxl_logstore_nrings(ls);
+	uint64_t cov[DXL_RING_MAX];
+	for (uint32_t r = 0; r < nr && r < DXL_RING_MAX; r++)
+		cov[r] = coverage(m, i, r);
+	need_publish(m, i, zk, need_ts(m, i));
+	/* 2. the copy may move the heads past that: marked until checked */
+	int ret = dxl_rcv_mark_incomplete(m->dir, shard, "pull");
+	if (ret)
+		return ret;
+	ret = pull_rings(m, i, pull_ctx, d, cov, changed, &gap_ring, &gap_head);
+	rc->st.passes++;
+	if (gap_ring >= 0) {
+		/* records this store never applied were reclaimed at the
+		 * source: it misses data, whatever its log says now */
+		rc->marked = true;
+		rc->st.gaps++;
+		dxl_tables_apply_stop(m->tables[i]);
+		dxl_rcv_mark_incomplete(m->dir, shard, "gap");
+		DXL_WARN("event=catch_up_gap shard=%u source=%u ring=%d source_head=%" PRIu64
+			 " applied_to=%" PRIu64 " msg=\"records this store never applied were reclaimed at the source: state transfer\"",
+			 shard, d->node_id, gap_ring, gap_head, cov[gap_ring]);
+		return dxl_err_set(DXL_E_AGAIN, "shard %u: a gap: state transfer needed", shard);
+	}
+	int cret = dxl_rcv_mark_clear(m->dir, shard);
+	if (cret && !ret)
+		ret = cret;
+	/* 3. what the copy brought */
+	apply_all(m, i, live_mask);
+	return ret;
+}

@@ -1,0 +1,94 @@
+/* catchup_internal.h -- catch-up of shards a node is not a member of: log pulls that never outrun the store, state transfer of tables, rebuild at open (replica/catchup.c; replica module only) */
+#ifndef DXL_REPLICA_CATCHUP_INTERNAL_H
+#define DXL_REPLICA_CATCHUP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dxl/membership.h"
+#include "dxl/recovery.h"
+#include "dxl/replica.h"
+#include "replica/tables_internal.h"
+
+/*
+ * The rule this keeps (docs/recovery.md): a store holds the effects of
+ * every record below its log's heads. A member keeps it by construction
+ * (retention passes only applied records). A node catching up copies its
+ * log from a member, heads included; so before a copy it marks its store
+ * incomplete (recovery.h: DIR/store-<s>.incomplete), and after the copy it
+ * clears the mark only if no ring's new head is past what its store had
+ * applied. Otherwise records it never applied were reclaimed at the source
+ * (retention, or a long absence): the store is missing data, and it takes
+ * a state transfer -- the source's tables copied into a local checkpoint
+ * with one-sided READs while the shard keeps committing, then installed
+ * -- before it can say SYNCED. A node that finds the mark at start
+ * installs its newest received checkpoint if its log still covers it, and
+ * otherwise transfers again.
+ *
+ * While catching up, the node applies its copy of the log to its store
+ * (each round, like a backup) and publishes what it still needs as the
+ * consumer-group cursor "dxl-recovery-<node>" of the shard, so members'
+ * retention by age keeps those records (retention by size still reclaims
+ * them: then the next pass sees the gap and transfers).
+ */
+struct dxl_rcvm;
+
+struct dxl_rcvm_cfg {
+	const char *dir;     /* the data directory */
+	const char *cluster;
+	uint32_t node_id;
+	enum dxl_durability durability;
+	struct dxl_fabric *f;
+	uint32_t xfer_ctx;   /* a free ctx index for the transfer thread */
+	uint32_t nshards;
+	struct dxl_shard *const *shards;
+	struct dxl_tables *const *tables; /* entries may be NULL (no tables) */
+};
+
+/*
+ * dxl_rcvm_new -- the catch-up state of every hosted shard. A store found
+ * marked incomplete is rebuilt from the newest complete checkpoint in dir
+ * if the shard's log covers it (event=store_rebuilt), else stays marked
+ * (event=store_incomplete: it transfers when it catches up).
+ * Errors: DXL_E_NOMEM; install errors are logged, not returned.
+ */
+int dxl_rcvm_new(const struct dxl_rcvm_cfg *cfg, struct dxl_rcvm **out);
+/* dxl_rcvm_delete -- waits for a transfer in progress; *m = NULL */
+void dxl_rcvm_delete(struct dxl_rcvm **m);
+
+/* the store of shard index i covers its log (not marked, no transfer) */
+bool dxl_rcvm_store_ok(const struct dxl_rcvm *m, uint32_t i);
+/* a transfer of shard index i is running: nothing else may touch its log
+ * or store */
+bool dxl_rcvm_busy(const struct dxl_rcvm *m, uint32_t i);
+
+/*
+ * dxl_rcvm_pass -- one catch-up pass of shard index i from the member
+ * described by d, on pull_ctx (the loop's). live_mask: the shard's writer
+ * slots held (the applier's resolved timestamp); zk: for the need cursor
+ * (may be NULL). *changed: bytes the log copy changed. Returns 0 when the
+ * log was copied and the store covers it; DXL_E_AGAIN while a transfer is
+ * under way or was just started (try again later); other errors of the
+ * pull (the source may be gone: try another).
+ */
+int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
+		  const struct dxl_replica_desc *d, uint64_t live_mask,
+		  struct dxl_zk *zk, uint64_t *changed);
+
+/* dxl_rcvm_joined -- shard index i became a member: its need cursor goes */
+void dxl_rcvm_joined(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk);
+
+/* What the node did (for tests and status lines). */
+struct dxl_rcvm_stats {
+	uint64_t passes;      /* log copies */
+	uint64_t bytes_read;  /* by their READs */
+	uint64_t gaps;        /* copies that found the source past the store */
+	uint64_t transfers;   /* state transfers completed */
+	uint64_t transfer_failures;
+	uint64_t rebuilt;     /* stores rebuilt from a checkpoint at open */
+	uint64_t last_transfer_ms;
+	uint64_t last_transfer_entries;
+};
+void dxl_rcvm_stats(const struct dxl_rcvm *m, uint32_t i, struct dxl_rcvm_stats *out);
+
+#endif /* DXL_REPLICA_CATCHUP_INTERNAL_H */
