@@ -27,6 +27,9 @@
 #       DXL_TEST_ZK if it answers (QEMU forwards 10.0.2.2 to the host), else
 #       one started in the guest (once, /tmp/rg-zk, scripts/zk.sh: the host's
 #       java over 9p, ~20 s under TCG) that runs until the guest ends
+#   cluster_logs                 print what the daemons of kept test
+#       clusters (DXL_TEST_KEEP=1, /tmp/dxl-test-*) logged at warn or error,
+#       and each log's last lines: for a cluster test that failed
 #   dxl_tests NAME|GLOB...       run the built dxl test binaries that exist
 #       ($RG_ROOT/${DXL_BUILD:-build}/tests/NAME) with scripts/run-tests.sh; names
 #       that are not built are listed and skipped; fails if none exists.
@@ -146,6 +149,17 @@ zk_up() {
 	echo "$zk"
 }
 
+cluster_logs() {
+	local f
+	for f in /tmp/dxl-test-*/*/logs/*.log /tmp/dxl-test-*/*/cluster/logs/*.log; do
+		[ -f "$f" ] || continue
+		echo "----- $f (warnings and errors, then the last lines)"
+		grep -E ' (warn|error) |level=(warn|error)' "$f" | tail -n 20
+		echo "..."
+		tail -n 8 "$f"
+	done
+}
+
 dxl_tests() { # NAME|GLOB...
 	local b=${DXL_BUILD:-build} tdir pat f names=() missing=()
 	[ "${b:0:1}" = / ] || b=$RG_ROOT/$b
@@ -162,7 +176,7 @@ dxl_tests() { # NAME|GLOB...
 	[ ${#names[@]} -gt 0 ] || { echo "dxl_tests: none of '$*' is built in $tdir"; return 1; }
 	"$RG_ROOT/scripts/run-tests.sh" "$tdir" "${names[@]}"
 }
-export -f wait_listen pair check_gid1 ext4_scratch zk_ok zk_up dxl_tests
+export -f wait_listen pair check_gid1 ext4_scratch zk_ok zk_up cluster_logs dxl_tests
 
 cd "$RG_CWD" || { echo "guest-run: cannot cd to $RG_CWD" >&2; cd /; }
 mkdir -p "$dir/res"
