@@ -102,6 +102,19 @@ static inline uint64_t dxl_now_ms(void)
 	return dxl_now_ns() / 1000000ull;
 }
 
+/*
+ * dxl_boot_ns -- CLOCK_BOOTTIME in nanoseconds: unlike CLOCK_MONOTONIC it
+ * advances while the machine (or the VM) is suspended, so a deadline measured
+ * with it -- a lease -- also runs out across a suspend. Plus the suspend time
+ * a test injected (dxl_clock_inject_suspend_ns).
+ */
+uint64_t dxl_boot_ns(void);
+
+/* dxl_clock_inject_suspend_ns -- fault injection: from now on dxl_boot_ns()
+ * of this process is ns further ahead, as after a suspend of that length
+ * (CLOCK_MONOTONIC and the wall clock are not moved) */
+void dxl_clock_inject_suspend_ns(uint64_t ns);
+
 /* dxl_wall_ms -- CLOCK_REALTIME in milliseconds since the epoch */
 static inline uint64_t dxl_wall_ms(void)
 {
@@ -120,10 +133,58 @@ static inline void dxl_cpu_relax(void)
 #endif
 }
 
+/* ---- test points (fault injection) --------------------------------------- */
+
+/*
+ * A test point is a named place in the code where a test may pause a thread
+ * or act (change the configuration, stop a server...) at an exact moment:
+ * DXL_TESTPOINT("writer.open.config_read", w). Unarmed, it costs one relaxed
+ * atomic load. Names are "<module>.<what>" (docs/fault-injection.md lists them).
+ *
+ * Armed either in-process, by dxl_testpoint_set (the callback runs on the
+ * thread that reaches the point, with the point's ctx), or for a whole
+ * process by the environment variable DXL_TESTPOINTS, read at start-up:
+ *
+ *   DXL_TESTPOINTS="name=wait:PATH,name2=sleep:MS"
+ *
+ *   wait:PATH  while the file PATH does not exist, a thread reaching the
+ *              point creates PATH.hit (so the test knows it is there) and
+ *              waits (polling every millisecond, at most 10 minutes) until
+ *              the test creates PATH; once PATH exists the point passes
+ *   sleep:MS   the thread sleeps MS milliseconds at every hit
+ *
+ * tests/lib/faults.h has the helpers that build the variable and wait for
+ * and release the pauses.
+ */
+typedef void (*dxl_testpoint_fn)(const char *name, void *ctx, void *arg);
+
+extern int dxl_testpoints_armed; /* read with __atomic loads only */
+
+void dxl_testpoint_hit(const char *name, void *ctx);
+
+#define DXL_TESTPOINT(name, ctx)                                               \
+	do {                                                                   \
+		if (__builtin_expect(__atomic_load_n(&dxl_testpoints_armed,    \
+						     __ATOMIC_RELAXED), 0))    \
+			dxl_testpoint_hit((name), (ctx));                      \
+	} while (0)
+
+/* dxl_testpoint_set -- arm name with fn (NULL: disarm it). At most 64
+ * points are armed at once. Errors: DXL_E_INVAL (bad name), DXL_E_FULL. */
+int dxl_testpoint_set(const char *name, dxl_testpoint_fn fn, void *arg);
+/* dxl_testpoint_hits -- how many times name was reached while armed */
+uint64_t dxl_testpoint_hits(const char *name);
+/* dxl_testpoint_clear_all -- disarm every point (also those of the
+ * environment) */
+void dxl_testpoint_clear_all(void);
+
 /* ---- small helpers ------------------------------------------------------- */
 
 /* dxl_parse_u64 -- whole-string decimal/hex number; DXL_E_INVAL otherwise */
 int dxl_parse_u64(const char *s, uint64_t *out);
+/* dxl_parse_hex64 -- exactly "0x" followed by 1 to 16 hex digits (no sign,
+ * no space, no second prefix); DXL_E_INVAL otherwise */
+int dxl_parse_hex64(const char *s, uint64_t *out);
 /* dxl_parse_size -- "4096", "64K", "1M", "2G" (powers of 1024) */
 int dxl_parse_size(const char *s, uint64_t *out);
 /* dxl_parse_hostport -- "host:port" -> host (cap bytes) and port */

@@ -19,6 +19,27 @@ int dxl_parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
+int dxl_parse_hex64(const char *s, uint64_t *out)
+{
+	if (!s || s[0] != '0' || s[1] != 'x' || !s[2] || strlen(s + 2) > 16)
+		return DXL_E_INVAL;
+	uint64_t v = 0;
+	for (const char *p = s + 2; *p; p++) {
+		int d;
+		if (*p >= '0' && *p <= '9')
+			d = *p - '0';
+		else if (*p >= 'a' && *p <= 'f')
+			d = *p - 'a' + 10;
+		else if (*p >= 'A' && *p <= 'F')
+			d = *p - 'A' + 10;
+		else
+			return DXL_E_INVAL;
+		v = v << 4 | (uint64_t)d;
+	}
+	*out = v;
+	return 0;
+}
+
 int dxl_parse_size(const char *s, uint64_t *out)
 {
 	if (!s || !*s || !isdigit((unsigned char)*s))

@@ -95,6 +95,7 @@ static int view_build(struct dxl_coord *c, struct view **out)
 	for (uint32_t s = 0; s < n; s++)
 		snprintf(v->shards[s].why, sizeof(v->shards[s].why),
 			 "shard %u is not in configuration epoch %" PRIu64, s, cfg.epoch);
+	DXL_TESTPOINT("coord.view.config_read", c);
 	for (uint32_t i = 0; i < cfg.nshards; i++) {
 		const struct dxl_cluster_shard *sh = &cfg.shards[i];
 		struct view_shard *vs = &v->shards[sh->id];
@@ -105,11 +106,14 @@ static int view_build(struct dxl_coord *c, struct view **out)
 				 sh->primary, r == DXL_E_NOENT ? "not registered (down?)" : dxl_errmsg());
 			continue;
 		}
-		if (d->cfg_epoch < cfg.epoch) {
+		/* exactly this epoch: a descriptor of a newer one belongs to
+		 * another configuration (this node may not be the primary in it
+		 * any more; its rkeys would reach a backup's tables) */
+		if (d->cfg_epoch != cfg.epoch) {
 			snprintf(vs->why, sizeof(vs->why),
-				 "shard %u: primary %u has not registered for epoch %" PRIu64
-				 " yet (it has %" PRIu64 ")",
-				 sh->id, sh->primary, cfg.epoch, d->cfg_epoch);
+				 "shard %u: primary %u is registered for epoch %" PRIu64
+				 ", not %" PRIu64 " (the configuration changed: read it again)",
+				 sh->id, sh->primary, d->cfg_epoch, cfg.epoch);
 			continue;
 		}
 		const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, sh->id);

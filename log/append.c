@@ -63,6 +63,8 @@ struct target {
 	uint64_t rr_due_ns;   /* the next re-read not before (backing off) */
 	uint64_t wait_ms;     /* waiting for it since (no progress); 0: not */
 	uint64_t warned_ms;   /* the wait_ms a slow-persister warning was for */
+	uint64_t owner;  /* the owner word this appender's claim wrote */
+	int owner_closed; /* dxl_appender_close cleared it */
 };
 
 struct slot {
@@ -118,7 +120,8 @@ struct dxl_appender {
 	 * when this appender claimed a closed or unused ring (0: it did not),
 	 * and whether dxl_appender_close closed it */
 	uint64_t shard_floor;
-	int closed;
+	int closed;      /* the final watermark is on every target: no more appends */
+	int close_done;  /* and every target's owner word is cleared */
 	bool test_wmark_after_flush; /* dxl_appender_test_wmark_after_flush */
 	uint8_t *rr;          /* DXL_APPEND_MAX_TARGETS * PLINE: re-reads */
 	struct dxl_appender_persist_stats pst;
@@ -203,23 +206,43 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 {
 	struct dxl_fatptr fp = data_fp(t);
 	uint8_t *hb = a->slots[0].heads;
-	/* claim the ring: its owner word goes 0 -> 1 + writer id, once */
-	uint64_t me = (uint64_t)a->cfg.writer_id + 1, owner = 0;
-	int ret = dxl_rdpma_cas(t->qp, fp.addr + t->t.ctl_off + DXL_RING_OWNER_OFF,
-				fp.rkey, 0, me, &owner, hb, dxl_mr_lkey(a->mr));
-	if (ret)
-		return ret;
-	if (owner != 0 && owner != me)
-		return dxl_err_set(DXL_E_STALE,
-				   "ring %u at %s is owned by writer %llu, not %u",
-				   t->t.ring, t->t.addr,
-				   (unsigned long long)owner - 1, a->cfg.writer_id);
+	/* claim the ring: the owner word goes from unclaimed, or from an
+	 * earlier holder of this writer id (crashed, or its slot lease
+	 * ended), to 1 + writer id with the next generation: this holder's own
+	 * word, which only its close clears (a late close of an earlier
+	 * holder no longer matches). One CAS when the word is 0; otherwise the
+	 * first CAS returns the word and the next one replaces it */
+	const uint32_t me = a->cfg.writer_id + 1;
+	uint64_t cur = 0, owner = 0;
+	int ret;
+	for (int tries = 0;; tries++) {
+		uint64_t want = DXL_RING_OWNER(DXL_RING_OWNER_GEN(cur) + 1, me);
+		if ((ret = dxl_rdpma_cas(t->qp, fp.addr + t->t.ctl_off + DXL_RING_OWNER_OFF,
+					 fp.rkey, cur, want, &owner, hb, dxl_mr_lkey(a->mr))))
+			return ret;
+		uint32_t holder = DXL_RING_OWNER_HOLDER(owner);
+		if (holder != 0 && holder != me)
+			return dxl_err_set(DXL_E_STALE,
+					   "ring %u at %s is owned by writer %u, not %u",
+					   t->t.ring, t->t.addr, holder - 1, a->cfg.writer_id);
+		if (owner == cur) {
+			t->owner = want;
+			t->owner_closed = 0;
+			break;
+		}
+		if (tries >= 8) /* an earlier holder's close racing us, 8 times */
+			return dxl_err_set(DXL_E_STALE,
+					   "ring %u at %s: its owner word keeps changing (%#llx): is another holder of writer %u alive?",
+					   t->t.ring, t->t.addr, (unsigned long long)owner,
+					   a->cfg.writer_id);
+		cur = owner;
+	}
 	ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, hb, CTL_READ,
 			     dxl_mr_lkey(a->mr));
 	if (ret)
 		return ret;
 	memset(v, 0, sizeof(*v));
-	v->was_free = owner == 0;
+	v->was_free = DXL_RING_OWNER_HOLDER(owner) == 0;
 	if ((ret = dxl_ring_head_decode_durable(hb, &v->head)))
 		return ret;
 	v->wmark = dxl_ring_wmark_decode(hb + DXL_RING_WMARK_OFF);
@@ -532,6 +555,9 @@ static int check_cfg(const struct dxl_appender_cfg *c, unsigned n)
 	if (n == 0 || n > DXL_APPEND_MAX_TARGETS)
 		return dxl_err_set(DXL_E_INVAL, "appender: %u targets (1..%d)", n,
 				   DXL_APPEND_MAX_TARGETS);
+	if (c->writer_id == UINT32_MAX) /* the owner word holds 1 + it in 32 bits */
+		return dxl_err_set(DXL_E_INVAL, "appender: writer id %u (at most %u)",
+				   c->writer_id, UINT32_MAX - 1);
 	if (c->max_inflight < 1 || c->max_inflight > 256)
 		return dxl_err_set(DXL_E_INVAL, "appender: max_inflight %u (1..256)",
 				   c->max_inflight);
@@ -574,18 +600,20 @@ static void ringbuf_free(struct ringbuf *b)
 /*
  * shard_floor -- the largest watermark of any ring of target t's log (read
  * with one-sided READs into buf, at least 1 KiB of registered memory), each
- * taken at most DXL_HLC_MAX_AHEAD_MS ahead of this host's clock.
+ * taken at most DXL_HLC_MAX_SKEW_MS ahead of this host's clock.
  *
- * Why (tailing, issue 19.3): a ring whose owner word is 0 (closed by its
- * last holder, or never used) holds no tailer back, so a tailer's cursor
- * may be anywhere up to the largest watermark of the rings -- and this
- * appender's records, appended below it, would never be delivered. The
- * claim (owner 0 -> us) came first on this QP, so these READs execute after
- * it: a tailer that still saw the owner 0 in its second control-block READ
- * read every watermark before these READs did (docs/log.md, "Tailing").
- * A watermark further ahead than the bound came from a clock that jumped
- * forward: the tailers do not resolve past their clock + half the bound, so
- * starting at ours + the bound is enough.
+ * Why (tailing, issue 19.3): a ring whose owner word is unclaimed (closed
+ * by its last holder, or never used) holds no tailer back, so a tailer's
+ * cursor may be anywhere up to the largest watermark of the rings -- and
+ * this appender's records, appended below it, would never be delivered.
+ * The claim came first on this QP, so these READs execute after it: a
+ * tailer that read the same unclaimed owner word before and after its
+ * windows read every watermark it used before the claim, so before these
+ * READs (docs/log.md, "Tailing"); one that saw the word change holds the
+ * ring. A watermark further ahead than the bound came from a clock that
+ * jumped forward: the tailers do not resolve past their own clock, which
+ * is at most DXL_HLC_MAX_SKEW_MS ahead of ours, so starting there is
+ * enough -- and takes no more of the jump than that.
  */
 static int shard_floor(struct dxl_appender *a, struct target *t, uint8_t *buf,
 		       uint32_t lkey, uint64_t *floor)
@@ -604,7 +632,7 @@ static int shard_floor(struct dxl_appender *a, struct target *t, uint8_t *buf,
 				   "ring %u at %s: the log header does not describe this ring (%u rings of %llu bytes)",
 				   t->t.ring, t->t.addr, nrings,
 				   (unsigned long long)dxl_get_le64(buf + 24));
-	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_AHEAD_MS, 0);
+	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_SKEW_MS, 0);
 	struct dxl_wr w[64];
 	for (uint32_t j0 = 0; j0 < nrings; j0 += 64) {
 		uint32_t m = DXL_MIN(64u, nrings - j0);
@@ -1664,78 +1692,97 @@ int dxl_appender_append_sync(struct dxl_appender *a, const struct dxl_rec *rec,
 /*
  * dxl_appender_close -- see log.h. The final watermark is written and
  * acknowledged by every target before any owner word is cleared: a tailer
- * that sees the owner 0 (and so no longer holds its resolved timestamp at
- * this ring) reads a watermark above every record of the ring.
+ * that sees the owner word unclaimed (and so no longer holds its resolved
+ * timestamp at this ring) reads a watermark above every record of the ring
+ * (test_close_watermark_before_owner). Each target's owner word is cleared
+ * only from this appender's own word (its claim's generation), so a close
+ * that comes after a new holder of the writer id took the ring over
+ * changes nothing there. A close that failed on some target is retried by
+ * calling it again: the final watermark stands, only the owner words not
+ * cleared yet are.
  */
 int dxl_appender_close(struct dxl_appender *a, uint64_t ts)
 {
 	if (!a)
 		return dxl_err_set(DXL_E_INVAL, "close: NULL appender");
-	if (a->closed)
+	if (a->close_done)
 		return 0;
-	int ret = progress(a);
-	if (ret < 0)
-		return ret;
-	/* heartbeats that completed leave nothing to report */
-	while (a->done_token < a->next_token) {
-		struct slot *d = &a->slots[a->done_token % a->cfg.max_inflight];
-		if (!d->done || !d->heartbeat)
-			break;
-		d->used = 0;
-		a->done_token++;
-	}
-	if (dxl_appender_inflight(a))
-		return dxl_err_set(DXL_E_BUSY,
-				   "close: %u appends of ring %u in flight or not polled yet",
-				   dxl_appender_inflight(a), a->tg[0].t.ring);
-	if (a->failed_floor != UINT64_MAX || dxl_appender_failed_targets(a))
-		return dxl_err_set(DXL_E_STATE,
-				   "close: ring %u has appends of unknown outcome (a target failed): left open for the next holder's repair",
-				   a->tg[0].t.ring);
-	uint64_t final = DXL_MAX(ts, a->last_ts + 1);
-	if (a->hold < final)
-		return dxl_err_set(DXL_E_BUSY,
-				   "close: ring %u holds records not confirmed yet (hold %llu)",
-				   a->tg[0].t.ring, (unsigned long long)a->hold);
-	if ((ret = dxl_appender_heartbeat(a, final)))
-		return ret;
-	uint64_t hb = a->next_token - 1;
-	struct slot *s = &a->slots[hb % a->cfg.max_inflight];
-	while (!s->done) {
+	int ret;
+	if (!a->closed) {
 		if ((ret = progress(a)) < 0)
 			return ret;
-		if (!s->done)
-			dxl_ctx_wait(a->ctx, 10);
+		/* heartbeats that completed leave nothing to report */
+		while (a->done_token < a->next_token) {
+			struct slot *d = &a->slots[a->done_token % a->cfg.max_inflight];
+			if (!d->done || !d->heartbeat)
+				break;
+			d->used = 0;
+			a->done_token++;
+		}
+		if (dxl_appender_inflight(a))
+			return dxl_err_set(DXL_E_BUSY,
+					   "close: %u appends of ring %u in flight or not polled yet",
+					   dxl_appender_inflight(a), a->tg[0].t.ring);
+		if (a->failed_floor != UINT64_MAX || dxl_appender_failed_targets(a))
+			return dxl_err_set(DXL_E_STATE,
+					   "close: ring %u has appends of unknown outcome (a target failed): left open for the next holder's repair",
+					   a->tg[0].t.ring);
+		uint64_t final = DXL_MAX(ts, a->last_ts + 1);
+		if (a->hold < final)
+			return dxl_err_set(DXL_E_BUSY,
+					   "close: ring %u holds records not confirmed yet (hold %llu)",
+					   a->tg[0].t.ring, (unsigned long long)a->hold);
+		if ((ret = dxl_appender_heartbeat(a, final)))
+			return ret;
+		uint64_t hb = a->next_token - 1;
+		struct slot *s = &a->slots[hb % a->cfg.max_inflight];
+		while (!s->done) {
+			if ((ret = progress(a)) < 0)
+				return ret;
+			if (!s->done)
+				dxl_ctx_wait(a->ctx, 10);
+		}
+		if (s->failed)
+			return dxl_err_set(s->err ? s->err : DXL_E_UNREACHABLE,
+					   "close: the final watermark of ring %u did not reach every target (failed %#x): left open",
+					   a->tg[0].t.ring, s->failed);
+		s->used = 0; /* the only request: nothing to report */
+		a->done_token++;
+		/* from here on no append or heartbeat: what is left is clearing
+		 * the owner words, which a failed close retries */
+		a->closed = 1;
 	}
-	if (s->failed)
-		return dxl_err_set(s->err ? s->err : DXL_E_UNREACHABLE,
-				   "close: the final watermark of ring %u did not reach every target (failed %#x): left open",
-				   a->tg[0].t.ring, s->failed);
-	uint64_t me = (uint64_t)a->cfg.writer_id + 1;
-	uint8_t *scratch = s->heads;
-	s->used = 0; /* the only request: nothing to report */
-	a->done_token++;
-	a->closed = 1;
+	uint8_t *scratch = a->slots[0].heads;
 	for (unsigned i = 0; i < a->n; i++) {
 		struct target *t = &a->tg[i];
+		if (t->owner_closed)
+			continue;
 		struct dxl_fatptr fp = data_fp(t);
+		/* unclaimed, the generation kept: the next claim's word differs
+		 * from every word before it */
+		uint64_t closed = DXL_RING_OWNER(DXL_RING_OWNER_GEN(t->owner), 0);
 		uint64_t owner = 0;
 		ret = dxl_rdpma_cas(t->qp, fp.addr + t->t.ctl_off + DXL_RING_OWNER_OFF,
-				    fp.rkey, me, 0, &owner, scratch, dxl_mr_lkey(a->mr));
+				    fp.rkey, t->owner, closed, &owner, scratch,
+				    dxl_mr_lkey(a->mr));
 		/* the READ after the CAS on this QP makes it durable (H9) */
 		if (!ret)
 			ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off, scratch,
 					     HEADS_READ, dxl_mr_lkey(a->mr));
-		if (!ret && owner != me)
+		/* (closed already: an earlier call's CAS landed, its answer
+		 * did not) */
+		if (!ret && owner != t->owner && owner != closed)
 			ret = dxl_err_set(DXL_E_STALE,
-					  "close: ring %u at %s is owned by %llu, not writer %u",
+					  "close: ring %u at %s has owner word %#llx, not this holder's %#llx (a new holder of writer %u took it over): left to it",
 					  t->t.ring, t->t.addr, (unsigned long long)owner,
-					  a->cfg.writer_id);
+					  (unsigned long long)t->owner, a->cfg.writer_id);
 		if (ret) {
 			dxl_err_prefix("close: ring %u at %s (the other targets' copies stay open or closed as they are: both are safe)",
 				       t->t.ring, t->t.addr);
 			return ret;
 		}
+		t->owner_closed = 1;
 	}
+	a->close_done = 1;
 	return 0;
 }

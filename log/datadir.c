@@ -242,12 +242,14 @@ int dxl_datadir_open(const char *path, const char *cluster, uint32_t node_id,
 				       : dxl_err_errno(errno, "data directory %s", path);
 		if (mkdir(path, 0750) != 0)
 			return dxl_err_errno(errno, "data directory: mkdir %s", path);
-		/* the new directory's entry must survive a power failure
-		 * before anything in it is relied on */
-		dxl_fsync_parent(path);
 	} else if (!S_ISDIR(st.st_mode)) {
 		return dxl_err_set(DXL_E_INVAL, "%s is not a directory", path);
 	}
+	/* the directory's entry must survive a power failure before anything
+	 * in it is relied on: fsync its parent at every open, not only after
+	 * our own mkdir (a run that made it may have died before its fsync;
+	 * one fsync of a directory per start is cheap) */
+	dxl_fsync_parent(path);
 
 	int lock_fd = -1;
 	int ret = take_lock(path, &lock_fd);

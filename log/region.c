@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -26,7 +27,7 @@
  *  20  node id (u32)
  *  24  kind (u32)
  *  28  reserved, 0
- *  32  creation epoch (u64)
+ *  32  creation id (u64)
  *  40  data size (u64)
  */
 #define SB_MAGIC "DXLREGN"
@@ -89,7 +90,7 @@ static void sb_encode(uint8_t *sb, enum dxl_durability mode,
 	dxl_put_le32(sb + 16, (uint32_t)mode);
 	dxl_put_le32(sb + 20, id->node_id);
 	dxl_put_le32(sb + 24, id->kind);
-	dxl_put_le64(sb + 32, id->creation_epoch);
+	dxl_put_le64(sb + 32, id->creation_id);
 	dxl_put_le64(sb + 40, data_size);
 	dxl_put_le64(sb + 48, DXL_REGION_HDR_SIZE + data_size);
 	memcpy(sb + 56, id->cluster, strnlen(id->cluster, DXL_CLUSTER_NAME_MAX - 1));
@@ -130,7 +131,7 @@ int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,
 	memcpy(id->cluster, sb + 56, DXL_CLUSTER_NAME_MAX);
 	id->node_id = dxl_get_le32(sb + 20);
 	id->kind = dxl_get_le32(sb + 24);
-	id->creation_epoch = dxl_get_le64(sb + 32);
+	id->creation_id = dxl_get_le64(sb + 32);
 	*data_size = dxl_get_le64(sb + 40);
 	*file_size = dxl_get_le64(sb + 48);
 	if (*file_size != DXL_REGION_HDR_SIZE + *data_size)
@@ -222,9 +223,6 @@ static int open_checked(const char *path, enum dxl_durability mode,
 				  "%s: file is %lld bytes, its superblock says %llu (truncated or extended)",
 				  path, (long long)st.st_size,
 				  (unsigned long long)file_size);
-	/* a region an older build left sparse gets its blocks now */
-	if (!ret && (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
-		ret = allocate(fd, path, file_size);
 	if (!ret && expect &&
 	    (strcmp(id.cluster, expect->cluster) != 0 ||
 	     id.node_id != expect->node_id))
@@ -240,6 +238,11 @@ static int open_checked(const char *path, enum dxl_durability mode,
 				  "%s: created with durability %s, opened as %s",
 				  path, dxl_durability_name(m),
 				  dxl_durability_name(mode));
+	/* a region an older build left sparse gets its blocks now -- only
+	 * once it is known to be the region asked for: a refused open
+	 * changes nothing */
+	if (!ret && (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
+		ret = allocate(fd, path, file_size);
 	if (ret) {
 		close(fd);
 		return ret;
@@ -298,7 +301,13 @@ int dxl_region_create(const char *path, uint64_t data_size,
 	if (fd < 0)
 		return dxl_err_errno(errno, "region create: open %s", tmp);
 	static __thread uint8_t sb[DXL_REGION_HDR_SIZE];
-	sb_encode(sb, mode, id, data_size);
+	/* a region recreated under the same name is another one: a new
+	 * random creation id (the data identity, docs/replica.md) */
+	struct dxl_region_id idc = *id;
+	while (!idc.creation_id &&
+	       getrandom(&idc.creation_id, sizeof(idc.creation_id), 0) != sizeof(idc.creation_id))
+		;
+	sb_encode(sb, mode, &idc, data_size);
 	/* every block allocated now: a sparse file would fail its first
 	 * store into a hole on a full filesystem with SIGBUS -- in the NIC
 	 * thread, for a remote WRITE -- instead of here, with an error */

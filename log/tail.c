@@ -32,33 +32,46 @@
  *    head on, the bytes read are intact (the writer never writes a
  *    position the head has not passed by a lap). A head that passed a
  *    record not delivered yet, at or above the cursor, is DXL_E_STALE.
- *  - A ring holds the resolved timestamp at its watermark when its owner
- *    word is set in pass 1 or pass 3, or it is in live_mask. Owner set:
- *    its writer is alive, or crashed (the next holder of its slot repairs
- *    the ring and confirms records above that watermark with their own
- *    timestamps), or a new holder just claimed it. Owner 0 in both passes:
- *    the ring was never used, or its last holder closed it
- *    (dxl_appender_close: every record acknowledged, below its final
- *    watermark), so nothing in it can change below that watermark; its
- *    records below it are delivered and it holds nobody back. A new
- *    holder claims the ring (owner 0 -> 1 + writer id) and only then reads
- *    every ring's watermark and starts above the largest
- *    (dxl_appender_new): pass 3 still seeing owner 0 means the claim came
- *    after every pass-1 READ, so the new holder's records are above every
- *    watermark this poll used.
+ *  - A ring holds the resolved timestamp at its pass-1 watermark when its
+ *    owner word is claimed in pass 1, or the owner word or the watermark
+ *    differ between pass 1 and pass 3, or it is in live_mask. Claimed: its
+ *    writer is alive, or crashed (the next holder of its slot repairs the
+ *    ring and confirms records above that watermark with their own
+ *    timestamps), or a new holder just claimed it. The same unclaimed word
+ *    and watermark in both passes: the ring was never used, or its last
+ *    holder closed it (dxl_appender_close: every record acknowledged,
+ *    below its final watermark, which was on every replica before the
+ *    word was cleared), so nothing in it can change below that watermark;
+ *    its records below it are delivered and it holds nobody back. A new
+ *    holder claims the ring (the word's holder 0 -> 1 + writer id, its
+ *    generation + 1) and only then reads every ring's watermark and starts
+ *    above the largest (dxl_appender_new). Pass 3 reading the word pass 1
+ *    read means the claim came after the pass-3 READ, so after every
+ *    pass-1 READ: the new holder's records are above every watermark this
+ *    poll used. A claim, appends and a close all between the two READs
+ *    leave the word unclaimed but with the next generation (and a higher
+ *    watermark): the ring holds.
  *  - A skip record is consumed only with the data record after it: until
  *    that record is delivered, repair may cut the skip and the next record
  *    land where it was.
- *  - Nothing beyond this host's clock + DXL_HLC_MAX_AHEAD_MS / 2 is
- *    resolved: a writer whose clock jumped forward does not carry the
- *    cursor with it (a new holder starts at most DXL_HLC_MAX_AHEAD_MS
- *    ahead of its own clock: see dxl_appender_new).
+ *  - A ring cut short by its window (a record bigger than it) keeps what
+ *    its next window must cover until that record is delivered, whatever
+ *    the other rings do.
+ *  - A control-block READ with no whole head (it raced two head updates)
+ *    is read again, with the whole poll (TAIL_HEAD_ATTEMPTS in a row:
+ *    DXL_E_CORRUPT).
+ *  - Nothing beyond this host's clock is resolved: a writer whose clock
+ *    jumped forward does not carry the cursor with it (a new holder starts
+ *    at most DXL_HLC_MAX_SKEW_MS ahead of its own clock, at least what a
+ *    tailer whose clock is that far ahead resolved: see dxl_appender_new).
  */
 
 #define CTL_READ 256
 #define TAIL_MIN_WINDOW 4096
 #define WR_TAIL 0x5441494c00000000ull /* "TAIL" */
 #define WR_PER_RING 4                  /* control block, window (<= 2), again */
+#define TAIL_HEAD_ATTEMPTS 8           /* READs of a control block with no whole head */
+#define TAIL_SOON_MS 1000              /* resolved clipped by less: not caught up */
 
 struct tring {
 	struct dxl_log_target t;
@@ -100,6 +113,7 @@ struct dxl_tailer {
 	struct dxl_wr *wrs; /* a poll's chain: WR_PER_RING READs per ring */
 	uint8_t *wstage;    /* per WR: its pass (enum dxl_tail_stage) */
 	uint32_t *wring;    /* per WR: its ring */
+	struct dxl_ring_head *h1, *h3; /* a poll's heads: first and last READ */
 };
 
 static dxl_tail_hook_fn g_hook;
@@ -139,8 +153,10 @@ int dxl_tailer_new(struct dxl_ctx *ctx, const struct dxl_tail_cfg *cfg,
 	t->wrs = calloc(WR_PER_RING * n, sizeof(*t->wrs));
 	t->wstage = calloc(WR_PER_RING * n, sizeof(*t->wstage));
 	t->wring = calloc(WR_PER_RING * n, sizeof(*t->wring));
+	t->h1 = calloc(n, sizeof(*t->h1));
+	t->h3 = calloc(n, sizeof(*t->h3));
 	int ret;
-	if (!t->r || !t->wrs || !t->wstage || !t->wring ||
+	if (!t->r || !t->wrs || !t->wstage || !t->wring || !t->h1 || !t->h3 ||
 	    posix_memalign((void **)&t->mem, 4096, t->mem_len)) {
 		ret = dxl_err_set(DXL_E_NOMEM, "tailer: out of memory (%zu bytes)",
 				  t->mem_len);
@@ -167,6 +183,8 @@ err:
 	free(t->wrs);
 	free(t->wstage);
 	free(t->wring);
+	free(t->h1);
+	free(t->h3);
 	free(t->r);
 	free(t);
 	return ret;
@@ -183,6 +201,8 @@ void dxl_tailer_delete(struct dxl_tailer **tp)
 	free(t->wrs);
 	free(t->wstage);
 	free(t->wring);
+	free(t->h1);
+	free(t->h3);
 	free(t->r);
 	free(t);
 	*tp = NULL;
@@ -309,9 +329,43 @@ static void advance(struct tring *r)
 	    (claim && stop + claim > r->win_hi)) {
 		r->blocked = 1;
 		/* read from r->pos through that record next time: a record
-		 * (or the skips before one) bigger than the window */
+		 * (or the skips before one) bigger than the window. It stays
+		 * until a record of the ring is consumed (even when a poll
+		 * ends with another ring cut short: rings cut short in turn
+		 * must not forget it, or none of them is ever delivered; and
+		 * a ring that ends with stale bytes claiming a big record
+		 * keeps its window wide rather than being cut every other
+		 * poll) */
 		uint64_t end = stop + (claim && claim <= rs ? claim : DXL_REC_HDR_SIZE);
 		r->need = end > r->pos ? DXL_MIN(end - r->pos, rs) : 0;
+	}
+}
+
+/*
+ * fetch_heads -- fetch (with the windows or not) until every control block
+ * READ holds a valid head: a READ that raced two head updates of the
+ * replica's CPU (one per slot) may find neither slot whole; the next READ
+ * finds the later one. DXL_E_CORRUPT only when that goes on.
+ */
+static int fetch_heads(struct dxl_tailer *t, int windows, struct dxl_ring_head *h1,
+		       struct dxl_ring_head *h3)
+{
+	for (int attempt = 1;; attempt++) {
+		int ret = fetch(t, windows);
+		if (ret)
+			return ret;
+		unsigned bad = t->n;
+		for (unsigned i = 0; i < t->n && bad == t->n; i++)
+			if (dxl_ring_head_decode(t->r[i].ctl, &h1[i]) ||
+			    (windows && dxl_ring_head_decode(t->r[i].ctl2, &h3[i])))
+				bad = i;
+		if (bad == t->n)
+			return 0;
+		if (attempt >= TAIL_HEAD_ATTEMPTS)
+			return dxl_err_set(DXL_E_CORRUPT,
+					   "tailer: ring %u at %s has no valid head (%d READs in a row)",
+					   bad, t->r[bad].t.addr, attempt);
+		dxl_err_clear();
 	}
 }
 
@@ -320,33 +374,30 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 {
 	t->caught_up = 0;
 	int ret;
+	struct dxl_ring_head *h1 = t->h1, *h3 = t->h3;
 	if (!t->started) {
 		/* where to start: the heads, checked against the cursor */
-		if ((ret = fetch(t, 0)))
+		if ((ret = fetch_heads(t, 0, h1, h3)))
 			return ret;
 		t->reclaimed_ts = 0;
 		for (unsigned i = 0; i < t->n; i++) {
 			struct tring *r = &t->r[i];
-			struct dxl_ring_head h;
-			if (dxl_ring_head_decode(r->ctl, &h))
-				return dxl_err_set(DXL_E_CORRUPT,
-						   "tailer: ring %u at %s has no valid head",
-						   i, r->t.addr);
-			t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h.last_ts);
+			const struct dxl_ring_head *h = &h1[i];
+			t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h->last_ts);
 			/* records below the cursor that were reclaimed are
 			 * fine; records at or above it must still be there.
 			 * Cursor 0 means "the earliest record retained" */
-			if (t->cursor > 0 && h.last_ts >= t->cursor)
+			if (t->cursor > 0 && h->last_ts >= t->cursor)
 				return dxl_err_set(DXL_E_STALE,
 						   "tailer: cursor %llu is older than what ring %u retains (its head passed timestamp %llu)",
 						   (unsigned long long)t->cursor, i,
-						   (unsigned long long)h.last_ts);
-			r->pos = h.pos;
-			r->seq = h.seq;
+						   (unsigned long long)h->last_ts);
+			r->pos = h->pos;
+			r->seq = h->seq;
 		}
 		t->started = 1;
 	}
-	if ((ret = fetch(t, 1)))
+	if ((ret = fetch_heads(t, 1, h1, h3)))
 		return ret;
 	/* heads, owners, watermarks, and the resolved timestamp */
 	uint64_t resolved = UINT64_MAX, caps = 0;
@@ -354,13 +405,9 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 	t->holding = 0;
 	for (unsigned i = 0; i < t->n; i++) {
 		struct tring *r = &t->r[i];
-		struct dxl_ring_head h1, h;
-		if (dxl_ring_head_decode(r->ctl, &h1) || dxl_ring_head_decode(r->ctl2, &h))
-			return dxl_err_set(DXL_E_CORRUPT,
-					   "tailer: ring %u at %s has no valid head",
-					   i, r->t.addr);
-		if (h1.gen > h.gen) /* heads only move on: cannot happen */
-			h = h1;
+		struct dxl_ring_head h = h3[i];
+		if (h1[i].gen > h.gen) /* heads only move on: cannot happen */
+			h = h1[i];
 		uint64_t wm = dxl_ring_wmark_decode(r->ctl + DXL_RING_WMARK_OFF);
 		t->reclaimed_ts = DXL_MAX(t->reclaimed_ts, h.last_ts);
 		/* the later head: below it, the window may hold the writer's
@@ -379,8 +426,15 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 			r->pos = h.pos;
 			r->seq = h.seq;
 		}
-		int owned = dxl_get_le64(r->ctl + DXL_RING_OWNER_OFF) != 0 ||
-			    dxl_get_le64(r->ctl2 + DXL_RING_OWNER_OFF) != 0;
+		/* closed (or never used) only if the owner word was unclaimed
+		 * and the same in both READs, and so was the watermark: a claim
+		 * in between, even one followed by appends and a close (the
+		 * word unclaimed again, but with the next generation), may have
+		 * started below the largest watermark this poll read */
+		uint64_t o1 = dxl_get_le64(r->ctl + DXL_RING_OWNER_OFF);
+		uint64_t o3 = dxl_get_le64(r->ctl2 + DXL_RING_OWNER_OFF);
+		uint64_t wm3 = dxl_ring_wmark_decode(r->ctl2 + DXL_RING_WMARK_OFF);
+		int owned = DXL_RING_OWNER_HOLDER(o1) != 0 || o1 != o3 || wm != wm3;
 		int live = t->cfg.live_given && i < 64 && ((t->cfg.live_mask >> i) & 1);
 		r->holds = owned || live;
 		if (r->holds) {
@@ -396,15 +450,22 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 	if (!t->holding)
 		resolved = caps; /* every ring closed: each up to its own watermark */
 	uint64_t now = t->cfg.wall_ms ? t->cfg.wall_ms() : dxl_wall_ms();
-	uint64_t limit = DXL_HLC_MAKE(now + DXL_HLC_MAX_AHEAD_MS / 2, 0);
-	if (resolved > limit)
-		resolved = limit; /* a writer's clock jumped forward */
+	uint64_t limit = DXL_HLC_MAKE(now, 0);
+	/* a writer's clock ahead of ours: by a little (hosts' clocks differ
+	 * by milliseconds, and a timestamp of this millisecond is above
+	 * `limit`), and its records come out at the next polls -- not caught
+	 * up; by more than TAIL_SOON_MS (it jumped forward), and they are for
+	 * later */
+	int soon = 0;
+	if (resolved > limit) {
+		soon = resolved <= DXL_HLC_MAKE(now + TAIL_SOON_MS, 0);
+		resolved = limit;
+	}
 	for (unsigned i = 0; i < t->n; i++) {
 		struct tring *r = &t->r[i];
 		dxl_ring_iter_init_buf(&r->it, r->mirror, r->t.ring_size, r->pos,
 				       r->seq);
 		r->it.ring = i;
-		r->need = 0;
 		advance(r);
 	}
 	int n = 0;
@@ -430,6 +491,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 			break;
 		best->pos = best->it.pos;
 		best->seq = best->it.seq;
+		best->need = 0; /* what it was for is consumed */
 		if (best->cur.commit_ts >= t->cursor) {
 			n++;
 			t->delivered = 1;
@@ -460,7 +522,7 @@ int dxl_tailer_poll(struct dxl_tailer *t, dxl_tail_fn fn, void *arg,
 	}
 	if (!cut && resolved > t->cursor)
 		t->cursor = resolved;
-	t->caught_up = !cut;
+	t->caught_up = !cut && !soon;
 	if (cursor)
 		*cursor = t->cursor;
 	return n;

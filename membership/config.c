@@ -12,7 +12,11 @@
  *
  *   {"format": 1, "epoch": 7,
  *    "nodes":  [{"id": 1, "addr": "10.0.0.1:7000"}, ...],
- *    "shards": [{"id": 0, "primary": 1, "backups": [2, 3]}, ...]}
+ *    "shards": [{"id": 0, "primary": 1, "backups": [2, 3],
+ *                "data_ids": {"1": "0x5e0c...", "2": "0x91aa..."}}, ...]}
+ *
+ * ("data_ids" is optional, and so is each member in it: the data identity
+ * of the member's copy of the shard when it was added, replica.h.)
  *
  * It only changes by a compare-and-set on the znode version, and every
  * change carries a larger epoch: the epoch is what records, RPCs and fencing
@@ -66,6 +70,37 @@ dxl_cluster_config_node(const struct dxl_cluster_config *c, uint32_t id)
 		if (c->nodes[i].id == id)
 			return &c->nodes[i];
 	return NULL;
+}
+
+/* member_pos -- node's index in the shard's member order (0 = primary),
+ * -1 when it is not a member */
+static int member_pos(const struct dxl_cluster_shard *sh, uint32_t node)
+{
+	if (sh->primary == node)
+		return 0;
+	for (uint32_t i = 0; i < sh->nbackups && i < DXL_CONFIG_MAX_BACKUPS; i++)
+		if (sh->backups[i] == node)
+			return 1 + (int)i;
+	return -1;
+}
+
+uint64_t dxl_cluster_shard_data_id(const struct dxl_cluster_shard *sh, uint32_t node)
+{
+	int k = sh ? member_pos(sh, node) : -1;
+	return k < 0 ? 0 : sh->data_id[k];
+}
+
+int dxl_cluster_config_set_data_id(struct dxl_cluster_config *c, uint32_t shard,
+				   uint32_t node, uint64_t data_id)
+{
+	struct dxl_cluster_shard *sh =
+		(struct dxl_cluster_shard *)dxl_cluster_config_shard(c, shard);
+	int k = sh ? member_pos(sh, node) : -1;
+	if (k < 0)
+		return dxl_err_set(DXL_E_NOENT, "cluster config: node %u is not a member of shard %u",
+				   node, shard);
+	sh->data_id[k] = data_id;
+	return 0;
 }
 
 uint32_t dxl_cluster_shard_members(const struct dxl_cluster_shard *sh, uint32_t *ids)
@@ -299,7 +334,23 @@ int dxl_cluster_config_encode(const struct dxl_cluster_config *c, char **json,
 					    "primary", (json_int_t)s->primary,
 					    "backups", b);
 		json_decref(b);
-		bad = !o || json_array_append_new(shards, o);
+		json_t *ids = NULL;
+		for (uint32_t k = 0; o && k <= s->nbackups; k++) {
+			if (!s->data_id[k])
+				continue;
+			char key[16], hex[24];
+			snprintf(key, sizeof(key), "%u", k ? s->backups[k - 1] : s->primary);
+			snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)s->data_id[k]);
+			if (!ids && !(ids = json_object()))
+				bad = true;
+			if (ids && json_object_set_new(ids, key, json_string(hex)))
+				bad = true;
+		}
+		if (ids && o && json_object_set_new(o, "data_ids", ids))
+			bad = true;
+		else if (ids && !o)
+			json_decref(ids);
+		bad = bad || !o || json_array_append_new(shards, o);
 	}
 	if (!bad) {
 		bad |= json_object_set_new(root, "format",
@@ -412,7 +463,7 @@ static int decode_shards(json_t *arr, struct dxl_cluster_config *c)
 	c->shards = calloc(n + 1, sizeof(*c->shards));
 	if (!c->shards)
 		return dxl_err_set(DXL_E_NOMEM, "cluster config: decoding");
-	static const char *const keys[] = {"id", "primary", "backups", NULL};
+	static const char *const keys[] = {"id", "primary", "backups", "data_ids", NULL};
 	for (size_t i = 0; i < n; i++) {
 		json_t *o = json_array_get(arr, i);
 		char where[48];
@@ -442,6 +493,25 @@ static int decode_shards(json_t *arr, struct dxl_cluster_config *c)
 				return corrupt("%s: backups[%zu] is not a node id",
 					       where, j);
 			s->backups[s->nbackups++] = (uint32_t)json_integer_value(x);
+		}
+		json_t *ids = json_object_get(o, "data_ids");
+		if (ids && !json_is_object(ids))
+			return corrupt("%s: \"data_ids\" is not an object", where);
+		const char *k;
+		json_t *v;
+		json_object_foreach(ids, k, v) {
+			uint64_t node, did;
+			int pos = dxl_parse_u64(k, &node) || node > UINT32_MAX || (k[0] == '0' && k[1])
+					  ? -1
+					  : member_pos(s, (uint32_t)node);
+			if (pos < 0)
+				return corrupt("%s: data_ids: \"%s\" is not a member of the shard",
+					       where, k);
+			if (!json_is_string(v) || dxl_parse_hex64(json_string_value(v), &did) ||
+			    !did)
+				return corrupt("%s: data_ids: \"%s\" is not 0x<1..16 hex digits>, not 0",
+					       where, k);
+			s->data_id[pos] = did;
 		}
 		c->nshards = (uint32_t)(i + 1);
 	}
@@ -578,8 +648,8 @@ int dxl_cluster_config_cas(struct dxl_zk *zk, const struct dxl_cluster_config *c
 	struct Stat st;
 	int rc;
 	if (expected_version == DXL_ZK_VERSION_NONE) {
-		rc = zoo_create(conn->zh, path, json, (int)len,
-				    &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		rc = zkx_create(conn, path, json, (int)len,
+				    0, NULL, 0);
 		if (rc == ZNODEEXISTS)
 			ret = dxl_err_set(DXL_E_STALE, "%s already exists (someone "
 					  "created it first): read it and retry",
@@ -625,7 +695,7 @@ int dxl_cluster_config_cas(struct dxl_zk *zk, const struct dxl_cluster_config *c
 	struct Stat nst;
 	/* the version check makes this a CAS: if the znode changed since our
 	 * read, our epoch check was against stale data and this fails */
-	rc = zoo_set2(conn->zh, path, json, (int)len, expected_version, &nst);
+	rc = zkx_set(conn, path, json, (int)len, expected_version, &nst);
 	if (rc == ZBADVERSION)
 		ret = dxl_err_set(DXL_E_STALE, "%s changed after version %d: read "
 				  "it and recompute", path, expected_version);

@@ -19,7 +19,7 @@ int dxl_coord_znode_create(struct dxl_zk *zk, uint32_t id, uint32_t max_id,
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "registering a coordinator")))
 		return ret;
-	int rc = zoo_create(c->zh, dir, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, dir, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS) {
 		ret = zk_err(rc, "create", dir);
 		goto out;
@@ -33,19 +33,18 @@ int dxl_coord_znode_create(struct dxl_zk *zk, uint32_t id, uint32_t max_id,
 	if (!id) {
 		char seqp[ZK_PATH_MAX + 16], made[ZK_PATH_MAX + 32];
 		snprintf(seqp, sizeof(seqp), "%s/seq-", dir);
-		rc = zoo_create(c->zh, seqp, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
-				ZOO_EPHEMERAL | ZOO_SEQUENCE, made, sizeof(made));
+		rc = zkx_create(c, seqp, NULL, -1, ZOO_EPHEMERAL | ZOO_SEQUENCE, made, sizeof(made));
 		if (rc == ZOK) {
 			const char *num = strrchr(made, '-');
 			unsigned long long n = num ? strtoull(num + 1, NULL, 10) : 0;
 			start = (uint32_t)(n % max_id) + 1;
-			zoo_delete(c->zh, made, -1);
+			zkx_delete(c, made, -1);
 		}
 	}
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t k = (start - 1 + i) % max_id + 1;
 		snprintf(path, sizeof(path), "%s/%u", dir, k);
-		rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
+		rc = zkx_create(c, path, data, dlen, ZOO_EPHEMERAL,
 				NULL, 0);
 		if (rc == ZOK) {
 			*id_out = k;

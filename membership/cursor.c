@@ -86,10 +86,10 @@ int dxl_cursor_get(struct dxl_zk *zk, const char *group, uint32_t shard,
 static int create_cursor(struct zk_conn *c, const char *dir, const char *path,
 			 const char *val, int len)
 {
-	int rc = zoo_create(c->zh, dir, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, dir, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS)
 		return rc;
-	return zoo_create(c->zh, path, val, len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	return zkx_create(c, path, val, len, 0, NULL, 0);
 }
 
 int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
@@ -125,7 +125,7 @@ int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
 		goto out;
 	}
 	for (int tries = 0; tries < 4; tries++) {
-		rc = zoo_set2(c->zh, path, val, len,
+		rc = zkx_set(c, path, val, len,
 			      expected_version == DXL_ZK_VERSION_ANY ? -1
 								     : expected_version,
 			      &st);
@@ -170,7 +170,7 @@ int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard)
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "deleting a cursor")))
 		return ret;
-	int rc = zoo_delete(c->zh, path, -1);
+	int rc = zkx_delete(c, path, -1);
 	zk_conn_put(c);
 	if (rc == ZNONODE)
 		return dxl_err_set(DXL_E_NOENT, "cursor %s was never set", path);
@@ -199,14 +199,23 @@ int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 		return 0;
 	if (rc != ZOK)
 		return zk_err(rc, "get_children", dir);
+	/* a group whose cursor cannot be decoded is at an unknown position:
+	 * it may not have read anything, so it holds everything back (0) --
+	 * reported, after the others were read */
+	char bad[160] = "";
+	uint32_t nbad = 0;
 	for (int32_t i = 0; i < kids.count && !ret; i++) {
 		uint64_t ts;
 		int r = dxl_cursor_get(zk, kids.data[i], shard, &ts, NULL);
-		if (r == DXL_E_NOENT || r == DXL_E_INVAL || r == DXL_E_CORRUPT) {
-			dxl_err_clear(); /* no cursor for this shard, or not ours */
+		if (r == DXL_E_NOENT || r == DXL_E_INVAL) {
+			dxl_err_clear(); /* no cursor for this shard, or not a group */
 			continue;
 		}
-		if (r) {
+		if (r == DXL_E_CORRUPT) {
+			if (!nbad++)
+				snprintf(bad, sizeof(bad), "%s", dxl_errmsg());
+			ts = 0;
+		} else if (r) {
 			ret = r;
 			break;
 		}
@@ -216,5 +225,8 @@ int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 			(*ngroups)++;
 	}
 	deallocate_String_vector(&kids);
+	if (!ret && nbad)
+		ret = dxl_err_set(DXL_E_CORRUPT, "shard %u: %u consumer group(s) with an unreadable "
+				  "cursor, taken as 0 (%s)", shard, nbad, bad);
 	return ret;
 }

@@ -6,17 +6,22 @@
 #include "membership/zk_internal.h"
 
 /*
- * The ZooKeeper recipe: every candidate creates <dir>/c-<session>-<seq>
+ * The ZooKeeper recipe: every candidate creates <dir>/c-<session>-<nonce>-<seq>
  * (ephemeral, sequential). The lowest sequence number leads. Every other
  * candidate watches only the candidate just below it, so the leader's
  * departure wakes one process, not all (no herd effect); when its
  * predecessor goes it re-reads the children, because the predecessor may
  * simply have left the queue while a still lower candidate leads.
  *
- * The session id in the name lets a candidate find its own znode when the
- * create's reply was lost with the connection (the create may have been
- * applied): it adopts that znode instead of leaving an orphan that would
- * lead the election for nobody until the session ends.
+ * Lost replies (issue 16.6). A create whose reply was lost with the
+ * connection may have been applied. The candidate never creates again
+ * before it knows: it lists the children (retrying until a listing works)
+ * and adopts the znode with its own nonce if there is one. A znode of this
+ * session that no live candidacy of this process owns (a create or a
+ * resignation whose outcome was never learned) would lead the election for
+ * nobody, or stand before our own candidacy, until the session ends: every
+ * sync deletes such leftovers. The registry below says which nonces are
+ * live in this process (two candidacies of one process may share a session).
  */
 
 enum { E_IN = 1, E_OUT = 2 };
@@ -28,12 +33,51 @@ struct dxl_election {
 	char dir[ZK_PATH_MAX];
 	char me[ZK_PATH_MAX];  /* our znode (set before the observer is added) */
 	char me_name[64];
+	char mine[48];         /* "c-<session>-<nonce>-": our names' prefix */
 	char pred[ZK_PATH_MAX]; /* watched predecessor (event thread only) */
 	int state;              /* under zk->mu */
 	atomic_bool leader;
 	_Atomic int64_t seq;
 	_Atomic int64_t pred_seq;
 };
+
+/* ---- the live candidacies of this process (their name prefixes) ---------- */
+
+#include <pthread.h>
+#include <sys/random.h>
+static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_live[64][48];
+
+static void live_add(const char *mine)
+{
+	pthread_mutex_lock(&g_live_mu);
+	for (int i = 0; i < 64; i++)
+		if (!g_live[i][0]) {
+			snprintf(g_live[i], sizeof(g_live[i]), "%s", mine);
+			break;
+		}
+	pthread_mutex_unlock(&g_live_mu);
+}
+
+static void live_del(const char *mine)
+{
+	pthread_mutex_lock(&g_live_mu);
+	for (int i = 0; i < 64; i++)
+		if (!strcmp(g_live[i], mine))
+			g_live[i][0] = 0;
+	pthread_mutex_unlock(&g_live_mu);
+}
+
+/* live_owns -- a live candidacy of this process owns the znode name */
+static bool live_owns(const char *name)
+{
+	bool yes = false;
+	pthread_mutex_lock(&g_live_mu);
+	for (int i = 0; i < 64 && !yes; i++)
+		yes = g_live[i][0] && !strncmp(name, g_live[i], strlen(g_live[i]));
+	pthread_mutex_unlock(&g_live_mu);
+	return yes;
+}
 
 /* seq_of -- the sequence number of a candidate name, -1 if not one */
 static int64_t seq_of(const char *name)
@@ -109,12 +153,23 @@ static int el_sync(struct zk_obs *o)
 			zk_conn_put(c);
 			return zk_err(rc, "get children", e->dir);
 		}
-		bool found = false;
+		bool found = false, swept = false;
 		int64_t best = -1;
 		char pname[64] = "";
+		char sess[24];
+		snprintf(sess, sizeof(sess), "c-%016llx-", (unsigned long long)zk_conn_session(c));
 		for (int i = 0; i < kids.count; i++) {
 			if (strcmp(kids.data[i], e->me_name) == 0) {
 				found = true;
+				continue;
+			}
+			/* a leftover of this session: nobody here owns it */
+			if (!strncmp(kids.data[i], sess, strlen(sess)) && !live_owns(kids.data[i])) {
+				char lp[ZK_PATH_MAX + 64];
+				snprintf(lp, sizeof(lp), "%s/%s", e->dir, kids.data[i]);
+				int drc = zkx_delete(c, lp, -1);
+				DXL_WARN("event=election_leftover path=%s action=delete rc=%d", lp, drc);
+				swept = true;
 				continue;
 			}
 			int64_t s = seq_of(kids.data[i]);
@@ -124,6 +179,8 @@ static int el_sync(struct zk_obs *o)
 			}
 		}
 		deallocate_String_vector(&kids);
+		if (swept)
+			continue; /* look again */
 		if (!found) {
 			/* our znode is gone (session ended, or deleted from
 			 * outside) */
@@ -227,20 +284,25 @@ int dxl_election_new(struct dxl_zk *zk, const char *name, const char *data,
 		free(e);
 		return ret;
 	}
-	int rc = zoo_create(c->zh, e->dir, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, e->dir, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS) {
 		ret = zk_err(rc, "create", e->dir);
 		goto fail;
 	}
 	int64_t sid = zk_conn_session(c);
-	char prefix[ZK_PATH_MAX + 32], mine[32];
-	snprintf(mine, sizeof(mine), "c-%016llx-", (unsigned long long)sid);
-	snprintf(prefix, sizeof(prefix), "%s/%s", e->dir, mine);
+	uint32_t nonce = 0;
+	while (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+		;
+	char prefix[ZK_PATH_MAX + 64];
+	snprintf(e->mine, sizeof(e->mine), "c-%016llx-%08x-", (unsigned long long)sid, nonce);
+	snprintf(prefix, sizeof(prefix), "%s/%s", e->dir, e->mine);
+	/* live before the create: a sync of another candidacy of this process
+	 * must not take it for a leftover */
+	live_add(e->mine);
 	ret = 1;
 	for (int tries = 0; tries < 4 && ret == 1; tries++) {
-		rc = zoo_create(c->zh, prefix, data, data ? (int)dlen : -1,
-				&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE,
-				e->me, sizeof(e->me));
+		rc = zkx_create(c, prefix, data, data ? (int)dlen : -1,
+				ZOO_EPHEMERAL | ZOO_SEQUENCE, e->me, sizeof(e->me));
 		if (rc == ZOK) {
 			ret = 0;
 			break;
@@ -249,36 +311,54 @@ int dxl_election_new(struct dxl_zk *zk, const char *name, const char *data,
 			ret = zk_err(rc, "create", prefix);
 			break;
 		}
-		/* the create may have been applied: wait for the connection,
-		 * then look for a znode of our session */
-		zk_conn_put(c);
-		c = NULL;
-		if ((ret = zk_acquire(zk, &c, "joining the election")))
-			goto fail;
-		ret = 1;
+		/* the create may have been applied: never create again before
+		 * a listing says whether a znode with our nonce is there */
 		struct String_vector kids;
-		rc = zk_children(c, e->dir, false, &kids);
-		if (rc != ZOK)
-			continue;
-		for (int i = 0; i < kids.count; i++)
-			if (strncmp(kids.data[i], mine, strlen(mine)) == 0) {
-				if ((size_t)snprintf(e->me, sizeof(e->me), "%s/%s",
-						     e->dir, kids.data[i]) <
+		int lrc = ZCONNECTIONLOSS;
+		for (int k = 0; k < 8 && transient(lrc); k++) {
+			zk_conn_put(c);
+			c = NULL;
+			if ((ret = zk_acquire(zk, &c, "joining the election")))
+				goto fail;
+			lrc = zk_children(c, e->dir, false, &kids);
+		}
+		if (lrc != ZOK) {
+			/* unknown: a create that landed is a leftover the next
+			 * sync of this session deletes */
+			live_del(e->mine);
+			ret = zk_err(lrc, "get children", e->dir);
+			goto fail;
+		}
+		if (zk_conn_session(c) != sid) {
+			deallocate_String_vector(&kids);
+			live_del(e->mine);
+			ret = dxl_err_set(DXL_E_STATE, "election %s: the session ended while joining",
+					  e->dir);
+			goto fail;
+		}
+		ret = 1;
+		for (int k = 0; k < kids.count && ret == 1; k++)
+			if (!strncmp(kids.data[k], e->mine, strlen(e->mine)) &&
+			    (size_t)snprintf(e->me, sizeof(e->me), "%s/%s", e->dir, kids.data[k]) <
 				    sizeof(e->me))
-					ret = 0;
-			}
+				ret = 0; /* it was applied: adopt it */
 		deallocate_String_vector(&kids);
+		if (!ret)
+			DXL_INFO("event=election_adopted path=%s", e->me);
 	}
 	if (ret == 1)
 		ret = zk_err(rc, "create", prefix);
-	if (ret)
+	if (ret) {
+		live_del(e->mine);
 		goto fail;
+	}
 	zk_conn_put(c);
 	const char *slash = strrchr(e->me, '/');
 	if ((size_t)snprintf(e->me_name, sizeof(e->me_name), "%s",
 			     slash ? slash + 1 : e->me) >= sizeof(e->me_name)) {
 		ret = dxl_err_set(DXL_E_INTERNAL, "election: odd znode name %s",
 				  e->me);
+		live_del(e->mine);
 		c = NULL;
 		goto fail;
 	}
@@ -311,12 +391,20 @@ int dxl_election_resign(struct dxl_election *e)
 	leave(e);
 	/* a callback that started before stays the last one */
 	zk_obs_quiesce(&e->obs);
-	struct zk_conn *c;
-	int ret = zk_acquire(e->obs.zk, &c, "resigning");
+	/* a delete whose outcome was lost is tried again (a second delete
+	 * finds no node); if it stays unknown the znode is a leftover that the
+	 * next sync of this session deletes (it is no longer live here) */
+	int rc = ZCONNECTIONLOSS, ret = 0;
+	for (int k = 0; k < 4 && transient(rc); k++) {
+		struct zk_conn *c;
+		if ((ret = zk_acquire(e->obs.zk, &c, "resigning")))
+			break;
+		rc = zkx_delete(c, e->me, -1);
+		zk_conn_put(c);
+	}
+	live_del(e->mine);
 	if (ret)
 		return ret;
-	int rc = zoo_delete(c->zh, e->me, -1);
-	zk_conn_put(c);
 	if (rc != ZOK && rc != ZNONODE)
 		return zk_err(rc, "delete", e->me);
 	return 0;
@@ -329,6 +417,8 @@ void dxl_election_delete(struct dxl_election **pe)
 	struct dxl_election *e = *pe;
 	if (is_in(e))
 		(void)dxl_election_resign(e);
+	else
+		live_del(e->mine);
 	zk_obs_remove(&e->obs);
 	*pe = NULL;
 }

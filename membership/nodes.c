@@ -119,8 +119,8 @@ int dxl_member_register(struct dxl_zk *zk, uint32_t node_id,
 		goto out;
 	ret = 1; /* not decided yet */
 	for (int tries = 0; tries < 5; tries++) {
-		int rc = zoo_create(c->zh, path, payload, (int)plen,
-				    &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
+		int rc = zkx_create(c, path, payload, (int)plen,
+				    ZOO_EPHEMERAL, NULL, 0);
 		if (rc == ZOK) {
 			ret = 0;
 			break;
@@ -141,7 +141,7 @@ int dxl_member_register(struct dxl_zk *zk, uint32_t node_id,
 		}
 		if (st.ephemeralOwner == sid) {
 			/* ours already (a retried create): new payload */
-			rc = zoo_set(c->zh, path, payload, (int)plen, st.version);
+			rc = zkx_set(c, path, payload, (int)plen, st.version, NULL);
 			free(data);
 			if (rc == ZBADVERSION)
 				continue;
@@ -212,7 +212,7 @@ int dxl_member_update(struct dxl_zk *zk, uint32_t node_id,
 	for (int tries = 0; tries < 5; tries++) {
 		if ((ret = own_node(c, path, node_id, &st)))
 			break;
-		int rc = zoo_set(c->zh, path, payload, (int)plen, st.version);
+		int rc = zkx_set(c, path, payload, (int)plen, st.version, NULL);
 		if (rc == ZBADVERSION) {
 			ret = zk_err(rc, "set", path);
 			continue;
@@ -239,7 +239,7 @@ int dxl_member_deregister(struct dxl_zk *zk, uint32_t node_id)
 	/* only we can delete or re-create our own ephemeral while our session
 	 * lives, and if it died the delete fails with the session: no race */
 	if (!(ret = own_node(c, path, node_id, &st))) {
-		int rc = zoo_delete(c->zh, path, -1);
+		int rc = zkx_delete(c, path, -1);
 		ret = rc == ZOK ? 0 : zk_err(rc, "delete", path);
 	}
 	zk_conn_put(c);

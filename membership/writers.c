@@ -53,9 +53,68 @@ static void held_del(int64_t session, uint32_t shard, uint32_t slot)
 		}
 }
 
+/*
+ * Slots whose create lost its reply and whose outcome could not be learned
+ * (the connection stayed away): if the create landed, the znode is an
+ * orphan of this session that counts as a live writer until the session
+ * ends. Every later call here checks them: an orphan that no writer of this
+ * process holds is deleted (issue 16.6). Under g_held_mu.
+ */
+static struct {
+	int64_t session;
+	char path[ZK_PATH_MAX + 16];
+} g_maybe[64];
+
+static void maybe_add(int64_t session, const char *path)
+{
+	for (unsigned i = 0; i < 64; i++)
+		if (!g_maybe[i].session) {
+			g_maybe[i].session = session;
+			snprintf(g_maybe[i].path, sizeof(g_maybe[i].path), "%s", path);
+			return;
+		}
+	DXL_WARN("event=writer_slot_unknown path=%s msg=\"too many unknown slots to track\"", path);
+}
+
+/* maybe_sweep -- (g_held_mu) resolve the slots of unknown outcome of c's
+ * session: delete the ones that exist, are ours and are held by no writer */
+static void maybe_sweep(struct zk_conn *c)
+{
+	int64_t sid = zk_conn_session(c);
+	for (unsigned i = 0; i < 64; i++) {
+		if (!g_maybe[i].session)
+			continue;
+		if (g_maybe[i].session != sid) {
+			g_maybe[i].session = 0; /* that session is over: so is its znode */
+			continue;
+		}
+		uint32_t shard, slot;
+		const char *w = strstr(g_maybe[i].path, "/writers/");
+		bool parsed = w && sscanf(w, "/writers/%u/%u", &shard, &slot) == 2;
+		struct Stat st;
+		int rc = zk_exists(c, g_maybe[i].path, false, &st);
+		if (rc == ZNONODE || (rc == ZOK && (st.ephemeralOwner != sid ||
+						    (parsed && held_has(sid, shard, slot))))) {
+			g_maybe[i].session = 0; /* never landed, or someone's slot */
+			continue;
+		}
+		if (rc != ZOK)
+			continue; /* still unknown */
+		rc = zkx_delete(c, g_maybe[i].path, st.version);
+		DXL_WARN("event=writer_slot_orphan path=%s action=delete rc=%d", g_maybe[i].path, rc);
+		if (rc == ZOK || rc == ZNONODE)
+			g_maybe[i].session = 0;
+	}
+}
+
+static bool transient(int rc)
+{
+	return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+}
+
 static int ensure_dir(struct zk_conn *c, const char *path)
 {
-	int rc = zoo_create(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+	int rc = zkx_create(c, path, NULL, -1, 0, NULL, 0);
 	if (rc != ZOK && rc != ZNODEEXISTS)
 		return zk_err(rc, "create", path);
 	return 0;
@@ -106,13 +165,49 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 			    "{\"pid\":%d,\"host\":\"%s\",\"session\":\"0x%llx\"}",
 			    (int)getpid(), host,
 			    (unsigned long long)zk_conn_session(c));
+	pthread_mutex_lock(&g_held_mu);
+	maybe_sweep(c);
+	pthread_mutex_unlock(&g_held_mu);
 	for (uint32_t k = first; k < nslots; k++) {
 		snprintf(path, sizeof(path), "%s/%u", sdir, k);
 		/* the registry's lock spans the create and the check: two
 		 * threads of one session must not both see the znode as theirs */
 		pthread_mutex_lock(&g_held_mu);
-		int rc = zoo_create(c->zh, path, data, dlen, &ZOO_OPEN_ACL_UNSAFE,
-				    ZOO_EPHEMERAL, NULL, 0);
+		int64_t sid = zk_conn_session(c);
+		int rc = zkx_create(c, path, data, dlen, ZOO_EPHEMERAL, NULL, 0);
+		if (transient(rc)) {
+			/* the create may have been applied (its reply was lost):
+			 * learn the outcome before anything else -- wait for the
+			 * connection, then the znode's owner tells (issue 16.6) */
+			struct Stat st;
+			int erc = rc;
+			for (int t = 0; t < 8 && transient(erc); t++) {
+				zk_conn_put(c);
+				c = NULL;
+				if ((ret = zk_acquire(zk, &c, "leasing a writer slot")))
+					break;
+				erc = zk_conn_session(c) == sid ? zk_exists(c, path, false, &st)
+								: ZSESSIONEXPIRED;
+			}
+			if (erc == ZOK && st.ephemeralOwner == sid && !held_has(sid, shard, k)) {
+				rc = ZOK; /* it landed: ours */
+				DXL_INFO("event=writer_slot_adopted path=%s", path);
+			} else if (erc == ZNONODE) {
+				k--; /* it did not land: create again */
+				pthread_mutex_unlock(&g_held_mu);
+				continue;
+			} else if (erc == ZOK) {
+				pthread_mutex_unlock(&g_held_mu);
+				continue; /* another session's (or another writer's) */
+			} else {
+				maybe_add(sid, path);
+				pthread_mutex_unlock(&g_held_mu);
+				if (!c)
+					return ret;
+				ret = zk_err(erc, "create (outcome unknown)", path);
+				goto out;
+			}
+		}
 		if (rc == ZOK) {
 			held_add(zk_conn_session(c), shard, k);
 			pthread_mutex_unlock(&g_held_mu);
@@ -163,9 +258,17 @@ int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
 	/* the registry's lock spans the delete: no other writer of this
 	 * process may take the slot before it leaves the registry */
 	pthread_mutex_lock(&g_held_mu);
+	int64_t sid = zk_conn_session(c);
 	ret = zk_delete_own(c, path);
-	if (!ret)
-		held_del(zk_conn_session(c), shard, slot);
+	if (ret == DXL_E_UNAVAIL) {
+		/* a delete whose reply was lost: the slot leaves the registry;
+		 * if the znode is still there it is an orphan, deleted by the
+		 * next call here */
+		maybe_add(sid, path);
+		held_del(sid, shard, slot);
+	} else if (!ret) {
+		held_del(sid, shard, slot);
+	}
 	pthread_mutex_unlock(&g_held_mu);
 	if (ret == DXL_E_NOENT)
 		dxl_err_prefix("writer slot");
@@ -184,6 +287,9 @@ int dxl_writer_slots_live(struct dxl_zk *zk, uint32_t shard, uint64_t *mask)
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "listing writer slots")))
 		return ret;
+	pthread_mutex_lock(&g_held_mu);
+	maybe_sweep(c);
+	pthread_mutex_unlock(&g_held_mu);
 	struct String_vector kids;
 	int rc = zk_children(c, sdir, false, &kids);
 	*mask = 0;

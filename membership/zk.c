@@ -62,12 +62,26 @@ struct dxl_zk {
 	_Atomic uint64_t session_epoch;
 	_Atomic uint32_t timeout_ms;     /* negotiated */
 	_Atomic uint32_t lease_ms;
-	/* end of the lease, CLOCK_MONOTONIC ns; 0 = none. Only grows within a
-	 * session (atomic max in renew_done); reset when a session ends. */
+	/* end of the lease, CLOCK_BOOTTIME ns (dxl_boot_ns: it advances while
+	 * the machine or VM is suspended, the server's clock does too); 0 =
+	 * none. Only grows within a session (atomic max in renew_done); reset
+	 * when a session ends. */
 	_Atomic uint64_t lease_until_ns;
 
 	pthread_t ev_thread, lease_thread;
 	bool ev_started, lease_started;
+
+	/* fault injection (dxl_zk_inject_fault, DXL_ZK_FAULTS): under fault_mu */
+	pthread_mutex_t fault_mu;
+	struct zk_fault {
+		unsigned ops;     /* DXL_ZK_OP_* */
+		char part[128];   /* the path contains it */
+		int kind;         /* enum dxl_zk_fault_kind */
+		uint32_t skip;    /* matching calls to let through first */
+		uint32_t count;   /* then how many to fail (0: all) */
+	} faults[16];
+	unsigned nfaults;
+	_Atomic uint32_t faults_fired;
 
 	/* event thread only */
 	uint64_t ev_epoch;     /* session epoch of the last session event */
@@ -397,7 +411,7 @@ static int connect_loop(struct dxl_zk *zk, uint64_t epoch)
 		zk->conn = c;
 		pthread_mutex_unlock(&zk->mu);
 
-		uint64_t t0 = dxl_now_ns();
+		uint64_t t0 = dxl_now_ns(), t0_boot = dxl_boot_ns();
 		uint64_t attempt_end = t0 + (uint64_t)cfg->session_timeout_ms * 1000000ull;
 		if (attempt_end > deadline)
 			attempt_end = deadline;
@@ -419,7 +433,7 @@ static int connect_loop(struct dxl_zk *zk, uint64_t epoch)
 			uint32_t to = c->timeout_ms;
 			uint32_t lease = to * cfg->lease_pct / 100;
 			atomic_store(&zk->lease_ms, lease);
-			atomic_store(&zk->lease_until_ns, t0 + (uint64_t)lease * 1000000ull);
+			atomic_store(&zk->lease_until_ns, t0_boot + (uint64_t)lease * 1000000ull);
 			atomic_store(&zk->session_id, c->session_id);
 			pthread_mutex_unlock(&zk->mu);
 			if (to != cfg->session_timeout_ms)
@@ -510,6 +524,8 @@ int zk_acquire(struct dxl_zk *zk, struct zk_conn **out, const char *what)
 
 /* ---- data helpers ----------------------------------------------------------- */
 
+static int fault_take(struct zk_conn *c, unsigned op, const char *path);
+
 int zk_get(struct zk_conn *c, const char *path, bool watch, char **data,
 	   int *len, struct Stat *st)
 {
@@ -519,6 +535,10 @@ int zk_get(struct zk_conn *c, const char *path, bool watch, char **data,
 		if (!buf)
 			return ZMARSHALLINGERROR;
 		int n = cap;
+		if (fault_take(c, DXL_ZK_OP_READ, path)) {
+			free(buf);
+			return ZCONNECTIONLOSS;
+		}
 		int rc = watch ? zoo_wget(c->zh, path, zk_watcher, c, buf, &n, st)
 			       : zoo_get(c->zh, path, 0, buf, &n, st);
 		if (rc != ZOK) {
@@ -543,8 +563,170 @@ int zk_children(struct zk_conn *c, const char *path, bool watch,
 		struct String_vector *out)
 {
 	memset(out, 0, sizeof(*out));
+	if (fault_take(c, DXL_ZK_OP_LIST, path))
+		return ZCONNECTIONLOSS;
 	return watch ? zoo_wget_children(c->zh, path, zk_watcher, c, out)
 		     : zoo_get_children(c->zh, path, 0, out);
+}
+
+/* ---- the fault shim (dxl_zk_inject_fault) ---------------------------------------- */
+
+static const char *op_name(unsigned op)
+{
+	switch (op) {
+	case DXL_ZK_OP_CREATE: return "create";
+	case DXL_ZK_OP_SET: return "set";
+	case DXL_ZK_OP_DELETE: return "delete";
+	case DXL_ZK_OP_LIST: return "list";
+	case DXL_ZK_OP_READ: return "read";
+	}
+	return "?";
+}
+
+/* fault_take -- the fault to inject into this call (a dxl_zk_fault_kind), 0
+ * for none; counts it */
+static int fault_take(struct zk_conn *c, unsigned op, const char *path)
+{
+	struct dxl_zk *zk = c->zk;
+	int kind = 0;
+	pthread_mutex_lock(&zk->fault_mu);
+	for (unsigned i = 0; i < zk->nfaults && !kind; i++) {
+		struct zk_fault *f = &zk->faults[i];
+		if (!(f->ops & op) || !strstr(path, f->part) || f->count == UINT32_MAX)
+			continue;
+		if (f->skip) {
+			f->skip--;
+			continue;
+		}
+		kind = f->kind;
+		if (f->count && --f->count == 0)
+			f->count = UINT32_MAX; /* used up */
+	}
+	pthread_mutex_unlock(&zk->fault_mu);
+	if (kind) {
+		atomic_fetch_add(&zk->faults_fired, 1);
+		DXL_WARN("event=zk_fault_injected op=%s path=%s kind=%s", op_name(op), path,
+			 kind == DXL_ZK_LOSE_REPLY ? "lost_reply" : "lost_request");
+	}
+	return kind;
+}
+
+int zkx_create(struct zk_conn *c, const char *path, const char *data, int len,
+	       int flags, char *made, int madecap)
+{
+	int kind = fault_take(c, DXL_ZK_OP_CREATE, path);
+	if (kind == DXL_ZK_LOSE_REQUEST)
+		return ZCONNECTIONLOSS;
+	int rc = zoo_create(c->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, flags, made,
+			    madecap);
+	return kind == DXL_ZK_LOSE_REPLY ? ZCONNECTIONLOSS : rc;
+}
+
+int zkx_set(struct zk_conn *c, const char *path, const char *data, int len,
+	    int version, struct Stat *st)
+{
+	int kind = fault_take(c, DXL_ZK_OP_SET, path);
+	if (kind == DXL_ZK_LOSE_REQUEST)
+		return ZCONNECTIONLOSS;
+	struct Stat tmp;
+	int rc = zoo_set2(c->zh, path, data, len, version, st ? st : &tmp);
+	return kind == DXL_ZK_LOSE_REPLY ? ZCONNECTIONLOSS : rc;
+}
+
+int zkx_delete(struct zk_conn *c, const char *path, int version)
+{
+	int kind = fault_take(c, DXL_ZK_OP_DELETE, path);
+	if (kind == DXL_ZK_LOSE_REQUEST)
+		return ZCONNECTIONLOSS;
+	int rc = zoo_delete(c->zh, path, version);
+	return kind == DXL_ZK_LOSE_REPLY ? ZCONNECTIONLOSS : rc;
+}
+
+int dxl_zk_inject_fault(struct dxl_zk *zk, unsigned ops, const char *path_part,
+			enum dxl_zk_fault_kind kind, uint32_t skip, uint32_t count)
+{
+	if (!zk || !ops || (ops & ~DXL_ZK_OP_ALL) || !path_part ||
+	    strlen(path_part) >= sizeof(zk->faults[0].part) ||
+	    (kind != DXL_ZK_LOSE_REPLY && kind != DXL_ZK_LOSE_REQUEST) ||
+	    (kind == DXL_ZK_LOSE_REPLY && (ops & (DXL_ZK_OP_LIST | DXL_ZK_OP_READ))))
+		return dxl_err_set(DXL_E_INVAL, "dxl_zk_inject_fault: bad argument (ops 0x%x, a "
+				   "lost reply is for writes only)", ops);
+	pthread_mutex_lock(&zk->fault_mu);
+	int ret = 0;
+	if (zk->nfaults >= DXL_ARRAY_SIZE(zk->faults)) {
+		ret = dxl_err_set(DXL_E_FULL, "dxl_zk_inject_fault: %zu faults armed already",
+				  DXL_ARRAY_SIZE(zk->faults));
+	} else {
+		struct zk_fault *f = &zk->faults[zk->nfaults++];
+		f->ops = ops;
+		snprintf(f->part, sizeof(f->part), "%s", path_part);
+		f->kind = kind;
+		f->skip = skip;
+		f->count = count;
+	}
+	pthread_mutex_unlock(&zk->fault_mu);
+	return ret;
+}
+
+int dxl_zk_inject_faults(struct dxl_zk *zk, const char *spec)
+{
+	if (!zk || !spec)
+		return dxl_err_set(DXL_E_INVAL, "dxl_zk_inject_faults: NULL argument");
+	char *copy = strdup(spec), *save = NULL;
+	if (!copy)
+		return dxl_err_set(DXL_E_NOMEM, "dxl_zk_inject_faults");
+	int ret = 0;
+	for (char *r = strtok_r(copy, ",", &save); r && !ret; r = strtok_r(NULL, ",", &save)) {
+		char *f[5] = {0};
+		int n = 0;
+		for (char *p = r; p && n < 5; n++) {
+			f[n] = p;
+			p = strchr(p, ':');
+			if (p)
+				*p++ = 0;
+		}
+		unsigned ops = 0;
+		char *osave = NULL;
+		for (char *o = n >= 3 ? strtok_r(f[0], "+", &osave) : NULL; o;
+		     o = strtok_r(NULL, "+", &osave)) {
+			unsigned k = 0;
+			for (unsigned b = 1; b <= DXL_ZK_OP_READ; b <<= 1)
+				if (!strcmp(o, op_name(b)))
+					k = b;
+			if (!k) {
+				ops = 0;
+				break;
+			}
+			ops |= k;
+		}
+		int kind = n >= 3 && !strcmp(f[2], "reply")	  ? DXL_ZK_LOSE_REPLY
+			   : n >= 3 && !strcmp(f[2], "request") ? DXL_ZK_LOSE_REQUEST
+								  : 0;
+		uint64_t skip = 0, count = 1;
+		if (!ops || !kind || (n > 3 && dxl_parse_u64(f[3], &skip)) ||
+		    (n > 4 && dxl_parse_u64(f[4], &count)) || skip > UINT32_MAX - 1 ||
+		    count > UINT32_MAX - 1) {
+			ret = dxl_err_set(DXL_E_INVAL, "fault '%s': want op[+op]:path_part:reply|request"
+					  "[:skip[:count]] (ops create set delete list read)", r);
+			break;
+		}
+		ret = dxl_zk_inject_fault(zk, ops, f[1], (enum dxl_zk_fault_kind)kind,
+					  (uint32_t)skip, (uint32_t)count);
+	}
+	free(copy);
+	return ret;
+}
+
+uint32_t dxl_zk_faults_fired(const struct dxl_zk *zk)
+{
+	return atomic_load(&((struct dxl_zk *)zk)->faults_fired);
+}
+
+void dxl_zk_clear_faults(struct dxl_zk *zk)
+{
+	pthread_mutex_lock(&zk->fault_mu);
+	zk->nfaults = 0;
+	pthread_mutex_unlock(&zk->fault_mu);
 }
 
 int zk_delete_own(struct zk_conn *c, const char *path)
@@ -555,13 +737,15 @@ int zk_delete_own(struct zk_conn *c, const char *path)
 		return dxl_err_set(DXL_E_NOENT, "%s is not held by this session", path);
 	if (rc != ZOK)
 		return zk_err(rc, "exists", path);
-	if ((rc = zoo_delete(c->zh, path, st.version)) != ZOK)
+	if ((rc = zkx_delete(c, path, st.version)) != ZOK)
 		return zk_err(rc, "delete", path);
 	return 0;
 }
 
 int zk_exists(struct zk_conn *c, const char *path, bool watch, struct Stat *st)
 {
+	if (fault_take(c, DXL_ZK_OP_READ, path))
+		return ZCONNECTIONLOSS;
 	return watch ? zoo_wexists(c->zh, path, zk_watcher, c, st)
 		     : zoo_exists(c->zh, path, 0, st);
 }
@@ -572,19 +756,19 @@ struct renew_token {
 	struct dxl_zk *zk;
 	uint64_t conn_id;
 	uint64_t seq;
-	uint64_t sent_ns;
+	uint64_t sent_boot_ns; /* dxl_boot_ns() when sent: the lease's clock */
 };
 
 /* renew_done -- ZooKeeper completion thread. A successful sync proves the
- * server saw the session alive after sent_ns, so it cannot expire it before
- * sent_ns + timeout: the lease may run to sent_ns + lease_ms. */
+ * server saw the session alive after sent_boot_ns, so it cannot expire it before
+ * sent_boot_ns + timeout: the lease may run to sent_boot_ns + lease_ms. */
 static void renew_done(int rc, const char *value, const void *data)
 {
 	struct renew_token *t = (struct renew_token *)data;
 	struct dxl_zk *zk = t->zk;
 	pthread_mutex_lock(&zk->mu);
 	if (rc == ZOK && zk->conn && zk->conn->id == t->conn_id) {
-		uint64_t until = t->sent_ns +
+		uint64_t until = t->sent_boot_ns +
 				 (uint64_t)atomic_load(&zk->lease_ms) * 1000000ull;
 		uint64_t old = atomic_load(&zk->lease_until_ns);
 		/* only grows (an older renewal may complete late) */
@@ -630,7 +814,7 @@ static void *lease_main(void *arg)
 		t->zk = zk;
 		t->conn_id = c->id;
 		t->seq = ++zk->renew_seq;
-		t->sent_ns = now;
+		t->sent_boot_ns = dxl_boot_ns();
 		zk->renew_inflight = true;
 		zk->renew_sent_ns = now;
 		c->refs++;
@@ -663,7 +847,7 @@ uint64_t dxl_zk_lease_until_ns(const struct dxl_zk *zk)
 	if (atomic_load(&z->state) != DXL_ZK_CONNECTED)
 		return 0;
 	uint64_t until = atomic_load(&z->lease_until_ns);
-	return dxl_now_ns() < until ? until : 0;
+	return dxl_boot_ns() < until ? until : 0;
 }
 
 uint32_t dxl_zk_lease_ms(const struct dxl_zk *zk)
@@ -1064,6 +1248,7 @@ static void zk_free(struct dxl_zk *zk)
 	pthread_cond_destroy(&zk->lease_cond);
 	pthread_mutex_destroy(&zk->mu);
 	pthread_mutex_destroy(&zk->reopen_mu);
+	pthread_mutex_destroy(&zk->fault_mu);
 	free(zk);
 }
 
@@ -1081,12 +1266,19 @@ int dxl_zk_new(const struct dxl_zk_cfg *cfg, struct dxl_zk **out)
 	snprintf(zk->root, sizeof(zk->root), "/dxl/%s", cfg->cluster);
 	pthread_mutex_init(&zk->mu, NULL);
 	pthread_mutex_init(&zk->reopen_mu, NULL);
+	pthread_mutex_init(&zk->fault_mu, NULL);
 	cond_init_mono(&zk->cond);
 	cond_init_mono(&zk->ev_cond);
 	cond_init_mono(&zk->lease_cond);
 	atomic_store(&zk->state, DXL_ZK_CONNECTING);
 	atomic_store(&zk->timeout_ms, cfg->session_timeout_ms);
 	zk->ev_reported = DXL_ZK_CONNECTING;
+	const char *faults = getenv("DXL_ZK_FAULTS");
+	if (faults && *faults && dxl_zk_inject_faults(zk, faults)) {
+		ret = dxl_err_set(DXL_E_INVAL, "DXL_ZK_FAULTS: %s", dxl_errmsg());
+		zk_free(zk);
+		return ret;
+	}
 
 	ret = connect_loop(zk, 1);
 	if (!ret)

@@ -93,6 +93,16 @@ int zk_children(struct zk_conn *c, const char *path, bool watch,
 int zk_exists(struct zk_conn *c, const char *path, bool watch,
 	      struct Stat *st);
 
+/* zkx_create / zkx_set / zkx_delete -- zoo_create (open ACL), zoo_set2 and
+ * zoo_delete through the fault shim (dxl_zk_inject_fault): every write of the
+ * module goes through them, so a test can lose its request or its reply.
+ * ZooKeeper rc. */
+int zkx_create(struct zk_conn *c, const char *path, const char *data, int len,
+	       int flags, char *made, int madecap);
+int zkx_set(struct zk_conn *c, const char *path, const char *data, int len,
+	    int version, struct Stat *st);
+int zkx_delete(struct zk_conn *c, const char *path, int version);
+
 /* zk_delete_own -- delete the ephemeral znode path if this connection's
  * session owns it: 0, DXL_E_NOENT (absent or another session's), or the
  * ZooKeeper error */

@@ -52,6 +52,55 @@ static void appendf(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* what a member of a shard is to the CM */
+enum member_class {
+	M_DEAD = 0,    /* no descriptor, or it does not list the shard: its
+			  session ended (or it lost the shard) -- removable */
+	M_COUNTED = 1, /* registered for this epoch (cfg_epoch >= it) and says
+			  MEMBER for the shard: holds every acknowledged record
+			  -- counts as alive, may be promoted */
+	M_WAITING = 2, /* alive but not (yet) in sync: joining (its join pull
+			  is not done), registered for an older epoch, not yet
+			  through its configuration -- kept, never counted */
+	M_RENEWED = 3, /* alive, but its copy of the shard has another data
+			  identity than the one recorded when it was added (it
+			  restarted on an empty or recreated data directory):
+			  it holds nothing it was added for -- removable like a
+			  dead member; once it has caught up (SYNCED) it is
+			  added again with its new identity */
+};
+
+/*
+ * classify -- the rule for who counts as alive (docs/replica.md "Who counts
+ * as alive"): only a member that has registered for this epoch as a MEMBER
+ * of the shard. A member joins (JOINING) until its last copy from the
+ * primary is done, and says MEMBER only then, so "registered for this epoch
+ * as a MEMBER" implies "registered for the epoch that added it, after its
+ * join pull". Candidates (SYNCED non-members) never count.
+ */
+static enum member_class classify(const struct dxl_replica_desc *live, uint32_t nlive,
+				  uint64_t epoch, const struct dxl_cluster_shard *sh, uint32_t id)
+{
+	const struct dxl_replica_desc *d = find_live(live, nlive, id);
+	const struct dxl_shard_desc *sd = d ? dxl_replica_desc_shard(d, sh->id) : NULL;
+	if (!sd)
+		return M_DEAD;
+	uint64_t rec = dxl_cluster_shard_data_id(sh, id);
+	if (rec && sd->data_id != rec)
+		return M_RENEWED;
+	if (sd->state == DXL_SHARD_MEMBER && d->cfg_epoch >= epoch)
+		return M_COUNTED;
+	return M_WAITING;
+}
+
+/* list -- "1,4" into buf */
+static void list(char *buf, size_t cap, const uint32_t *v, uint32_t n)
+{
+	buf[0] = 0;
+	for (uint32_t i = 0, o = 0; i < n && o + 12 < cap; i++)
+		o += (uint32_t)snprintf(buf + o, cap - o, "%s%u", o ? "," : "", v[i]);
+}
+
 int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		const struct dxl_replica_desc *live, uint32_t nlive,
 		const struct dxl_cm_params *p, struct dxl_cluster_config *next,
@@ -78,30 +127,69 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		const struct dxl_cluster_shard *sh = &cur->shards[si];
 		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
 		uint32_t nm = dxl_cluster_shard_members(sh, m);
-		/* the members that are alive (registered; a member that came
-		 * back on its data directory is alive again: it missed nothing,
-		 * since nothing is acknowledged without every member) */
-		uint32_t a[DXL_CONFIG_MAX_REPLICAS], na = 0, ndead = 0;
+		enum member_class cls[DXL_CONFIG_MAX_REPLICAS] = {M_DEAD};
+		uint32_t na = 0, ndead = 0, nnew = 0, first_counted = 0;
 		for (uint32_t i = 0; i < nm; i++) {
-			const struct dxl_replica_desc *d = find_live(live, nlive, m[i]);
-			if (d && dxl_replica_desc_shard(d, sh->id))
-				a[na++] = m[i];
-			else
-				ndead++;
+			cls[i] = classify(live, nlive, cur->epoch, sh, m[i]);
+			if (cls[i] == M_COUNTED && !na++)
+				first_counted = m[i];
+			ndead += cls[i] == M_DEAD;
+			nnew += cls[i] == M_RENEWED;
 		}
-		if (na == 0) {
-			if (ndead)
-				appendf(why, whycap, "shard %u: no member alive, unavailable", sh->id);
-			continue; /* nobody holds the acknowledged records */
+		/* the primary stays unless it is dead or on a new store; then
+		 * the first member that counts (every one of those holds every
+		 * acknowledged record: nothing is acknowledged without them) */
+		uint32_t primary = sh->primary;
+		if (cls[0] == M_DEAD || cls[0] == M_RENEWED) {
+			if (!na) {
+				appendf(why, whycap,
+					"shard %u: no member alive and in sync (%u of %u dead, %u on a new store), unavailable",
+					sh->id, ndead, nm, nnew);
+				continue; /* nobody is sure to hold the records */
+			}
+			primary = first_counted;
+		}
+		/* dead members go only if at least min_replicas members that
+		 * count remain; a candidate never counts (it has not joined) */
+		bool can_remove = na >= p->min_replicas;
+		uint32_t b[DXL_CONFIG_MAX_REPLICAS], nb = 0, nlive_kept = 0;
+		uint32_t removed[DXL_CONFIG_MAX_REPLICAS], nrem = 0;
+		uint32_t kept_dead[DXL_CONFIG_MAX_REPLICAS], nkd = 0;
+		uint32_t readmit[DXL_CONFIG_MAX_REPLICAS], nre = 0;
+		for (uint32_t i = 0; i < nm; i++) {
+			/* a member on a new store that has caught up: added
+			 * again, with its new identity (it joins like any new
+			 * member: JOINING, its last copy from the primary) */
+			if (cls[i] == M_RENEWED) {
+				const struct dxl_shard_desc *sd = dxl_replica_desc_shard(
+					find_live(live, nlive, m[i]), sh->id);
+				if (sd->state == DXL_SHARD_SYNCED) {
+					readmit[nre++] = m[i];
+					nlive_kept++;
+					if (m[i] != primary)
+						b[nb++] = m[i];
+					continue;
+				}
+			}
+			bool gone = cls[i] == M_DEAD || cls[i] == M_RENEWED;
+			if (gone && can_remove) {
+				removed[nrem++] = m[i];
+				continue;
+			}
+			if (gone)
+				kept_dead[nkd++] = m[i];
+			else
+				nlive_kept++;
+			if (m[i] != primary)
+				b[nb++] = m[i];
 		}
 		/* the candidates: live non-members that host the shard and have
-		 * caught up with it, lowest id first */
+		 * caught up with it, lowest id first, while the shard has fewer
+		 * than `replication` live members */
 		uint32_t c[DXL_CONFIG_MAX_REPLICAS], nc = 0;
-		for (uint32_t i = 0; i < nlive && na + nc < p->replication &&
-				     na + nc < DXL_CONFIG_MAX_REPLICAS; i++) {
+		while (nlive_kept + nc < p->replication && 1 + nb + nc < DXL_CONFIG_MAX_REPLICAS) {
 			uint32_t best = UINT32_MAX;
-			/* pick the smallest id not yet taken (live[] may be
-			 * unsorted) */
+			/* the smallest id not yet taken (live[] may be unsorted) */
 			for (uint32_t j = 0; j < nlive; j++) {
 				const struct dxl_shard_desc *sd =
 					dxl_replica_desc_shard(&live[j], sh->id);
@@ -115,20 +203,16 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 				break;
 			c[nc++] = best;
 		}
-		if (!ndead && !nc)
-			continue;
-		if (na + nc < p->min_replicas && ndead) {
-			appendf(why, whycap,
-				"shard %u: %u of %u members alive, below cm.min_replicas %u: unavailable until one returns",
-				sh->id, na, nm, p->min_replicas);
+		/* nothing removed or added: no change (a dead primary alone is
+		 * not replaced while its shard cannot lose a member anyway:
+		 * writers wait for it either way) */
+		if (!nrem && !nc && !nre) {
+			if (nkd)
+				appendf(why, whycap,
+					"shard %u: %u of %u members alive and in sync, below cm.min_replicas %u: unavailable until one returns",
+					sh->id, na, nm, p->min_replicas);
 			continue;
 		}
-		/* the primary stays if alive; otherwise the first live backup
-		 * (every member holds every acknowledged record) */
-		uint32_t primary = a[0];
-		uint32_t b[DXL_CONFIG_MAX_REPLICAS], nb = 0;
-		for (uint32_t i = 1; i < na; i++)
-			b[nb++] = a[i];
 		for (uint32_t i = 0; i < nc; i++)
 			b[nb++] = c[i];
 		if ((ret = dxl_cluster_config_set_shard(&n, sh->id, primary, b, nb)))
@@ -138,19 +222,34 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 			if ((ret = dxl_cluster_config_set_node(&n, c[i], d->addr)))
 				goto fail;
 		}
+		/* the data identities: kept for the members that stay, taken
+		 * from the descriptor of those added or added again, and
+		 * recorded for the members that count and had none recorded */
+		uint32_t nm2 = 1 + nb;
+		for (uint32_t k = 0; k < nm2; k++) {
+			uint32_t id = k ? b[k - 1] : primary;
+			uint64_t did = dxl_cluster_shard_data_id(sh, id);
+			const struct dxl_replica_desc *d = find_live(live, nlive, id);
+			const struct dxl_shard_desc *sd = d ? dxl_replica_desc_shard(d, sh->id) : NULL;
+			bool fresh = in_list(c, nc, id) || in_list(readmit, nre, id) ||
+				     (!did && in_list(m, nm, id) && sd &&
+				      classify(live, nlive, cur->epoch, sh, id) == M_COUNTED);
+			if (fresh)
+				did = sd ? sd->data_id : 0;
+			if ((ret = dxl_cluster_config_set_data_id(&n, sh->id, id, did)))
+				goto fail;
+		}
 		changed = true;
-		char dead[96] = "", added[96] = "";
-		for (uint32_t i = 0, o = 0; i < nm; i++)
-			if (!in_list(a, na, m[i]) && o + 12 < sizeof(dead))
-				o += (uint32_t)snprintf(dead + o, sizeof(dead) - o, "%s%u",
-							o ? "," : "", m[i]);
-		for (uint32_t i = 0, o = 0; i < nc; i++)
-			if (o + 12 < sizeof(added))
-				o += (uint32_t)snprintf(added + o, sizeof(added) - o, "%s%u",
-							o ? "," : "", c[i]);
-		appendf(why, whycap, "shard %u: primary %u%s%s%s%s%s", sh->id, primary,
-			primary != sh->primary ? " (promoted)" : "", ndead ? ", removed " : "",
-			dead, nc ? ", added " : "", added);
+		char rem[96], added[96], kd[96], ra[96];
+		list(rem, sizeof(rem), removed, nrem);
+		list(added, sizeof(added), c, nc);
+		list(kd, sizeof(kd), kept_dead, nkd);
+		list(ra, sizeof(ra), readmit, nre);
+		appendf(why, whycap, "shard %u: primary %u%s%s%s%s%s%s%s%s%s%s%s", sh->id, primary,
+			primary != sh->primary ? " (promoted)" : "", nrem ? ", removed " : "", rem,
+			nc ? ", added " : "", added, nre ? ", added again " : "", ra,
+			nre ? " (caught up on a new store)" : "", nkd ? ", kept " : "", kd,
+			nkd ? " (dead or on a new store, but below cm.min_replicas)" : "");
 	}
 	if (!changed) {
 		dxl_cluster_config_clear(&n);

@@ -3,6 +3,7 @@
  * (include/dxl/replica.h, docs/replica.md) */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sys/stat.h>
 #include <pthread.h>
@@ -54,14 +55,20 @@ struct dxl_replica_server {
 	uint64_t cfg_epoch;             /* its epoch, 0 = none yet */
 	enum dxl_shard_state st[DXL_REPLICA_MAX_SHARDS];
 	uint32_t pull_skip[DXL_REPLICA_MAX_SHARDS];
-	/* joined as a member: one last copy from the primary before this
-	 * node registers for the epoch (join_pull) */
-	bool join_pull[DXL_REPLICA_MAX_SHARDS];
+	/* the data identity of each shard's copy here (shard_data_id) */
+	uint64_t data_id[DXL_REPLICA_MAX_SHARDS];
+	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
+	 * MEMBER of the shard as of its last configuration (member_mark) */
+	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* a configuration was read (or found absent) on this session: only
+	 * then is nodes/<id> published (issue 16.8) */
+	bool cfg_synced;
 	/* published statistics per shard (fill, newest record, count) */
 	uint32_t fill[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_ts[DXL_REPLICA_MAX_SHARDS];
 	uint64_t nrec[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_stats_pub_ms;
+	uint64_t cursor_warn_ms[DXL_REPLICA_MAX_SHARDS]; /* last unreadable-cursor warning */
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
 	/* engine.lock_mode=nic: the node's own lock-word changes go through
@@ -78,6 +85,8 @@ struct dxl_replica_server {
 	uint64_t last_cand_ms;
 	struct dxl_member_watch *mw;  /* nodes/: wakes the CM at once */
 	atomic_bool members_changed;
+	atomic_bool is_cm; /* leads the election with a valid lease (set by
+			      the loop; read by any thread) */
 	/* the lease guard: enforces the lease rule every service_ms even
 	 * while the loop waits in a ZooKeeper call (reg_mu guards serving,
 	 * reg_epoch and the registrations) */
@@ -356,13 +365,16 @@ static void stop_serving(struct dxl_replica_server *s, const char *why)
 {
 	if (!s->serving)
 		return;
-	/* the table RPCs first: nothing changes the tables from now on */
-	if (s->svc)
-		dxl_table_svc_set_serving(s->svc, false);
+	/* the regions first (one-sided accesses fail from now on); then the
+	 * table RPCs, which waits for a request being served -- a handler
+	 * also checks the lease itself, before it serves and before it
+	 * replies, so a long one cannot hold the fencing back */
 	for (uint32_t i = 0; i < s->nshards; i++) {
 		dxl_shard_deregister(s->shards[i]);
 		dxl_tables_deregister(s->tables[i]);
 	}
+	if (s->svc)
+		dxl_table_svc_set_serving(s->svc, false);
 	s->serving = false;
 	s->published = false;
 	DXL_LOG(strcmp(why, "shutdown") && strcmp(why, "new configuration epoch") ?
@@ -396,6 +408,13 @@ static int start_serving(struct dxl_replica_server *s)
 	return 0;
 }
 
+/* lease_until -- the table RPC service's view of the lease */
+static uint64_t lease_until(void *arg)
+{
+	struct dxl_replica_server *s = arg;
+	return s->zk ? dxl_zk_lease_until_ns(s->zk) : 0;
+}
+
 /* guard_main -- the lease rule, independent of the service loop */
 static void *guard_main(void *arg)
 {
@@ -404,6 +423,8 @@ static void *guard_main(void *arg)
 		usleep(s->cfg.service_ms * 1000);
 		if (dxl_zk_lease_valid(s->zk))
 			continue;
+		/* (tests hold the lease rule here: a guard held up) */
+		DXL_TESTPOINT("replica.lease_rule", s);
 		pthread_mutex_lock(&s->reg_mu);
 		if (!dxl_zk_lease_valid(s->zk))
 			stop_serving(s, "zookeeper lease not valid");
@@ -437,6 +458,7 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		if (!ret && s->tables[i] && !s->gated[i])
 			ret = dxl_tables_describe(s->tables[i], &d->shards[i]);
 		d->shards[i].state = s->st[i];
+		d->shards[i].data_id = s->data_id[i];
 		d->shards[i].fill_pct = s->fill[i];
 		d->shards[i].last_ts = s->last_ts[i];
 		d->shards[i].records = s->nrec[i];
@@ -445,6 +467,8 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	char *json = NULL;
 	if (!ret)
 		ret = dxl_replica_desc_encode(d, &json);
+	if (!ret)
+		DXL_TESTPOINT("replica.publish", d);
 	free(d);
 	if (ret)
 		return ret;
@@ -473,6 +497,96 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 		 (uint64_t)dxl_zk_session_id(s->zk), dxl_zk_session_epoch(s->zk),
 		 s->reg_epoch);
 	return 0;
+}
+
+/* ---- shard states and the member mark ----------------------------------------- */
+
+/*
+ * The member mark, DATADIR/shard-<s>.member, holding the copy's data
+ * identity: written (and made durable) when the shard becomes a MEMBER here,
+ * removed when it stops being one, before a copy rewrites its rings. A node
+ * starts with every shard UNASSIGNED (issue 16.8); a configuration that
+ * names it a member makes a marked shard a MEMBER again at once (it missed
+ * nothing: nothing was acknowledged without it), an unmarked one JOINING --
+ * e.g. a node that was added, then stopped before its join pull was done,
+ * still lacks what was acknowledged before it joined.
+ */
+static void mark_path(const struct dxl_replica_server *s, uint32_t i, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/shard-%u.member", s->cfg.data_dir, dxl_shard_id(s->shards[i]));
+}
+
+static void fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (fsync(fd))
+			DXL_WARN("event=fsync_failed path=%s errno=%d", dir, errno);
+		close(fd);
+	}
+}
+
+/* member_mark -- write (on) or remove (off) the mark of shard index i */
+static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
+{
+	char path[1100], tmp[1110];
+	mark_path(s, i, path, sizeof(path));
+	if (!on) {
+		if (unlink(path) && errno != ENOENT)
+			DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path, errno);
+		fsync_dir(s->cfg.data_dir);
+		s->marked[i] = false;
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	char text[128];
+	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\n", s->data_id[i]);
+	bool ok = fd >= 0 && write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+	if (fd >= 0)
+		close(fd);
+	ok = ok && rename(tmp, path) == 0;
+	if (!ok) {
+		/* without the mark a restart joins again (a copy from the
+		 * primary): slower, never wrong */
+		DXL_WARN("event=member_mark_failed path=%s op=write errno=%d", path, errno);
+		unlink(tmp);
+		return;
+	}
+	fsync_dir(s->cfg.data_dir);
+	s->marked[i] = true;
+}
+
+/* member_mark_read -- the mark of shard index i is there, for this identity
+ * (a mark of another identity is stale: removed) */
+static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
+{
+	char path[1100], text[128] = "";
+	mark_path(s, i, path, sizeof(path));
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool got = fgets(text, sizeof(text), f) != NULL;
+	fclose(f);
+	uint64_t id = 0;
+	text[strcspn(text, "\n")] = 0;
+	if (got && !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
+	    id == s->data_id[i])
+		return true;
+	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " action=remove", path,
+		 s->data_id[i]);
+	member_mark(s, i, false);
+	return false;
+}
+
+/* set_state -- shard index i's state; the member mark follows MEMBER */
+static void set_state(struct dxl_replica_server *s, uint32_t i, enum dxl_shard_state st)
+{
+	if (st == DXL_SHARD_MEMBER && !s->marked[i])
+		member_mark(s, i, true);
+	else if (st != DXL_SHARD_MEMBER && s->marked[i])
+		member_mark(s, i, false);
+	s->st[i] = st;
 }
 
 /* ---- the configuration: epochs and fencing ------------------------------------ */
@@ -507,6 +621,32 @@ static bool in_shard(const struct dxl_cluster_shard *sh, uint32_t id)
 		if (sh->backups[i] == id)
 			return true;
 	return false;
+}
+
+/* sync_config -- read the configuration now, not waiting for the watch: a
+ * newer one than applied goes to apply_config; cfg_synced once it was read
+ * (or is known absent) on this session */
+static void sync_config(struct dxl_replica_server *s)
+{
+	struct dxl_cluster_config c;
+	int ret = dxl_cluster_config_read(s->zk, &c, NULL);
+	if (ret && ret != DXL_E_NOENT) {
+		DXL_DEBUG("event=config_read_failed node=%u msg=\"%s\"", s->cfg.node_id,
+			  dxl_errmsg());
+		return;
+	}
+	if (!ret) {
+		pthread_mutex_lock(&s->mu);
+		if (c.epoch > s->cfg_epoch && (!s->pend_new || c.epoch > s->pend.epoch)) {
+			dxl_cluster_config_clear(&s->pend);
+			s->pend = c;
+			s->pend_new = true;
+		} else {
+			dxl_cluster_config_clear(&c);
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	s->cfg_synced = true;
 }
 
 /* apply_config -- a configuration with a newer epoch: re-register every
@@ -545,6 +685,31 @@ static void apply_config(struct dxl_replica_server *s)
 			dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
 		enum dxl_shard_state old = s->st[i];
 		bool primary = sh && sh->primary == s->cfg.node_id;
+		/* the configuration added another copy of this shard than the
+		 * one here (this node restarted on an empty or recreated data
+		 * directory): not a member until it has caught up and been
+		 * added again with this identity (issue 16.3) */
+		uint64_t rec = dxl_cluster_shard_data_id(sh, s->cfg.node_id);
+		bool renewed = in_shard(sh, s->cfg.node_id) && rec && rec != s->data_id[i];
+		if (in_shard(sh, s->cfg.node_id) && !renewed) {
+			/* a node that joins copies the shard from the primary
+			 * once more before it says MEMBER (join_pulls); the
+			 * other shards do not wait for it (issue 16.1). A copy
+			 * that was a member when the node stopped (its mark)
+			 * is one at once: nothing was acknowledged without it */
+			if (s->st[i] != DXL_SHARD_MEMBER)
+				set_state(s, i, primary || s->marked[i] ? DXL_SHARD_MEMBER :
+									   DXL_SHARD_JOINING);
+		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING ||
+			   (s->st[i] == DXL_SHARD_UNASSIGNED && (sh || renewed))) {
+			set_state(s, i, DXL_SHARD_CATCHING_UP);
+		}
+		if (renewed && old != s->st[i])
+			DXL_WARN("event=store_renewed shard=%u epoch=%" PRIu64 " data_id=0x%" PRIx64
+				 " recorded=0x%" PRIx64 " action=catch_up",
+				 dxl_shard_id(s->shards[i]), c.epoch, s->data_id[i], rec);
+		/* only a MEMBER primary serves the shard's tables */
+		primary = primary && s->st[i] == DXL_SHARD_MEMBER;
 		if (s->tables[i] && primary && !was_primary[i] && !s->gated[i]) {
 			s->gated[i] = true;
 			s->live_ms[i] = 0; /* the live writers as of now */
@@ -555,17 +720,12 @@ static void apply_config(struct dxl_replica_server *s)
 		} else if (!primary && s->gated[i]) {
 			s->gated[i] = false;
 		}
+		/* the table RPCs: closed while gated, and for a shard whose
+		 * copy here is not a member's (on a new store) */
 		if (s->svc)
-			dxl_table_svc_set_gated(s->svc, dxl_shard_id(s->shards[i]), s->gated[i]);
-		if (in_shard(sh, s->cfg.node_id)) {
-			if (s->st[i] != DXL_SHARD_MEMBER)
-				s->join_pull[i] = true;
-			s->st[i] = DXL_SHARD_MEMBER;
-		} else {
-			s->join_pull[i] = false;
-			if (s->st[i] == DXL_SHARD_MEMBER)
-				s->st[i] = DXL_SHARD_CATCHING_UP;
-		}
+			dxl_table_svc_set_gated(s->svc, dxl_shard_id(s->shards[i]),
+						s->gated[i] || (sh && sh->primary == s->cfg.node_id &&
+								s->st[i] != DXL_SHARD_MEMBER));
 		if (old != s->st[i])
 			DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=%s was=%s",
 				 dxl_shard_id(s->shards[i]), s->cfg_epoch,
@@ -602,7 +762,8 @@ static void on_members(void *arg, enum dxl_member_event ev, uint32_t node_id,
 }
 
 /* on_election -- (event thread) only logged: the loop asks
- * dxl_election_is_leader and the lease before every CM round */
+ * dxl_election_is_leader and the lease before every CM round, and stands
+ * again when the candidacy is over (dxl_election_seq < 0) */
 static void on_election(void *arg, enum dxl_election_event ev)
 {
 	struct dxl_replica_server *s = arg;
@@ -638,13 +799,17 @@ static void catch_up(struct dxl_replica_server *s)
 {
 	bool republish = false;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (s->st[i] == DXL_SHARD_MEMBER)
-			continue;
+		if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING)
+			continue; /* a member; a joiner copies in join_pulls */
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		enum dxl_shard_state old = s->st[i];
 		if (s->st[i] == DXL_SHARD_SYNCED && ++s->pull_skip[i] % 5)
 			continue; /* synced: one pass in five */
+		bool skip = false; /* (tests: a copy that takes long) */
+		DXL_TESTPOINT("replica.catch_up.pass", &skip);
+		if (skip)
+			continue;
 		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
 		uint32_t nm = dxl_cluster_shard_members(sh, m);
 		int ret = DXL_E_NOENT;
@@ -652,7 +817,16 @@ static void catch_up(struct dxl_replica_server *s)
 		uint32_t src = 0;
 		for (uint32_t k = 0; k < nm && ret && ret != DXL_E_AGAIN; k++) {
 			src = m[k];
+			if (src == s->cfg.node_id)
+				continue;
 			ret = dxl_replica_desc_get(s->zk, src, s->src_desc);
+			/* only a member that holds the shard is a source (not
+			 * one that is joining or restarted on a new store) */
+			const struct dxl_shard_desc *ssd =
+				ret ? NULL : dxl_replica_desc_shard(s->src_desc, shard);
+			if (!ret && (!ssd || ssd->state != DXL_SHARD_MEMBER))
+				ret = dxl_err_set(DXL_E_NOENT, "node %u is not a member of shard %u yet",
+						  src, shard);
 			if (!ret)
 				ret = pull_shard(s, i, s->src_desc, &changed);
 			if (ret && ret != DXL_E_NOENT)
@@ -660,10 +834,10 @@ static void catch_up(struct dxl_replica_server *s)
 					  shard, src, dxl_errmsg());
 		}
 		if (ret) {
-			s->st[i] = nm ? DXL_SHARD_CATCHING_UP : DXL_SHARD_UNASSIGNED;
+			set_state(s, i, nm ? DXL_SHARD_CATCHING_UP : DXL_SHARD_UNASSIGNED);
 		} else {
-			s->st[i] = changed < s->cfg.sync_bytes ? DXL_SHARD_SYNCED :
-							       DXL_SHARD_CATCHING_UP;
+			set_state(s, i, changed < s->cfg.sync_bytes ? DXL_SHARD_SYNCED :
+								    DXL_SHARD_CATCHING_UP);
 			if (changed)
 				DXL_DEBUG("event=catch_up_pass shard=%u source=%u changed=%" PRIu64,
 					  shard, src, changed);
@@ -680,47 +854,56 @@ static void catch_up(struct dxl_replica_server *s)
 }
 
 /*
- * join_pulls -- a shard this node just joined (SYNCED -> MEMBER): its last
- * copy pass may predate records a writer of the previous epoch appended and
- * had acknowledged by the old members, and a writer that has gone since will
- * never repair them. So, once the primary is registered for this epoch (no
- * writer of an older one can reach it: nothing more is acknowledged there)
- * and before this node registers for it (no writer of this epoch opens
- * before), copy the shard from the primary once more. Returns true when no
- * such copy is pending (publish may go on).
+ * join_pulls -- a shard this node joined (JOINING, since apply_config): its
+ * last copy pass may predate records a writer of the previous epoch appended
+ * and had acknowledged by the old members, and a writer that has gone since
+ * will never repair them. So, once the primary is registered for this epoch
+ * as a member of the shard (no writer of an older epoch can reach it:
+ * nothing more is acknowledged there), copy the shard from the primary once
+ * more; then say MEMBER. Until then the shard is published as JOINING:
+ * writers of this epoch do not open with it, and the CM does not count it.
+ * Per shard: the node's other shards are published and served meanwhile
+ * (two nodes joining each other's shards do not wait for each other).
  */
-static bool join_pulls(struct dxl_replica_server *s)
+static void join_pulls(struct dxl_replica_server *s)
 {
-	bool done = true;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (!s->join_pull[i])
+		if (s->st[i] != DXL_SHARD_JOINING)
 			continue;
 		uint32_t shard = dxl_shard_id(s->shards[i]);
 		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&s->conf, shard);
 		if (!sh || sh->primary == s->cfg.node_id) {
-			s->join_pull[i] = false;
+			set_state(s, i, sh ? DXL_SHARD_MEMBER : DXL_SHARD_UNASSIGNED);
+			s->published = false;
 			continue;
 		}
+		DXL_TESTPOINT("replica.join_pull.wait", s);
 		/* the primary's descriptor, read once: its cfg_epoch says whether
 		 * it registered for this epoch, and it is what the pull uses */
 		int ret = dxl_replica_desc_get(s->zk, sh->primary, s->src_desc);
-		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch;
+		const struct dxl_shard_desc *psd =
+			ret ? NULL : dxl_replica_desc_shard(s->src_desc, shard);
+		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch && psd &&
+			     psd->state == DXL_SHARD_MEMBER;
 		uint64_t changed = 0;
-		if (ready)
+		if (ready) {
+			DXL_TESTPOINT("replica.join_pull.copy", s);
 			ret = pull_shard(s, i, s->src_desc, &changed);
+		}
 		if (!ready || ret) {
 			if (ret)
 				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
 					  sh->primary, dxl_errmsg());
-			done = false;
 			continue;
 		}
-		s->join_pull[i] = false;
+		set_state(s, i, DXL_SHARD_MEMBER);
+		s->published = false; /* say MEMBER */
 		dxl_rcvm_joined(s->rcvm, i, s->zk);
 		DXL_INFO("event=join_pull shard=%u epoch=%" PRIu64 " source=%u changed=%" PRIu64,
 			 shard, s->cfg_epoch, sh->primary, changed);
+		DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64 " state=member was=joining",
+			 shard, s->cfg_epoch);
 	}
-	return done;
 }
 
 /* ---- retention ---------------------------------------------------------------- */
@@ -825,14 +1008,30 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
-		if (s->st[i] != DXL_SHARD_MEMBER || (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i)))
-			continue; /* a copy in progress: its heads are the source's */
+		/* a member; or a node that never had a configuration (nothing
+		 * copies into it). Not a copy in progress: its heads are the
+		 * source's */
+		if (s->st[i] != DXL_SHARD_MEMBER &&
+		    !(s->cfg_epoch == 0 && s->st[i] == DXL_SHARD_UNASSIGNED))
+			continue;
+		if (s->rcvm && !dxl_rcvm_store_ok(s->rcvm, i))
+			continue; /* a store being transferred or not trusted yet */
 		struct dxl_logstore *ls = dxl_shard_logstore(s->shards[i]);
 		uint64_t keep_from = UINT64_MAX;
-		if (s->zk && dxl_cursor_min(s->zk, dxl_shard_id(s->shards[i]), &keep_from, NULL)) {
-			/* cursors unknown: reclaim by size only */
-			DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"",
-				  dxl_shard_id(s->shards[i]), dxl_errmsg());
+		int cr = s->zk ? dxl_cursor_min(s->zk, dxl_shard_id(s->shards[i]), &keep_from,
+						NULL) : 0;
+		if (cr) {
+			/* cursors unknown (ZooKeeper unreachable, or a group's
+			 * cursor unreadable): nothing goes by age, size only */
+			if (cr == DXL_E_CORRUPT &&
+			    dxl_now_ms() - s->cursor_warn_ms[i] >= 60000) {
+				s->cursor_warn_ms[i] = dxl_now_ms();
+				DXL_WARN("event=cursor_unreadable shard=%u action=keep_by_age msg=\"%s\"",
+					 dxl_shard_id(s->shards[i]), dxl_errmsg());
+			} else {
+				DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"",
+					  dxl_shard_id(s->shards[i]), dxl_errmsg());
+			}
 			keep_from = 0;
 		}
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
@@ -978,6 +1177,27 @@ static void gate_step(struct dxl_replica_server *s)
 
 /* ---- lifecycle ---------------------------------------------------------------- */
 
+/*
+ * shard_data_id -- the data identity of this node's copy of shard index i
+ * (docs/replica.md "Data identity"): the random creation ids of its log
+ * region and, with tables, of its store, mixed. Both are chosen when the
+ * file is created, so a store created anew (an empty or recreated data
+ * directory, a deleted file) has another identity; never 0 (= unknown).
+ * A copy that receives the shard's state from another node (catch-up, and
+ * the state transfer of recovery/) keeps its identity: the CM records it
+ * when it adds the node again.
+ */
+static uint64_t shard_data_id(const struct dxl_replica_server *s, uint32_t i)
+{
+	uint64_t id = dxl_region_id(dxl_shard_region(s->shards[i]))->creation_id;
+	if (s->tables[i]) {
+		uint64_t t = dxl_region_id(dxl_store_region(dxl_tables_store(s->tables[i])))
+				     ->creation_id;
+		id ^= t << 1 | t >> 63;
+	}
+	return id ? id : 1;
+}
+
 /* dir_state -- 0: absent, 1: an empty directory, 2: anything else */
 static int dir_state(const char *path)
 {
@@ -1095,6 +1315,12 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			goto fail;
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
+		s->data_id[i] = shard_data_id(s, i);
+		/* no configuration yet: nothing is assigned (issue 16.8) */
+		s->st[i] = DXL_SHARD_UNASSIGNED;
+		s->marked[i] = member_mark_read(s, i);
+		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64 " member_mark=%d",
+			 cfg->shards[i], s->data_id[i], s->marked[i]);
 	}
 	/* catch-up and recovery state; a store marked incomplete is rebuilt
 	 * from its checkpoint here if its log covers it */
@@ -1123,6 +1349,11 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	/* 4. ZooKeeper: session, then nodes/<id> */
 	if ((ret = dxl_zk_new(&s->cfg.zk, &s->zk)))
 		goto fail;
+	if (s->svc)
+		dxl_table_svc_set_lease(s->svc, lease_until, s);
+	/* the configuration before the first publication (states it says) */
+	sync_config(s);
+	apply_config(s);
 	if ((ret = publish(s, true)))
 		goto fail;
 	/* 5. the lease guard */
@@ -1159,10 +1390,12 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 			   volatile sig_atomic_t *stop)
 {
 	uint64_t last_epoch = dxl_zk_session_epoch(s->zk);
-	while (!*stop) {
+	while (!__atomic_load_n(stop, __ATOMIC_RELAXED)) { /* (also set by other threads: tests) */
 		bool lease = dxl_zk_lease_valid(s->zk);
 		/* the lease rule first: no remote writes without a lease (the
 		 * guard thread applies it too, while this loop waits) */
+		if (!lease)
+			DXL_TESTPOINT("replica.lease_rule", s);
 		pthread_mutex_lock(&s->reg_mu);
 		if (!lease)
 			stop_serving(s, "zookeeper lease not valid");
@@ -1182,10 +1415,14 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 		if (lease && dxl_zk_session_epoch(s->zk) != last_epoch) {
 			last_epoch = dxl_zk_session_epoch(s->zk);
 			s->published = false;
+			/* the configuration may have moved on meanwhile: read
+			 * and apply it before publishing anything (issue 16.8) */
+			s->cfg_synced = false;
 			/* the old session's candidacy ended with it */
 			dxl_election_delete(&s->el);
 			DXL_INFO("event=new_session node=%u session_epoch=%" PRIu64,
 				 s->cfg.node_id, last_epoch);
+			DXL_TESTPOINT("replica.session.new", s);
 		}
 		if (lease && !s->serving) {
 			pthread_mutex_lock(&s->reg_mu);
@@ -1195,7 +1432,13 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=register_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease && s->serving && !s->published && join_pulls(s)) {
+		if (lease && !s->cfg_synced)
+			sync_config(s);
+		if (lease)
+			apply_config(s);
+		/* publish what was applied, then the join pulls (a long copy
+		 * does not hold back the other shards' publication) */
+		if (lease && s->serving && !s->published && s->cfg_synced) {
 			int ret = publish(s, true);
 			if (ret == DXL_E_EXIST) {
 				pthread_mutex_lock(&s->reg_mu);
@@ -1207,8 +1450,15 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 				DXL_WARN("event=publish_failed node=%u msg=\"%s\"",
 					 s->cfg.node_id, dxl_errmsg());
 		}
-		if (lease)
-			apply_config(s);
+		if (lease && s->serving && s->published)
+			join_pulls(s);
+		/* a candidacy that ended while the session lives (its znode was
+		 * deleted from outside): stand again (issue 16.7) */
+		if (s->el && dxl_election_seq(s->el) < 0 &&
+		    dxl_zk_session_epoch(s->zk) == last_epoch) {
+			DXL_WARN("event=cm_candidacy_lost node=%u action=rejoin", s->cfg.node_id);
+			dxl_election_delete(&s->el);
+		}
 		if (lease && s->cfg.cm && !s->el && dxl_now_ms() - s->last_cand_ms >= 1000) {
 			char data[64];
 			s->last_cand_ms = dxl_now_ms();
@@ -1227,6 +1477,7 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 			s->last_pull_ms = now;
 			catch_up(s);
 		}
+		atomic_store(&s->is_cm, lease && s->el && dxl_election_is_leader(s->el));
 		if (lease && s->el && dxl_election_is_leader(s->el) &&
 		    (now - s->last_cm_ms >= s->cfg.cm_check_ms ||
 		     atomic_exchange(&s->members_changed, false))) {
@@ -1278,7 +1529,7 @@ int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
 
 bool dxl_replica_server_is_cm(const struct dxl_replica_server *s)
 {
-	return s->el && dxl_election_is_leader(s->el) && dxl_zk_lease_valid(s->zk);
+	return atomic_load(&((struct dxl_replica_server *)s)->is_cm);
 }
 
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s)

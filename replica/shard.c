@@ -44,9 +44,27 @@ static uint64_t first_nonzero(const uint8_t *p, uint64_t n)
  * dxl_logstore_format (which writes the control blocks first and the header
  * last). Nobody can have written it since (a region is registered only once
  * it holds a log), so it holds nothing but what format wrote: format it
- * again -- after checking that everything outside cfg's control blocks is
- * zero, so that records are never formatted away.
+ * again -- after checking that every byte is zero or what format writes
+ * (ctl_is_fresh), so that neither records nor the promises of control
+ * blocks (a watermark, an owner word, a moved head) are formatted away.
  */
+/* a control block as an interrupted dxl_logstore_format may leave it: zero
+ * past the head slots (owner word, watermark, the rest), and the head slots
+ * either without a valid head (not written yet, or torn) or with the empty
+ * ring's head (position 0, nothing reclaimed) */
+static bool ctl_is_fresh(const uint8_t *ctl)
+{
+	const uint64_t slots = 2 * DXL_RING_HEAD_SLOT_SIZE;
+	if (first_nonzero(ctl + slots, DXL_RING_CTL_SIZE - slots) < DXL_RING_CTL_SIZE - slots)
+		return false;
+	struct dxl_ring_head h;
+	if (dxl_ring_head_decode(ctl, &h) != 0) {
+		dxl_err_clear();
+		return true;
+	}
+	return h.pos == 0 && h.last_ts == 0;
+}
+
 static int resume_format(struct dxl_shard *s, const char *path,
 			 const struct dxl_shard_cfg *cfg)
 {
@@ -65,6 +83,14 @@ static int resume_format(struct dxl_shard *s, const char *path,
 				   " bytes: not formatting it; move it away to start afresh",
 				   path, cfg->nrings, cfg->ring_size);
 	uint64_t stride = DXL_RING_CTL_SIZE + cfg->ring_size;
+	for (uint32_t i = 0; i < cfg->nrings; i++) {
+		uint64_t at = DXL_LOG_HDR_SIZE + (uint64_t)i * stride;
+		if (!ctl_is_fresh(d + at))
+			return dxl_err_set(DXL_E_CORRUPT,
+					   "%s has no log header, but the control block of ring %u (at byte %" PRIu64
+					   " of its data area) holds more than a new log's (an owner, a watermark or a moved head): not formatting over it",
+					   path, i, at);
+	}
 	for (uint32_t i = 0; i <= cfg->nrings; i++) {
 		/* ring i's buffer, or (i == nrings) what follows the last ring */
 		uint64_t lo = DXL_LOG_HDR_SIZE + (uint64_t)i * stride +
@@ -257,7 +283,7 @@ int dxl_shard_describe(const struct dxl_shard *s, struct dxl_shard_desc *out)
 /* ---- JSON ------------------------------------------------------------------ */
 
 static const char *const STATE_NAMES[] = {"member", "catching_up", "synced",
-					   "unassigned"};
+					   "unassigned", "joining"};
 
 const char *dxl_shard_state_name(enum dxl_shard_state st)
 {
@@ -361,6 +387,11 @@ int dxl_replica_desc_encode(const struct dxl_replica_desc *d, char **json)
 		ok = ok && SETN(sh, "ring_stride", json_integer((json_int_t)sd->ring_stride));
 		ok = ok && SETN(sh, "buf_delta", json_integer((json_int_t)sd->buf_delta));
 		ok = ok && SETN(sh, "state", json_string(dxl_shard_state_name(sd->state)));
+		if (sd->data_id) {
+			char did[32];
+			snprintf(did, sizeof(did), "0x%" PRIx64, sd->data_id);
+			ok = ok && SETN(sh, "data_id", json_string(did));
+		}
 		ok = ok && SETN(sh, "fill_pct", json_integer(sd->fill_pct));
 		ok = ok && SETN(sh, "last_ts", json_integer((json_int_t)sd->last_ts));
 		ok = ok && SETN(sh, "records", json_integer((json_int_t)sd->records));
@@ -453,13 +484,10 @@ static int decode_mr(json_t *o, const char *where, const char *key,
 	uint64_t u;
 	if (ret || (ret = get_str(r, rwhere, "addr", &a)))
 		return ret;
-	char *end = NULL;
-	errno = 0;
-	unsigned long long addr = strncmp(a, "0x", 2) == 0 ? strtoull(a + 2, &end, 16) : 0;
-	if (strncmp(a, "0x", 2) != 0 || !a[2] || errno || !end || *end)
-		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<hex>",
+	/* strict: strtoull would take "0x-1", "0x 10" and "0x0x10" */
+	if (dxl_parse_hex64(a, &m->addr))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: addr '%s' is not 0x<1..16 hex digits>",
 				   rwhere, a);
-	m->addr = addr;
 	if ((ret = get_u64(r, rwhere, "len", UINT64_MAX >> 12, &m->len)) ||
 	    (ret = get_u64(r, rwhere, "rkey", UINT32_MAX, &u)))
 		return ret;
@@ -513,12 +541,9 @@ static int decode_table(json_t *o, const char *swhere, uint32_t k,
 	    (ret = get_u64(o, where, "n_indirect", DXL_INDEX_MAX_INDIRECT, &st->ihdr.n_indirect)) ||
 	    (ret = get_str(o, where, "seed", &s)))
 		return ret;
-	char *end = NULL;
-	errno = 0;
-	unsigned long long seed = strncmp(s, "0x", 2) == 0 ? strtoull(s + 2, &end, 16) : 0;
-	if (strncmp(s, "0x", 2) != 0 || !s[2] || errno || !end || *end)
-		return dxl_err_set(DXL_E_CORRUPT, "%s: seed '%s' is not 0x<hex>", where, s);
-	st->ihdr.seed = seed;
+	if (dxl_parse_hex64(s, &st->ihdr.seed))
+		return dxl_err_set(DXL_E_CORRUPT, "%s: seed '%s' is not 0x<1..16 hex digits>",
+				   where, s);
 	st->ihdr.format = DXL_INDEX_FORMAT;
 	st->ihdr.len = DXL_INDEX_HDR_SIZE +
 		       DXL_INDEX_BUCKET_SIZE * (st->ihdr.n_buckets + st->ihdr.n_indirect);
@@ -549,7 +574,7 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 	static const char *const skeys[] = {"id", "region", "nrings", "ring_size",
 					    "ctl_off", "ring_stride", "buf_delta",
 					    "state", "fill_pct", "last_ts", "records",
-					    "tables", NULL};
+					    "tables", "data_id", NULL};
 	char where[64];
 	snprintf(where, sizeof(where), "shards[%u]", i);
 	if (!json_is_object(sh))
@@ -578,6 +603,14 @@ static int decode_shard(json_t *sh, uint32_t i, struct dxl_shard_desc *sd)
 			return ret;
 		if (dxl_shard_state_parse(st, &sd->state))
 			return dxl_err_set(DXL_E_CORRUPT, "%s: unknown state '%s'", where, st);
+	}
+	if (json_object_get(sh, "data_id")) { /* optional: since issue 16 */
+		const char *h;
+		if ((ret = get_str(sh, where, "data_id", &h)))
+			return ret;
+		if (dxl_parse_hex64(h, &sd->data_id) || !sd->data_id)
+			return dxl_err_set(DXL_E_CORRUPT, "%s: data_id '%s' is not 0x<1..16 hex digits>, not 0",
+					   where, h);
 	}
 	if (json_object_get(sh, "fill_pct")) {
 		if ((ret = get_u64(sh, where, "fill_pct", 100, &u)))

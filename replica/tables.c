@@ -895,6 +895,9 @@ struct dxl_table_svc {
 	struct dxl_sched *sched;
 	struct dxl_cluster_config conf; /* the node's applied configuration */
 	bool serving;
+	/* the lease: fn(arg) = its end in dxl_boot_ns() time, 0 = none */
+	uint64_t (*lease_fn)(void *arg);
+	void *lease_arg;
 	uint32_t n;
 	struct dxl_tables *t[DXL_REPLICA_MAX_SHARDS];
 	bool gated[DXL_REPLICA_MAX_SHARDS]; /* by index in t[] */
@@ -1316,6 +1319,22 @@ void dxl_table_svc_set_gated(struct dxl_table_svc *svc, uint32_t shard, bool gat
 	pthread_mutex_unlock(&svc->mu);
 }
 
+/* lease_ok -- the node's lease is valid now (svc->mu held) */
+static bool lease_ok(const struct dxl_table_svc *svc)
+{
+	uint64_t until = svc->lease_fn ? svc->lease_fn(svc->lease_arg) : 0;
+	return until && dxl_boot_ns() < until;
+}
+
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, uint64_t (*fn)(void *arg),
+			     void *arg)
+{
+	pthread_mutex_lock(&svc->mu);
+	svc->lease_fn = fn;
+	svc->lease_arg = arg;
+	pthread_mutex_unlock(&svc->mu);
+}
+
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		  size_t len, void *reply, size_t cap, size_t *reply_len)
 {
@@ -1342,6 +1361,9 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 	else if (!svc->serving)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u is not serving (lease lapsed, or shutting down)",
 				  svc->node_id);
+	else if (!lease_ok(svc))
+		ret = dxl_err_set(DXL_E_UNAVAIL, "node %u: its ZooKeeper lease has run out",
+				  svc->node_id);
 	else if (!cs)
 		ret = dxl_err_set(DXL_E_UNAVAIL, "shard %u is not in the configuration of epoch %" PRIu64,
 				  r.shard, svc->conf.epoch);
@@ -1357,6 +1379,17 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 				  svc->node_id, r.shard);
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);
+	/* and before the reply: what was read may be stale once the lease is
+	 * over (another primary may have been promoted; issue 16.5) */
+	DXL_TESTPOINT("replica.table_rpc.served", svc);
+	if (!ret && !lease_ok(svc)) {
+		ret = dxl_err_set(DXL_E_UNAVAIL,
+				  "node %u: its ZooKeeper lease ran out while it served the request",
+				  svc->node_id);
+		memset(&rep, 0, sizeof(rep));
+		rep.epoch = svc->conf.epoch;
+		rep.primary = cs ? cs->primary : 0;
+	}
 	if (ret) {
 		svc->refused++;
 		/* the reply carries the message instead of a value */

@@ -154,6 +154,18 @@ int dxl_table_svc_start(struct dxl_fabric *f, uint32_t node_id,
 void dxl_table_svc_stop(struct dxl_table_svc **svc);
 
 /*
+ * dxl_table_svc_set_lease -- where the node's lease ends: fn(arg) returns the
+ * dxl_boot_ns() instant (dxl_zk_lease_until_ns), 0 when there is no valid
+ * lease. A handler checks it before it serves a request and again before
+ * it replies: a request served, or a reply sent, after the lease ran out
+ * (a process resumed after a pause, a guard thread held up) is refused
+ * with DXL_E_UNAVAIL -- the serving flag alone is only set every service
+ * round. Until it is set every request is refused. Any thread.
+ */
+void dxl_table_svc_set_lease(struct dxl_table_svc *svc, uint64_t (*fn)(void *arg),
+			     void *arg);
+
+/*
  * dxl_table_svc_set_config -- the configuration the node applied (epoch
  * and primaries); requests of other epochs are refused (DXL_E_STALE) from
  * now on. Waits for a request being served to finish, so no request of

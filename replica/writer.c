@@ -127,9 +127,15 @@ static int try_open(struct dxl_log_writer *w)
 				   w->cfg.shard, c.epoch);
 	}
 	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+	uint64_t rec[DXL_CONFIG_MAX_REPLICAS];
 	uint32_t n = dxl_cluster_shard_members(sh, ids);
+	for (uint32_t i = 0; i < n; i++)
+		rec[i] = dxl_cluster_shard_data_id(sh, ids[i]);
 	uint64_t epoch = c.epoch;
 	dxl_cluster_config_clear(&c);
+	/* (the configuration and the descriptors are read one after the
+	 * other: tests change the configuration here) */
+	DXL_TESTPOINT("writer.open.config_read", w);
 
 	struct dxl_log_target t[DXL_CONFIG_MAX_REPLICAS];
 	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
@@ -146,10 +152,18 @@ static int try_open(struct dxl_log_writer *w)
 		}
 		if (ret)
 			break;
-		if (d->cfg_epoch < epoch) {
+		/* exactly this epoch: registered for an older one, its rkeys
+		 * are not fenced at this epoch's change yet; for a newer one,
+		 * the member set read is not that epoch's (it may lack a member
+		 * that epoch added: appends acknowledged without it) */
+		if (d->cfg_epoch != epoch) {
 			ret = dxl_err_set(DXL_E_UNAVAIL,
-					  "member %u of shard %u has not registered for epoch %" PRIu64
-					  " yet (at %" PRIu64 ")",
+					  d->cfg_epoch < epoch
+						  ? "member %u of shard %u has not registered for epoch %" PRIu64
+						    " yet (at %" PRIu64 ")"
+						  : "member %u of shard %u: the configuration read (epoch %" PRIu64
+						    ") is older than its registration (epoch %" PRIu64
+						    "): reading it again",
 					  ids[i], w->cfg.shard, epoch, d->cfg_epoch);
 			break;
 		}
@@ -157,6 +171,26 @@ static int try_open(struct dxl_log_writer *w)
 		if (!sd) {
 			ret = dxl_err_set(DXL_E_UNAVAIL, "member %u does not host shard %u", ids[i],
 					  w->cfg.shard);
+			break;
+		}
+		/* joining (its last copy from the primary is not done), or not
+		 * yet a member as far as it knows: appends would not be on a
+		 * complete copy */
+		/* another copy than the one the configuration added (the member
+		 * restarted on a new data directory): as the repair reference
+		 * it would cut the others' acknowledged records */
+		if (rec[i] && sd->data_id != rec[i]) {
+			ret = dxl_err_set(DXL_E_UNAVAIL,
+					  "member %u of shard %u is on a new store (data id 0x%" PRIx64
+					  ", epoch %" PRIu64 " added 0x%" PRIx64
+					  "): waiting for it to catch up and be added again",
+					  ids[i], w->cfg.shard, sd->data_id, epoch, rec[i]);
+			break;
+		}
+		if (sd->state != DXL_SHARD_MEMBER) {
+			ret = dxl_err_set(DXL_E_UNAVAIL,
+					  "member %u of shard %u is %s, not yet a member (epoch %" PRIu64 ")",
+					  ids[i], w->cfg.shard, dxl_shard_state_name(sd->state), epoch);
 			break;
 		}
 		if (w->slot >= sd->nrings) {
@@ -197,13 +231,15 @@ static int try_open(struct dxl_log_writer *w)
 	 * holder of the slot may have had a clock ahead of ours) -- unless
 	 * that is further ahead of our clock than a clock takes: a holder
 	 * whose clock jumped forward; appending here would carry the jump on
-	 * (issue 19.7), so this slot is not for us */
-	if (dxl_hlc_observe(&w->clk, dxl_appender_min_ts(w->ap))) {
+	 * (issue 19.7), so this slot is not for us. Checked before observing:
+	 * dxl_hlc_observe would take what it can of the jump (up to
+	 * dxl_hlc_max_ts) into the clock, and the next slot would get it */
+	uint64_t min_ts = dxl_appender_min_ts(w->ap);
+	if (min_ts > dxl_hlc_max_ts(&w->clk) || dxl_hlc_observe(&w->clk, min_ts)) {
 		ret = dxl_err_set(DXL_E_INVAL,
 				  "writer slot %u of shard %u: its ring's records or watermark reach commit timestamp %" PRIu64
 				  ", more than %u ms ahead of this host's clock (a writer's clock jumped forward): not appending there",
-				  w->slot, w->cfg.shard, dxl_appender_min_ts(w->ap),
-				  DXL_HLC_MAX_AHEAD_MS);
+				  w->slot, w->cfg.shard, min_ts, DXL_HLC_MAX_AHEAD_MS);
 		w->slot_ahead = true;
 		close_appender(w);
 		return ret;
@@ -395,6 +431,21 @@ fail:
 	return ret;
 }
 
+/*
+ * slot_surely_ours -- the session that leased the slot is still ours, and
+ * its lease outlasts what dxl_appender_close may take (its final watermark
+ * reaches every member within the fabric's timeout): no new holder of the
+ * slot can have opened the ring before that WRITE lands. (Its owner-word
+ * CAS is safe anyway: it only clears this holder's own word.) Checked
+ * immediately before the close.
+ */
+static bool slot_surely_ours(const struct dxl_log_writer *w)
+{
+	uint64_t until = dxl_zk_lease_until_ns(w->zk), now = dxl_now_ns();
+	return dxl_zk_session_epoch(w->zk) == w->session_epoch && until > now &&
+	       until - now > (uint64_t)w->cfg.fabric_timeout_ms * 1000000ull;
+}
+
 void dxl_log_writer_delete(struct dxl_log_writer **wp)
 {
 	if (!wp || !*wp)
@@ -414,9 +465,27 @@ void dxl_log_writer_delete(struct dxl_log_writer **wp)
 				 dxl_now_ms() < end;
 		     collect(w))
 			dxl_appender_wait(w->ap, 10);
-		if (!w->broken && dxl_appender_inflight(w->ap) == 0 && dxl_zk_lease_valid(w->zk) &&
-		    dxl_appender_close(w->ap, dxl_hlc_now(&w->clk)) == 0)
+		/* a lease that ends too soon for the close is renewed every
+		 * session timeout / 6: wait for the next one (a lease no
+		 * longer than the fabric's timeout never allows a close) */
+		bool quiet = !w->broken && dxl_appender_inflight(w->ap) == 0;
+		uint64_t renew = dxl_now_ms() + dxl_zk_lease_ms(w->zk);
+		while (quiet && dxl_zk_lease_ms(w->zk) > w->cfg.fabric_timeout_ms &&
+		       !slot_surely_ours(w) && dxl_zk_lease_valid(w->zk) &&
+		       dxl_zk_session_epoch(w->zk) == w->session_epoch && dxl_now_ms() < renew)
+			usleep(5000);
+		const char *why = "records in flight or in doubt";
+		if (quiet && !slot_surely_ours(w))
+			why = "the slot lease could end during the close";
+		else if (quiet && dxl_appender_close(w->ap, dxl_hlc_now(&w->clk)) == 0)
+			why = NULL;
+		else if (quiet)
+			why = dxl_errmsg();
+		if (!why)
 			DXL_DEBUG("event=writer_closed shard=%u slot=%u", w->cfg.shard, w->slot);
+		else
+			DXL_INFO("event=writer_left_open shard=%u slot=%u msg=\"the ring stays open for the next holder of the slot: %s\"",
+				 w->cfg.shard, w->slot, why);
 	}
 	close_appender(w);
 	dxl_fabric_delete(&w->f);

@@ -31,6 +31,9 @@ extern "C" {
 #define DXL_HLC_MAKE(ms, l) (((uint64_t)(ms) << DXL_HLC_LOGICAL_BITS) | (uint64_t)(l))
 /* how far ahead of the physical clock an observed timestamp may be */
 #define DXL_HLC_MAX_AHEAD_MS 60000u
+/* how far apart the physical clocks of two hosts may be (what the tail's
+ * guarantee assumes: docs/log.md, "Tailing") */
+#define DXL_HLC_MAX_SKEW_MS (DXL_HLC_MAX_AHEAD_MS / 2)
 
 struct dxl_hlc {
 	uint64_t last; /* accessed with atomics: any thread may call */
@@ -210,7 +213,9 @@ struct dxl_region_id {
 	char cluster[DXL_CLUSTER_NAME_MAX];
 	uint32_t node_id;
 	uint32_t kind;           /* what the data area holds (a DXL_REGION_*) */
-	uint64_t creation_epoch; /* configuration epoch when it was created */
+	uint64_t creation_id;    /* chosen at random by dxl_region_create when 0:
+				    tells this region from one recreated under
+				    the same name (a data identity) */
 };
 
 struct dxl_region;
@@ -310,12 +315,16 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
  *   0                     log header (4096 B): magic, version, shard, nrings,
  *                         ring size, CRC32C
  *   4096 + i*(4096+size)  ring i control block (4096 B): two head slots
- *                         (written by the replica's CPU), owner writer/epoch
+ *                         (written by the replica's CPU), owner word, watermark
  *   ... + 4096            ring i buffer (size bytes, a multiple of 4096)
  *
- * Control block offset 128 holds the ring's owner word: 0 while unclaimed,
- * else 1 + the writer id. It is NIC-owned (H8): changed only by a fabric
- * CAS, which is how a writer claims its ring at start-up.
+ * Control block offset 128 holds the ring's owner word: low 32 bits 0
+ * while unclaimed (never used, or closed by dxl_appender_close), else 1 +
+ * the writer id; high 32 bits the ring's claim generation, which every
+ * claim increments and a close keeps (so the word of one holder is never
+ * the word of another, nor the closed word before a claim the one after
+ * its close: DXL_RING_OWNER). It is NIC-owned (H8): changed only by a
+ * fabric CAS, which is how a writer claims its ring at start-up.
  *
  * Control block offset 192 (its own cache line) holds the writer's
  * watermark {T, T ^ DXL_RING_WMARK_MAGIC}, its last-add-confirmed: every
@@ -357,6 +366,10 @@ enum dxl_durability dxl_datadir_durability(const struct dxl_datadir *d);
 #define DXL_RING_MAX 1024
 #define DXL_RING_HEAD_SLOT_SIZE 64 /* two slots at control-block offset 0 */
 #define DXL_RING_OWNER_OFF 128     /* owner word in the control block */
+/* the owner word: generation << 32 | (0 unclaimed, else 1 + writer id) */
+#define DXL_RING_OWNER(gen, holder) (((uint64_t)(uint32_t)(gen) << 32) | (uint32_t)(holder))
+#define DXL_RING_OWNER_GEN(w) ((uint32_t)((uint64_t)(w) >> 32))
+#define DXL_RING_OWNER_HOLDER(w) ((uint32_t)(w)) /* 0, or 1 + writer id */
 #define DXL_RING_WMARK_OFF 192     /* watermark {ts, ts ^ magic}, own line */
 #define DXL_RING_WMARK_SIZE 16
 #define DXL_RING_INC_OFF 256       /* incarnation slots, one line each */
@@ -890,7 +903,9 @@ struct dxl_appender;
 
 /*
  * dxl_appender_new -- connect ctx to every target, claim each ring for
- * cfg.writer_id (a CAS on its owner word), read its head and contents to
+ * cfg.writer_id (a CAS on its owner word: from unclaimed, or taking over
+ * an earlier holder of the same writer id, to 1 + writer id with the next
+ * claim generation), read its head and contents to
  * find where this writer's records end (its tail), and get ready to append.
  * The appender owns ctx's completions from now on: do not post on or poll
  * ctx elsewhere while it lives.
@@ -918,7 +933,8 @@ struct dxl_appender;
  * (position, sequence, type, length, checksum, commit timestamp); any
  * difference is DXL_E_STALE "diverged" (a bug or a foreign ring, never
  * silently repaired). Every target is checked before any is changed: an
- * error leaves every ring as it was. Watermarks are left as they are (a
+ * error leaves every ring as it was but for its owner word (the claim
+ * stands: the ring is this writer id's new holder's). Watermarks are left as they are (a
  * watermark above the reference's still holds: it only covers
  * acknowledged records, which every member has; the appender does not
  * append below it), and they bound what may be cut: a target's record
@@ -1016,20 +1032,28 @@ int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts);
 /*
  * dxl_appender_close -- the writer is done with its ring: write the final
  * watermark max(ts, the last timestamp + 1) to every target, wait until
- * every target has it, then clear the ring's owner word (CAS 1 + writer ->
- * 0, made durable by a READ) on every target. A tailer then no longer holds
- * its resolved timestamp at this ring (docs/log.md, "Tailing"): nothing in
- * it can change below the final watermark. Only when every append was
- * acknowledged and polled and no hold keeps records unconfirmed; otherwise
- * the ring is left open (owner set), and tailers wait for the next holder
- * of the slot, whose repair confirms or drops what is in doubt. After a
- * successful close, appends and heartbeats are refused (DXL_E_STATE); the
- * appender is still to be deleted. Closing twice is 0. Only the writer
- * that still holds the ring's writer id (e.g. its ZooKeeper slot) may
- * close: a new holder of the id owns the ring with the same owner word.
+ * every target has it, then clear the ring's owner word on every target
+ * (CAS from this appender's own word -- its writer id and its claim's
+ * generation -- to unclaimed with that generation, made durable by a
+ * READ). A tailer then no longer holds its resolved timestamp at this ring
+ * (docs/log.md, "Tailing"): nothing in it can change below the final
+ * watermark. Only when every append was acknowledged and polled and no
+ * hold keeps records unconfirmed; otherwise the ring is left open (owner
+ * claimed), and tailers wait for the next holder of the slot, whose repair
+ * confirms or drops what is in doubt. Once the final watermark is on every
+ * target, appends and heartbeats are refused (DXL_E_STATE); the appender
+ * is still to be deleted. A close that failed after that (an owner word
+ * not cleared) is retried by calling it again: only the words left are
+ * cleared. It returns 0 once every target's word is cleared, and then
+ * again. A new holder of the writer id that took the ring over on a
+ * target (the previous one's slot lease ended) has its own word there,
+ * which this close leaves alone (DXL_E_STALE); its final watermark WRITE
+ * is not so guarded: close only while the writer id (e.g. the ZooKeeper
+ * slot) is surely still this writer's until the close's WRITEs land.
  * Errors: DXL_E_BUSY (appends in flight or not polled, or a hold below the
  * final watermark), DXL_E_STATE (a target failed: appends of unknown
- * outcome), the heartbeat's and the READs' errors (then the ring may be
+ * outcome), DXL_E_STALE (a target's word is another holder's), the
+ * heartbeat's and the CASes' and READs' errors (then the ring may be
  * closed on some targets and open on others: both are safe).
  */
 int dxl_appender_close(struct dxl_appender *a, uint64_t ts);
@@ -1065,7 +1089,8 @@ uint64_t dxl_appender_last_ts(const struct dxl_appender *a);
  * dxl_appender_min_ts -- the smallest commit timestamp the next append (or
  * heartbeat) may carry: the largest of the previous append's, last_ts,
  * every target's watermark of this ring and, when this appender claimed a
- * ring that was closed or never used (its owner word 0 on some target),
+ * ring that was closed or never used (its owner word unclaimed on some
+ * target),
  * the shard floor (dxl_appender_shard_floor). A writer whose clock is
  * behind observes it (dxl_hlc_observe) before taking timestamps.
  */
@@ -1075,9 +1100,9 @@ uint64_t dxl_appender_min_ts(const struct dxl_appender *a);
  * dxl_appender_shard_floor -- 0, or, when this appender claimed a ring that
  * was closed or never used: the largest watermark of every ring of the
  * shard on every target, read after the claim (each at most
- * DXL_HLC_MAX_AHEAD_MS ahead of this host's clock). Tailers may have
- * passed every timestamp below it while the ring was closed; no append of
- * this appender goes below it.
+ * DXL_HLC_MAX_SKEW_MS ahead of this host's clock: tailers resolve nothing
+ * beyond their own clock). Tailers may have passed every timestamp below
+ * it while the ring was closed; no append of this appender goes below it.
  */
 uint64_t dxl_appender_shard_floor(const struct dxl_appender *a);
 
@@ -1198,14 +1223,16 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
  * head (not reused by the writer meanwhile) are trusted. It merges the
  * rings by (commit timestamp, writer) and delivers exactly the records with
  * cursor <= ts < resolved. resolved is the smallest watermark of the rings
- * that hold it: every ring whose owner word is set (a live writer, a
+ * that hold it: every ring whose owner word is claimed (a live writer, a
  * crashed one whose records above its watermark the next holder may still
- * confirm, or a new holder) and every ring in live_mask when given. A ring
- * whose owner word is 0 was closed by its last holder
- * (dxl_appender_close) or never used: it holds nobody back and its records
- * below its own watermark are delivered; when no ring holds, resolved is
- * the largest watermark. resolved never goes beyond this host's clock +
- * DXL_HLC_MAX_AHEAD_MS / 2. Every record below resolved is final: no
+ * confirm, or a new holder), or whose owner word or watermark changed
+ * between the poll's two control-block READs (a claim came between them),
+ * and every ring in live_mask when given. A ring whose owner word is
+ * unclaimed was closed by its last holder (dxl_appender_close) or never
+ * used: it holds nobody back and its records below its own watermark are
+ * delivered; when no ring holds, resolved is the largest watermark.
+ * resolved never goes beyond this host's clock. Every record below
+ * resolved is final: no
  * writer appends, resends or repairs a record below it (a new holder of a
  * ring starts above every ring's watermark: dxl_appender_new). The cursor
  * then becomes `resolved`: it is "the next position to read", a commit
@@ -1271,7 +1298,9 @@ uint64_t dxl_tailer_cursor(const struct dxl_tailer *t);
  * the resolved timestamp it read (no ring ran out of fetched bytes: the
  * cursor is that resolved timestamp); 0 before the first poll, after a
  * failed poll, after a poll that fn stopped or that must read further (poll
- * again at once).
+ * again at once), and while the watermarks are less than a second ahead of
+ * this host's clock (what they confirm comes out once the clock passes it:
+ * poll again shortly).
  */
 int dxl_tailer_caught_up(const struct dxl_tailer *t);
 

@@ -19,7 +19,7 @@ extern "C" {
  *
  *   /dxl/<cluster>/nodes/<id>              ephemeral: one per live process
  *   /dxl/<cluster>/config                  {epoch, shards, node addresses}
- *   /dxl/<cluster>/cm/c-<session>-<seq>    ephemeral sequential: CM election
+ *   /dxl/<cluster>/cm/c-<session>-<nonce>-<seq> ephemeral sequential: CM election
  *   /dxl/<cluster>/cursors/<group>/<shard> tail cursors (next timestamp)
  *
  * Threads. Every function may be called from any thread, except
@@ -177,8 +177,11 @@ enum dxl_zk_state dxl_zk_state(const struct dxl_zk *zk);
  */
 bool dxl_zk_lease_valid(const struct dxl_zk *zk);
 
-/* dxl_zk_lease_until_ns -- CLOCK_MONOTONIC ns (dxl_now_ns) at which the
- * current lease runs out, or 0 when it is not valid now */
+/* dxl_zk_lease_until_ns -- CLOCK_BOOTTIME ns (dxl_boot_ns, common.h) at
+ * which the current lease runs out, or 0 when it is not valid now. The boot
+ * clock keeps running while the machine or its VM is suspended (the
+ * monotonic clock does not): a member resumed after a suspend longer than
+ * its lease finds the lease over. */
 uint64_t dxl_zk_lease_until_ns(const struct dxl_zk *zk);
 
 /* dxl_zk_lease_ms -- the lease length in ms (lease_pct of the negotiated
@@ -217,6 +220,49 @@ int dxl_zk_server(struct dxl_zk *zk, char *buf, size_t cap);
  * after a real expiry. Errors: DXL_E_STATE (no live session), DXL_E_UNAVAIL.
  */
 int dxl_zk_inject_expiry(struct dxl_zk *zk);
+
+/*
+ * Fault injection: ZooKeeper calls that fail with a connection loss (the
+ * "ZooKeeper shim" of the fault tests). Every call of this module that names
+ * a znode whose path contains path_part and is one of ops is counted; after
+ * `skip` of them, the next `count` (0: all of them) fail:
+ *
+ *   DXL_ZK_LOSE_REPLY    the call is applied at the server, then reported
+ *                        as a connection loss (for writes: create, set,
+ *                        delete): the caller cannot know it took effect;
+ *   DXL_ZK_LOSE_REQUEST  reported as a connection loss, not applied (any
+ *                        op, reads and listings included).
+ *
+ * The session itself stays connected (the lease is not touched): what is
+ * injected is the ambiguity of a lost reply, as the callers see it. Every
+ * fault is logged (event=zk_fault_injected). Up to 16 rules per zk.
+ * A process can also arm them for every zk it opens with the environment
+ * variable DXL_ZK_FAULTS, read by dxl_zk_new, in the syntax of
+ * dxl_zk_inject_faults: rules separated by ',', each
+ *   op[+op]:path_part:reply|request[:skip[:count]]
+ * with op one of create, set, delete, list, read (skip 0 and count 1 when
+ * absent), e.g. "create:/cm/c-:reply" (the first CM candidacy create loses
+ * its reply). Errors: DXL_E_INVAL (bad rule; a lost reply of a read), DXL_E_FULL.
+ */
+enum dxl_zk_fault_op {
+	DXL_ZK_OP_CREATE = 1,
+	DXL_ZK_OP_SET = 2,    /* versioned or not */
+	DXL_ZK_OP_DELETE = 4,
+	DXL_ZK_OP_LIST = 8,   /* get children */
+	DXL_ZK_OP_READ = 16,  /* get, exists */
+	DXL_ZK_OP_ALL = 31,
+};
+enum dxl_zk_fault_kind {
+	DXL_ZK_LOSE_REPLY = 1,
+	DXL_ZK_LOSE_REQUEST = 2,
+};
+int dxl_zk_inject_fault(struct dxl_zk *zk, unsigned ops, const char *path_part,
+			enum dxl_zk_fault_kind kind, uint32_t skip, uint32_t count);
+int dxl_zk_inject_faults(struct dxl_zk *zk, const char *spec);
+/* how many calls failed by injection so far */
+uint32_t dxl_zk_faults_fired(const struct dxl_zk *zk);
+/* dxl_zk_clear_faults -- disarm every rule */
+void dxl_zk_clear_faults(struct dxl_zk *zk);
 
 /* ==== nodes: registration of live processes ============================== */
 
@@ -334,6 +380,14 @@ struct dxl_cluster_shard {
 	uint32_t primary;  /* node id */
 	uint32_t nbackups; /* 0..DXL_CONFIG_MAX_BACKUPS */
 	uint32_t backups[DXL_CONFIG_MAX_BACKUPS];
+	/* the data identity (docs/replica.md) of each member's copy of the
+	 * shard, recorded when it was added: data_id[0] the primary's,
+	 * data_id[1 + i] backups[i]'s; 0 = not recorded. A member whose copy
+	 * has another identity now (restarted on a new data directory) is not
+	 * a member until it has caught up and been added again. Set with
+	 * dxl_cluster_config_set_data_id; dxl_cluster_config_set_shard clears
+	 * them. */
+	uint64_t data_id[DXL_CONFIG_MAX_REPLICAS];
 };
 
 struct dxl_cluster_node {
@@ -373,6 +427,16 @@ int dxl_cluster_config_remove_node(struct dxl_cluster_config *c, uint32_t id);
 int dxl_cluster_config_set_shard(struct dxl_cluster_config *c, uint32_t id,
 				 uint32_t primary, const uint32_t *backups,
 				 uint32_t nbackups);
+
+/* dxl_cluster_shard_data_id -- the data identity recorded for member node
+ * of sh; 0 when none is recorded or node is not a member */
+uint64_t dxl_cluster_shard_data_id(const struct dxl_cluster_shard *sh, uint32_t node);
+
+/* dxl_cluster_config_set_data_id -- record the data identity of member node
+ * of shard (0: forget it). Errors: DXL_E_NOENT (no such shard, or node is
+ * not one of its members). */
+int dxl_cluster_config_set_data_id(struct dxl_cluster_config *c, uint32_t shard,
+				   uint32_t node, uint64_t data_id);
 
 /* dxl_cluster_shard_members -- the shard's members, primary first, into
  * ids[DXL_CONFIG_MAX_REPLICAS]; returns their count (0 when sh is NULL) */
@@ -487,11 +551,16 @@ struct dxl_election;
 /*
  * dxl_election_new -- join election `name` (DXL_ELECTION_CM, or another
  * [A-Za-z0-9_.-] name: a directory under the cluster root) as a candidate:
- * creates the ephemeral sequential znode <name>/c-<session>-<seq> holding
- * data (text, e.g. JSON naming this candidate; may be NULL). The candidate
- * with the lowest sequence number leads; every other one watches only its
- * predecessor (no herd effect when the leader goes). cb reports ELECTED and
- * LOST on the event thread.
+ * creates the ephemeral sequential znode <name>/c-<session>-<nonce>-<seq>
+ * holding data (text, e.g. JSON naming this candidate; may be NULL). The
+ * candidate with the lowest sequence number leads; every other one watches
+ * only its predecessor (no herd effect when the leader goes). cb reports
+ * ELECTED and LOST on the event thread. A create whose reply was lost is
+ * resolved before anything is created again (its znode is adopted if it
+ * landed), and znodes of this session that no live candidacy of the process
+ * owns are deleted (docs/membership.md "Lost replies"). When the candidacy
+ * ends while the session lives (its znode deleted from outside),
+ * dxl_election_seq returns -1: join again with a new candidacy.
  *
  * Being the leader in ZooKeeper is not enough to act: the leader must also
  * hold a valid lease (dxl_zk_lease_valid), since while disconnected it
@@ -565,8 +634,10 @@ int dxl_cursor_set(struct dxl_zk *zk, const char *group, uint32_t shard,
 /*
  * dxl_cursor_min -- the smallest committed cursor of shard over every
  * consumer group (UINT64_MAX and *ngroups = 0 when no group has one): what
- * retention must keep unless the size limit forces it. Errors: the common
- * errors.
+ * retention must keep unless the size limit forces it.
+ * Errors: DXL_E_CORRUPT (a group's cursor for this shard cannot be decoded:
+ * its position is unknown, so it counts as 0 -- *min_ts is 0 and *ngroups
+ * counts it; the message names the first such cursor), the common errors.
  */
 int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 		   uint32_t *ngroups);

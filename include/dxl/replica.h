@@ -124,13 +124,20 @@ int dxl_shard_targets(const struct dxl_shard *s, const char *addr,
  *              a small distance of a member: the CM may add it as a backup
  *              (writers repair the rest when they reopen, docs/log.md);
  * UNASSIGNED   not in the replica set and nothing to copy from (the shard
- *              has no live member, or is not in the configuration).
+ *              has no live member, or is not in the configuration); also
+ *              the state of every shard until the node has applied a
+ *              configuration;
+ * JOINING      in the replica set (cfg_epoch), but its last copy from the
+ *              primary (the join pull, docs/replica.md) is not done yet:
+ *              writers do not use it and the CM does not count it.
+ * Only MEMBER means "holds every acknowledged record of the shard".
  */
 enum dxl_shard_state {
 	DXL_SHARD_MEMBER = 0,
 	DXL_SHARD_CATCHING_UP = 1,
 	DXL_SHARD_SYNCED = 2,
 	DXL_SHARD_UNASSIGNED = 3,
+	DXL_SHARD_JOINING = 4,
 };
 const char *dxl_shard_state_name(enum dxl_shard_state st);
 int dxl_shard_state_parse(const char *s, enum dxl_shard_state *out);
@@ -156,6 +163,11 @@ struct dxl_shard_table {
 struct dxl_shard_desc {
 	uint32_t shard;
 	enum dxl_shard_state state;
+	/* the data identity of this node's copy of the shard: changes when
+	 * its store is created anew (an empty or recreated data directory);
+	 * the configuration records it when the node is added (docs/replica.md
+	 * "data identity"). 0 = unknown (a descriptor of an older build). */
+	uint64_t data_id;
 	struct dxl_mr_desc region; /* the registered data area */
 	uint32_t nrings;
 	uint64_t ring_size;
@@ -179,9 +191,10 @@ struct dxl_replica_desc {
 	uint32_t ctx;        /* the ctx index writers connect to */
 	uint64_t reg_epoch;  /* grows with every re-registration of regions */
 	uint64_t cfg_epoch;  /* the configuration epoch these registrations
-				were made for (0: none seen yet). Writers of
-				epoch E use a descriptor only once cfg_epoch
-				>= E: older rkeys are fenced off. */
+				were made for (0: none seen yet). Writers and
+				coordinators that read epoch E use a descriptor
+				only when cfg_epoch == E: older rkeys are fenced
+				off, a newer epoch may have other members. */
 	enum dxl_durability durability;
 	/* the ctx serving the table RPCs (DXL_REPLICA_RPC_CTX); 0 = none (no
 	 * tables; "rpc_ctx" absent in JSON) */
@@ -422,17 +435,29 @@ int dxl_table_call(struct dxl_rpc *rpc, struct dxl_qp *qp, uint16_t op,
  * nodes/ and changes the configuration only by a versioned compare-and-set,
  * epoch + 1 each time (docs/operations.md, "Failover"):
  *
- * - a member of a shard whose nodes/<id> is gone (its ZooKeeper session
- *   ended: the failure detector) is removed, if at least min_replicas
- *   members would remain (counting caught-up replacements); otherwise the
- *   shard stays as it is and is unavailable until a member comes back;
- * - a dead primary is replaced by the first live backup: an append is
- *   acknowledged only when persistent on every member, so every surviving
- *   member holds every acknowledged record (they differ at most in
- *   unacknowledged suffixes, which writers repair when they reopen);
+ * - who counts as alive: a member whose nodes/<id> lists the shard as
+ *   MEMBER and says it registered for the current epoch (cfg_epoch). A
+ *   member still joining (JOINING: its last copy from the primary is not
+ *   done), one registered for an older epoch or not through its
+ *   configuration yet is alive but does not count; a caught-up candidate
+ *   (SYNCED) never counts;
+ * - a member whose nodes/<id> is gone (its ZooKeeper session ended: the
+ *   failure detector) or does not list the shard is dead. The dead are
+ *   removed if at least min_replicas members that count remain; otherwise
+ *   they stay and the shard is unavailable until one comes back (caught-up
+ *   candidates are still added meanwhile: nothing is removed, and once
+ *   they have joined they count);
+ * - a dead primary is replaced by the first backup that counts: an append
+ *   is acknowledged only when persistent on every member, and a member
+ *   counts only once it holds everything (it registered as MEMBER for the
+ *   epoch after its join pull), so it holds every acknowledged record
+ *   (members differ at most in unacknowledged suffixes, which writers
+ *   repair when they reopen). With no member that counts, nobody is
+ *   promoted. A dead primary alone (nothing removed or added) is left as
+ *   it is;
  * - a live node that hosts the shard, is not a member and says SYNCED
  *   (it copied the shard from a member) is added as a backup while the
- *   shard has fewer than `replication` members.
+ *   shard has fewer than `replication` live members.
  */
 struct dxl_cm_params {
 	uint32_t min_replicas; /* cm.min_replicas, default 2 */
@@ -730,7 +755,8 @@ uint64_t dxl_replica_server_cfg_epoch(const struct dxl_replica_server *s);
 /* the state of a hosted shard (DXL_E_NOENT if not hosted) */
 int dxl_replica_server_shard_state(const struct dxl_replica_server *s,
 				   uint32_t shard, enum dxl_shard_state *st);
-/* this process is the elected CM with a valid lease */
+/* this process is the elected CM with a valid lease (as of the service
+ * loop's last round; any thread) */
 bool dxl_replica_server_is_cm(const struct dxl_replica_server *s);
 const char *dxl_replica_server_addr(const struct dxl_replica_server *s);
 struct dxl_zk *dxl_replica_server_zk(const struct dxl_replica_server *s);

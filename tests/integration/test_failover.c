@@ -21,7 +21,8 @@
  *  6. kill the CM: another node is elected and handles the next failure;
  *  7. bad input: unknown shard, oversize record, stale epoch appender;
  *  8. a randomized fault schedule (DXL_FAULT_SEED, DXL_FAULT_STEPS): kill,
- *     stop/cont, power failure, kill the CM, restart, at most one node down;
+ *     stop/cont, power failure, kill the CM, kill and restart on an empty
+ *     data directory, restart, at most one node down;
  *     after every step the load of that step verifies, every member of a
  *     shard delivers the same log, epochs only grow, one primary per shard
  *     and epoch, the configuration validates.
@@ -437,6 +438,11 @@ static bool stable(const struct dxl_cluster_config *c)
 				return false;
 			const struct dxl_shard_desc *sd = dxl_replica_desc_shard(&d, c->shards[s].id);
 			if (!sd || sd->state != DXL_SHARD_MEMBER)
+				return false;
+			/* the copy the configuration added (not one restarted on
+			 * an empty data directory that has not been added again) */
+			uint64_t rec = dxl_cluster_shard_data_id(&c->shards[s], ids[i]);
+			if (rec && rec != sd->data_id)
 				return false;
 		}
 	}
@@ -1538,9 +1544,9 @@ static uint64_t rnd(void)
 	return z ^ (z >> 31);
 }
 
-enum act { A_KILL, A_STOP, A_POWER, A_KILL_CM, A_RESTART };
+enum act { A_KILL, A_STOP, A_POWER, A_KILL_CM, A_WIPE, A_RESTART };
 static const char *const ACT[] = {"kill -9", "stop+cont", "power-fail", "kill the CM",
-				  "restart"};
+				  "kill -9 + restart on an empty data directory", "restart"};
 
 static void test_random_faults(void **state)
 {
@@ -1557,7 +1563,7 @@ static void test_random_faults(void **state)
 	uint32_t down = 0; /* the node that is down (at most one) */
 	size_t compared = 0;
 	for (uint32_t i = 0; i < steps; i++) {
-		enum act a = down ? A_RESTART : (enum act)(rnd() % 4);
+		enum act a = down ? A_RESTART : (enum act)(rnd() % 5);
 		uint32_t node = down ? down : 1 + (uint32_t)(rnd() % 3);
 		if (a == A_KILL_CM) {
 			node = wait_cm(0, 10000);
@@ -1602,6 +1608,21 @@ static void test_random_faults(void **state)
 			ok = wait_cond(C_MEMBER, node, 20000, &c);
 			down = 0;
 			break;
+		case A_WIPE: {
+			/* issue 16: its stores come back empty, with new data
+			 * identities; it must catch up and be added again */
+			kill_node(node, NULL, NULL);
+			static struct dxl_replica_desc d;
+			uint64_t end = dxl_now_ms() + 15000;
+			while (get_desc(node, &d) == 0 && dxl_now_ms() < end)
+				usleep(30000); /* its session must be over first */
+			char cmd[700];
+			snprintf(cmd, sizeof(cmd), "rm -rf '%s/data/%u'", g_c.dir, node);
+			assert_int_equal(system(cmd), 0);
+			restart_node(node);
+			ok = wait_cond(C_MEMBER, node, 30000, &c);
+			break;
+		}
 		}
 		if (!ok)
 			fail_msg("step %u (%s node %u, seed %" PRIu64 "): the cluster did not "

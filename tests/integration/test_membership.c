@@ -157,13 +157,18 @@ static bool lease_grew(void *arg)
 	return dxl_zk_lease_until_ns(p->zk) > p->first;
 }
 
+static bool lease_valid_p(void *arg)
+{
+	return dxl_zk_lease_valid(arg);
+}
+
 static void test_session_basics(void **state)
 {
 	char cl[64];
 	mt_cluster_name(cl, sizeof(cl), "basics");
 	struct mt_rec rec;
 	mt_rec_init(&rec);
-	uint64_t t0 = dxl_now_ns();
+	uint64_t t0 = dxl_boot_ns();
 	struct dxl_zk *zk = open_zk(cl, &rec);
 	assert_int_equal(dxl_zk_state(zk), DXL_ZK_CONNECTED);
 	assert_true(dxl_zk_session_id(zk) != 0);
@@ -179,12 +184,23 @@ static void test_session_basics(void **state)
 	/* the lease: valid, and it runs from before the connect began */
 	assert_true(dxl_zk_lease_valid(zk));
 	uint64_t until = dxl_zk_lease_until_ns(zk);
-	assert_true(until > dxl_now_ns());
-	assert_true(until <= dxl_now_ns() + (uint64_t)dxl_zk_lease_ms(zk) * 1000000ull);
+	assert_true(until > dxl_boot_ns());
+	assert_true(until <= dxl_boot_ns() + (uint64_t)dxl_zk_lease_ms(zk) * 1000000ull);
 	assert_true(until > t0);
 	/* and the lease thread renews it */
 	struct lease_probe p = {zk, until};
 	assert_true(mt_wait_true(lease_grew, &p, 5000));
+
+	/* the lease is counted on the boot clock, which goes on while the
+	 * machine (or its VM) is suspended: resumed after a suspend longer than
+	 * the lease, a member finds it over at once -- on the monotonic clock
+	 * it would still look valid (issue 16.5) -- and the next renewal
+	 * brings it back */
+	dxl_clock_inject_suspend_ns(2ull * dxl_zk_lease_ms(zk) * 1000000ull);
+	assert_false(dxl_zk_lease_valid(zk));
+	assert_int_equal(dxl_zk_lease_until_ns(zk), 0);
+	assert_true(mt_wait_true(lease_valid_p, zk, 5000));
+	assert_true(dxl_zk_lease_until_ns(zk) > dxl_boot_ns());
 
 	/* CONNECTED is reported once, on the event thread */
 	assert_true(mt_rec_wait(&rec, 0, MT_STATE, DXL_ZK_CONNECTED, 5000) >= 0);
@@ -497,6 +513,19 @@ static void test_config_encode_decode(void **state)
 		{"{\"format\":1,\"epoch\":1,\"nodes\":[{\"id\":1,\"addr\":\"a\"},"
 		 "{\"id\":1,\"addr\":\"b\"}],\"shards\":[]}", "listed twice"},
 		{"{\"format\":1,\"epoch\":1,\"nodes\":[],\"shards\":[]} x", "malformed JSON"},
+		/* data identities (issue 16.3): members only, strict hex, not 0 */
+#define DID(ids) "{\"format\":1,\"epoch\":1,\"nodes\":[{\"id\":1,\"addr\":\"a\"},"       \
+		 "{\"id\":2,\"addr\":\"b\"}],\"shards\":[{\"id\":0,\"primary\":1,"            \
+		 "\"backups\":[],\"data_ids\":" ids "}]}"
+		{DID("{\"2\":\"0x1\"}"), "\"2\" is not a member"},
+		{DID("{\"01\":\"0x1\"}"), "\"01\" is not a member"},
+		{DID("{\"x\":\"0x1\"}"), "\"x\" is not a member"},
+		{DID("{\"1\":\"0x0\"}"), "not 0"},
+		{DID("{\"1\":\"0x-1\"}"), "hex"},
+		{DID("{\"1\":\"0x 1\"}"), "hex"},
+		{DID("{\"1\":\"0x0x1\"}"), "hex"},
+		{DID("{\"1\":1}"), "hex"},
+		{DID("[]"), "\"data_ids\" is not an object"},
 	};
 	for (size_t i = 0; i < DXL_ARRAY_SIZE(corrupt); i++) {
 		int rc = dxl_cluster_config_decode(corrupt[i].json,
@@ -514,6 +543,27 @@ static void test_config_encode_decode(void **state)
 	const char *ok = "{\"format\":1,\"epoch\":1,\"nodes\":[],\"shards\":[]}";
 	assert_int_equal(dxl_cluster_config_decode(ok, strlen(ok), &d), 0);
 	dxl_cluster_config_clear(&d);
+	/* data identities round-trip, follow their members, and are cleared
+	 * by set_shard */
+	const char *ids = DID("{\"1\":\"0xFfFfFfFfFfFfFfFf\"}");
+	assert_int_equal(dxl_cluster_config_decode(ids, strlen(ids), &d), 0);
+	assert_true(dxl_cluster_shard_data_id(&d.shards[0], 1) == UINT64_MAX);
+	assert_int_equal(dxl_cluster_shard_data_id(&d.shards[0], 2), 0);
+	uint32_t two = 2;
+	assert_int_equal(dxl_cluster_config_set_shard(&d, 0, 1, &two, 1), 0);
+	assert_int_equal(dxl_cluster_shard_data_id(&d.shards[0], 1), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&d, 0, 2, 0x2a), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&d, 0, 3, 0x2a), DXL_E_NOENT);
+	assert_int_equal(dxl_cluster_config_set_data_id(&d, 9, 2, 0x2a), DXL_E_NOENT);
+	char *js2 = NULL;
+	assert_int_equal(dxl_cluster_config_encode(&d, &js2, NULL), 0);
+	assert_non_null(strstr(js2, "\"data_ids\":{\"2\":\"0x2a\"}"));
+	dxl_cluster_config_clear(&d);
+	assert_int_equal(dxl_cluster_config_decode(js2, strlen(js2), &d), 0);
+	assert_int_equal(dxl_cluster_shard_data_id(&d.shards[0], 2), 0x2a);
+	free(js2);
+	dxl_cluster_config_clear(&d);
+#undef DID
 }
 
 static void test_config_create_read_cas(void **state)
@@ -906,6 +956,172 @@ static void test_reopen_from_callback(void **state)
 	dxl_zk_delete(&zk);
 }
 
+/* ---- lost replies (issue 16.6) --------------------------------------------------- */
+
+static bool is_leader(void *arg)
+{
+	return dxl_election_is_leader(arg);
+}
+
+/* the children of the cluster's dir `rel`, counted */
+static int count_children(const char *cl, const char *rel)
+{
+	zhandle_t *zh = raw_connect();
+	char path[200];
+	snprintf(path, sizeof(path), "/dxl/%s/%s", cl, rel);
+	struct String_vector v;
+	int rc = zoo_get_children(zh, path, 0, &v);
+	int n = rc == ZOK ? v.count : rc == ZNONODE ? 0 : -1;
+	if (rc == ZOK)
+		deallocate_String_vector(&v);
+	zookeeper_close(zh);
+	return n;
+}
+
+/*
+ * A candidacy's create is applied but its reply lost, and the listing that
+ * should tell whether it landed fails too. Creating again without knowing
+ * left an orphan of the node's own session before its candidacy: no one
+ * ever led. Then: a candidacy whose resignation was lost leaves a znode of
+ * the session; the next candidacy of that session deletes it and leads.
+ */
+static void test_election_lost_reply(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "elost");
+	struct mt_rec rec;
+	mt_rec_init(&rec);
+	struct cand cand = {.rec = &rec, .idx = 0};
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/cm/c-:reply,list:/cm:request:0:2"), 0);
+	struct dxl_election *e = NULL;
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand, &e), 0);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected: %d candidates for one candidacy (predecessor %lld)",
+			 count_children(cl, "cm"), (long long)dxl_election_predecessor(e));
+	assert_int_equal(count_children(cl, "cm"), 1);
+	assert_int_equal(dxl_zk_faults_fired(zk), 3); /* the faults did happen */
+
+	/* the resignation is lost (request lost every time) */
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(dxl_zk_inject_fault(zk, DXL_ZK_OP_DELETE, "/cm/c-", DXL_ZK_LOSE_REQUEST,
+					     0, 0), 0);
+	assert_int_equal(dxl_election_resign(e), DXL_E_UNAVAIL);
+	dxl_election_delete(&e);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(count_children(cl, "cm"), 1); /* the leftover */
+	struct cand cand2 = {.rec = &rec, .idx = 1};
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand2, &e), 0);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected behind the leftover of its own session");
+	assert_int_equal(count_children(cl, "cm"), 1);
+	dxl_election_delete(&e);
+	dxl_zk_delete(&zk);
+}
+
+/*
+ * A writer slot's create is applied, its reply lost: the slot is held by
+ * this session, but no writer has it -- it counted as a live writer (it
+ * held back the backups' appliers and retention) until the session ended.
+ * Now the lease learns that it landed and takes it; a release whose reply
+ * is lost leaves no orphan either.
+ */
+static void test_writer_slot_lost_reply(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "wlost");
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	uint32_t slot = 99;
+	uint64_t mask = 0;
+	/* the reply of the create is lost, and the first look fails too */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/writers/0/0:reply,read:/writers/0/0:request"),
+			 0);
+	int ret = dxl_writer_slot_lease(zk, 0, 4, &slot);
+	uint32_t fired = dxl_zk_faults_fired(zk);
+	dxl_zk_clear_faults(zk);
+	if (ret == 0) {
+		assert_int_equal(slot, 0);
+		assert_int_equal(dxl_writer_slot_release(zk, 0, slot), 0);
+	}
+	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
+	if (mask)
+		fail_msg("lease: %s; slots 0x%llx held by nobody", dxl_errname(ret),
+			 (unsigned long long)mask);
+	assert_int_equal(ret, 0);
+	assert_int_equal(fired, 2);
+	/* the create is lost before it is applied: created again */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/writers/0/0:request"), 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 0, 4, &slot), 0);
+	assert_int_equal(slot, 0);
+	dxl_zk_clear_faults(zk);
+	/* the release's delete is applied, its reply lost; then a release
+	 * whose delete never happened: the next call deletes the orphan */
+	assert_int_equal(dxl_zk_inject_faults(zk, "delete:/writers/0/0:reply"), 0);
+	dxl_writer_slot_release(zk, 0, 0);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
+	assert_int_equal(mask, 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 0, 4, &slot), 0);
+	assert_int_equal(dxl_zk_inject_faults(zk, "delete:/writers/0/0:request:0:0"), 0);
+	assert_int_equal(dxl_writer_slot_release(zk, 0, slot), DXL_E_UNAVAIL);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
+	assert_int_equal(mask, 0);
+	dxl_zk_delete(&zk);
+}
+
+/*
+ * Versioned sets and registrations whose reply is lost: the caller gets
+ * DXL_E_UNAVAIL ("may or may not have been applied") and learns the
+ * outcome by reading; a retry is safe -- a CAS retried with the old version
+ * is refused (DXL_E_STALE) instead of applied twice, a registration retried
+ * by its session just rewrites its own znode.
+ */
+static void test_versioned_set_lost_reply(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "vlost");
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	struct dxl_cluster_config c;
+	dxl_cluster_config_init(&c);
+	c.epoch = 1;
+	assert_int_equal(dxl_cluster_config_set_node(&c, 1, "a:1"), 0);
+	assert_int_equal(dxl_cluster_config_set_shard(&c, 0, 1, NULL, 0), 0);
+	int32_t v = -9;
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, DXL_ZK_VERSION_NONE, &v), 0);
+	c.epoch = 2;
+	assert_int_equal(dxl_zk_inject_faults(zk, "set:/config:reply"), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v, NULL), DXL_E_UNAVAIL);
+	assert_int_equal(dxl_zk_faults_fired(zk), 1);
+	struct dxl_cluster_config r;
+	int32_t v2 = -9;
+	assert_int_equal(dxl_cluster_config_read(zk, &r, &v2), 0);
+	assert_int_equal(r.epoch, 2); /* it was applied */
+	dxl_cluster_config_clear(&r);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v, NULL), DXL_E_STALE);
+	/* a lost request: not applied, the retry applies it */
+	c.epoch = 3;
+	assert_int_equal(dxl_zk_inject_faults(zk, "set:/config:request"), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v2, NULL), DXL_E_UNAVAIL);
+	assert_int_equal(dxl_cluster_config_read(zk, &r, NULL), 0);
+	assert_int_equal(r.epoch, 2);
+	dxl_cluster_config_clear(&r);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, v2, NULL), 0);
+	dxl_cluster_config_clear(&c);
+	/* nodes/<id>: a create and then a set that lose their replies */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/nodes/5:reply"), 0);
+	assert_int_equal(dxl_member_register(zk, 5, "{\"v\":1}"), DXL_E_UNAVAIL);
+	assert_int_equal(dxl_member_register(zk, 5, "{\"v\":2}"), 0); /* ours: updated */
+	assert_int_equal(dxl_zk_inject_faults(zk, "set:/nodes/5:reply"), 0);
+	assert_int_equal(dxl_member_update(zk, 5, "{\"v\":3}"), DXL_E_UNAVAIL);
+	char *payload = NULL;
+	assert_int_equal(dxl_member_get(zk, 5, &payload, NULL), 0);
+	assert_non_null(strstr(payload, "\"v\":3"));
+	free(payload);
+	assert_int_equal(dxl_zk_faults_fired(zk), 4);
+	dxl_zk_delete(&zk);
+}
+
 /* ---- cursors ------------------------------------------------------------------ */
 
 static void test_cursors(void **state)
@@ -960,6 +1176,22 @@ static void test_cursors(void **state)
 	assert_int_equal(dxl_cursor_get(a, "cdc", 9, &ts, NULL), DXL_E_CORRUPT);
 	raw_put(path, "{\"next_ts\":\"99999999999999999999\"}");
 	assert_int_equal(dxl_cursor_get(a, "cdc", 9, &ts, NULL), DXL_E_CORRUPT);
+	/* retention's minimum: a group whose cursor of that shard cannot be
+	 * read is at an unknown position, so it holds everything (0): an
+	 * error, not "no cursor" (issue 16.9) */
+	uint32_t ng = 0;
+	assert_int_equal(dxl_cursor_set(a, "fast", 9, 5000, DXL_ZK_VERSION_ANY, NULL), 0);
+	assert_int_equal(dxl_cursor_min(b, 9, &ts, &ng), DXL_E_CORRUPT);
+	assert_non_null(strstr(dxl_errmsg(), "cursors/cdc/9"));
+	assert_int_equal(ts, 0);
+	assert_int_equal(ng, 2);
+	assert_int_equal(dxl_cursor_min(b, 3, &ts, &ng), 0); /* other shards: fine */
+	assert_int_equal(ts, 77);
+	assert_int_equal(ng, 1);
+	assert_int_equal(dxl_cursor_set(a, "cdc", 9, 4000, DXL_ZK_VERSION_ANY, NULL), 0);
+	assert_int_equal(dxl_cursor_min(b, 9, &ts, &ng), 0);
+	assert_int_equal(ts, 4000);
+	assert_int_equal(ng, 2);
 	/* delete */
 	assert_int_equal(dxl_cursor_delete(a, "cdc", 3), 0);
 	assert_int_equal(dxl_cursor_get(b, "cdc", 3, &ts, NULL), DXL_E_NOENT);
@@ -985,6 +1217,9 @@ int main(void)
 		cmocka_unit_test_setup(test_expiry_and_reopen, test_setup),
 		cmocka_unit_test_setup(test_reopen_from_callback, test_setup),
 		cmocka_unit_test_setup(test_cursors, test_setup),
+		cmocka_unit_test_setup(test_election_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_writer_slot_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_versioned_set_lost_reply, test_setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, group_setup,
 					   group_teardown);

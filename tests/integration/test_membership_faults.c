@@ -92,9 +92,9 @@ static void test_unreachable_at_start(void **state)
 	c.retry_initial_ms = 100;
 	c.retry_max_ms = 400;
 	struct dxl_zk *zk = NULL;
-	uint64_t t0 = dxl_now_ns();
+	uint64_t t0 = dxl_boot_ns();
 	int rc = dxl_zk_new(&c, &zk);
-	uint64_t took = dxl_now_ns() - t0;
+	uint64_t took = dxl_boot_ns() - t0;
 	print_message("dxl_zk_new -> %s after %.0f ms: %s\n", dxl_errname(rc),
 		      ms(took), dxl_errmsg());
 	assert_int_equal(rc, DXL_E_UNAVAIL);
@@ -122,10 +122,10 @@ struct poll_lease {
 static bool poll_until_invalid(struct dxl_zk *zk, struct poll_lease *p,
 			       int timeout_ms)
 {
-	uint64_t deadline = dxl_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	while (dxl_now_ns() < deadline) {
+	uint64_t deadline = dxl_boot_ns() + (uint64_t)timeout_ms * 1000000ull;
+	while (dxl_boot_ns() < deadline) {
 		uint64_t u = dxl_zk_lease_until_ns(zk);
-		uint64_t now = dxl_now_ns();
+		uint64_t now = dxl_boot_ns();
 		if (!u) {
 			p->t_invalid = now;
 			return true;
@@ -174,7 +174,7 @@ static void test_lease_server_stopped_and_killed(void **state)
 	int pid = mt_read_pid(&s, 1);
 	assert_true(pid > 0);
 	int n0 = mt_rec_len(&rec);
-	uint64_t t_stop = dxl_now_ns();
+	uint64_t t_stop = dxl_boot_ns();
 	assert_int_equal(kill(pid, SIGSTOP), 0);
 	struct poll_lease p = {0, 0};
 	assert_true(poll_until_invalid(zk, &p, 10000));
@@ -206,7 +206,7 @@ static void test_lease_server_stopped_and_killed(void **state)
 	int c = mt_rec_wait(&rec, d, MT_STATE, DXL_ZK_CONNECTED, 10000);
 	int e = mt_rec_wait(&rec, d, MT_STATE, DXL_ZK_EXPIRED, 0);
 	print_message("server resumed %.0f ms after the stop: %s\n",
-		      ms(dxl_now_ns() - t_stop),
+		      ms(dxl_boot_ns() - t_stop),
 		      c >= 0 ? "session reconnected" : "session expired");
 	assert_true(c >= 0 || e >= 0);
 	if (c >= 0) {
@@ -220,7 +220,7 @@ static void test_lease_server_stopped_and_killed(void **state)
 	g.base = dxl_zk_lease_until_ns(zk);
 	assert_true(mt_wait_true(lease_beyond, &g, 5000));
 	n0 = mt_rec_len(&rec);
-	uint64_t t_kill = dxl_now_ns();
+	uint64_t t_kill = dxl_boot_ns();
 	assert_int_equal(mt_server_cmd(&s, "kill", 1), 0);
 	struct poll_lease p2 = {0, 0};
 	assert_true(poll_until_invalid(zk, &p2, 10000));
@@ -358,7 +358,7 @@ static void test_lease_ends_before_session_expiry(void **state)
 	assert_true(atomic_load(&pub->valid));
 
 	/* pause the member: a GC pause, a partition, a frozen VM */
-	uint64_t t_stop = dxl_now_ns();
+	uint64_t t_stop = dxl_boot_ns();
 	assert_int_equal(kill(pid, SIGSTOP), 0);
 	for (int i = 0; i < 2000 && !proc_stopped(pid); i++)
 		usleep(500);
@@ -439,11 +439,11 @@ static int find_leader(struct mt_server *s)
 /* keep working until it works again: a cursor write, within 20 s */
 static uint64_t work_until_ok(struct dxl_zk *zk, uint64_t val)
 {
-	uint64_t t0 = dxl_now_ns();
-	while (dxl_now_ns() - t0 < 20000000000ull) {
+	uint64_t t0 = dxl_boot_ns();
+	while (dxl_boot_ns() - t0 < 20000000000ull) {
 		int rc = dxl_cursor_set(zk, "ens", 0, val, DXL_ZK_VERSION_ANY, NULL);
 		if (rc == 0)
-			return dxl_now_ns() - t0;
+			return dxl_boot_ns() - t0;
 		assert_int_equal(rc, DXL_E_UNAVAIL); /* never anything else */
 		usleep(20000);
 	}

@@ -389,7 +389,7 @@ MT_UNUSED static void mt_rec_add(struct mt_rec *r, int kind, uint32_t id, uint64
 		e->kind = kind;
 		e->id = id;
 		e->epoch = epoch;
-		e->t_ns = dxl_now_ns();
+		e->t_ns = dxl_boot_ns();
 		snprintf(e->text, sizeof(e->text), "%s", text ? text : "");
 	}
 	pthread_cond_broadcast(&r->cv);

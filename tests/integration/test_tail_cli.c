@@ -699,9 +699,13 @@ static void test_tail_crashed_writer_taken_over(void **state)
  * watermark on ring 0 of shard 0 and closed it. The next 'dxl log append'
  * leases slot 0 first: it does not take that hour over (before, its clock
  * observed the ring's watermark and every record it appended was an hour
- * in the future, and so were the next holders'); it takes the next slot and
- * appends at its own clock, at most DXL_HLC_MAX_AHEAD_MS ahead. (Last: the
- * hour stays in shard 0's ring 0.)
+ * in the future, and so were the next holders'); it takes the next slot
+ * and appends at its own clock, at most DXL_HLC_MAX_SKEW_MS ahead (its
+ * ring was closed: it starts above what a tailer whose clock is that far
+ * ahead may have resolved). Before, it appended 60 s ahead: the slot it
+ * passed over had already moved its clock to the most a clock takes, and
+ * its start was clamped at its clock + 60 s. (Last: the hour stays in
+ * shard 0's ring 0.)
  */
 static void test_tail_clock_jump_not_inherited(void **state)
 {
@@ -719,11 +723,62 @@ static void test_tail_clock_jump_not_inherited(void **state)
 	assert_int_equal(dxl_writer_slot_release(g_zk, 0, 0), 0);
 
 	int ix = append(0, 1, "not-dragged", 0);
-	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_AHEAD_MS + 1000, 0);
+	uint64_t bound = DXL_HLC_MAKE(dxl_wall_ms() + DXL_HLC_MAX_SKEW_MS + 1000, 0);
 	if (g_recs[ix].ts >= bound)
 		fail_msg("appended at %llu: %llu ms ahead of the clock",
 			 (unsigned long long)g_recs[ix].ts,
 			 (unsigned long long)(DXL_HLC_PHYS(g_recs[ix].ts) - dxl_wall_ms()));
+	alarm(0);
+}
+
+/*
+ * A writer closes its ring at its end only while its slot lease outlasts
+ * what the close may take (the final watermark's WRITE within the fabric's
+ * timeout): a close whose WRITE lands after the lease ended may land on the
+ * ring of the slot's next holder. A writer whose fabric timeout (60 s) is
+ * longer than any lease leaves its ring open (the next holder of the slot
+ * confirms and closes it); one with the default timeout (1 s, lease 1.5 s)
+ * waits for a renewed lease and closes it. Seen from a raw appender on the
+ * ring: an open ring is found claimed (no shard floor), a closed one free.
+ */
+static void close_at_end(uint32_t slot, uint32_t fabric_timeout_ms, bool want_closed)
+{
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = 1;
+	wc.slot = (int)slot;
+	if (fabric_timeout_ms)
+		wc.fabric_timeout_ms = fabric_timeout_ms;
+	struct dxl_log_writer *lw;
+	assert_int_equal(dxl_log_writer_new(g_zk, &wc, &lw), 0);
+	uint64_t ts;
+	assert_int_equal(dxl_log_writer_append(lw, "lease", 5, 1, &ts), 0);
+	struct dxl_log_writer_result res;
+	assert_int_equal(dxl_log_writer_poll(lw, &res, 1, 5000), 1);
+	assert_int_equal(res.status, 0);
+	assert_int_equal(dxl_log_writer_flush(lw, 5000), 0);
+	dxl_log_writer_delete(&lw);
+	struct raw w;
+	raw_open(&w, 1, slot);
+	bool closed = dxl_appender_shard_floor(w.ap) != 0;
+	assert_int_equal(dxl_appender_close(w.ap, dxl_hlc_now(&w.clk)), 0);
+	raw_crash(&w);
+	int ix = g_nrec++;
+	g_recs[ix] = (struct rec){.shard = 1, .ts = ts};
+	snprintf(g_recs[ix].payload, sizeof(g_recs[ix].payload), "lease");
+	if (closed != want_closed)
+		fail_msg("slot %u (fabric timeout %u ms): the writer %s its ring", slot,
+			 fabric_timeout_ms, closed ? "closed" : "left open");
+}
+
+static void test_writer_closes_only_within_its_lease(void **state)
+{
+	(void)state;
+	SKIP_IF_NO_CLUSTER();
+	alarm(60);
+	assert_true(dxl_zk_lease_ms(g_zk) < 60000);
+	close_at_end(1, 60000, false);
+	close_at_end(2, 0, true);
 	alarm(0);
 }
 
@@ -826,6 +881,7 @@ int main(void)
 		cmocka_unit_test(test_tail_group_conflict),
 		cmocka_unit_test(test_tail_stale_cursor),
 		cmocka_unit_test(test_tail_crashed_writer_taken_over),
+		cmocka_unit_test(test_writer_closes_only_within_its_lease),
 		cmocka_unit_test(test_tail_follow_failover),
 		cmocka_unit_test(test_tail_clock_jump_not_inherited),
 	};

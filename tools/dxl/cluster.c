@@ -198,9 +198,19 @@ static int write_config(struct dxl_zk *zk, const struct state *s,
 		cfg.epoch = e;
 		for (uint32_t i = 0; !ret && i < s->nreplicas; i++)
 			ret = dxl_cluster_config_set_node(&cfg, s->ids[i], d[i].addr);
-		for (uint32_t sh = 0; !ret && sh < s->nshards; sh++)
+		for (uint32_t sh = 0; !ret && sh < s->nshards; sh++) {
 			ret = dxl_cluster_config_set_shard(&cfg, sh, s->ids[0], s->ids + 1,
 							   s->nreplicas - 1);
+			/* each member's data identity, as the CM records it
+			 * (docs/replica.md): a member restarted on an empty
+			 * data directory is then not taken for this one */
+			for (uint32_t i = 0; !ret && i < s->nreplicas; i++) {
+				const struct dxl_shard_desc *sd = dxl_replica_desc_shard(&d[i], sh);
+				if (sd && sd->data_id)
+					ret = dxl_cluster_config_set_data_id(&cfg, sh, s->ids[i],
+									     sd->data_id);
+			}
+		}
 		if (!ret)
 			ret = dxl_cluster_config_cas(zk, &cfg, ver, NULL);
 		dxl_cluster_config_clear(&cfg);

@@ -92,6 +92,64 @@ static void test_parsers(void **state)
 	assert_int_not_equal(dxl_parse_hostport("h:", host, sizeof(host), &port), 0);
 }
 
+/* strict hex: what strtoull would let through is refused */
+static void test_parse_hex64(void **state)
+{
+	(void)state;
+	uint64_t v = 7;
+	assert_int_equal(dxl_parse_hex64("0x10", &v), 0);
+	assert_int_equal(v, 16);
+	assert_int_equal(dxl_parse_hex64("0xFFFFffffFFFFffff", &v), 0);
+	assert_true(v == UINT64_MAX);
+	assert_int_equal(dxl_parse_hex64("0x0", &v), 0);
+	assert_int_equal(v, 0);
+	static const char *const bad[] = {"0x-1", "0x 10", "0x0x10", "0x+1", "0x", "10",
+					  "0X10", " 0x10", "0x10 ", "0x10000000000000000",
+					  "0x1g", "", "x10", NULL};
+	for (int i = 0; bad[i]; i++) {
+		v = 7;
+		assert_int_equal(dxl_parse_hex64(bad[i], &v), DXL_E_INVAL);
+		assert_int_equal(v, 7); /* unchanged */
+	}
+	assert_int_equal(dxl_parse_hex64(NULL, &v), DXL_E_INVAL);
+}
+
+/* test points: unarmed they do nothing; armed, the callback runs on the
+ * thread that reaches them, with the point's context; hits are counted */
+static void tp_cb(const char *name, void *ctx, void *arg)
+{
+	int *calls = arg;
+	assert_string_equal(name, "common.test");
+	assert_int_equal(*(int *)ctx, 42);
+	(*calls)++;
+}
+
+static void test_testpoints(void **state)
+{
+	(void)state;
+	int calls = 0, ctx = 42;
+	DXL_TESTPOINT("common.test", &ctx); /* not armed */
+	assert_int_equal(dxl_testpoint_hits("common.test"), 0);
+	assert_int_equal(dxl_testpoint_set("common.test", tp_cb, &calls), 0);
+	DXL_TESTPOINT("common.test", &ctx);
+	DXL_TESTPOINT("common.other", &ctx);
+	DXL_TESTPOINT("common.test", &ctx);
+	assert_int_equal(calls, 2);
+	assert_int_equal(dxl_testpoint_hits("common.test"), 2);
+	assert_int_equal(dxl_testpoint_set("common.test", NULL, NULL), 0);
+	DXL_TESTPOINT("common.test", &ctx);
+	assert_int_equal(calls, 2);
+	assert_int_equal(dxl_testpoint_set("Bad Name", tp_cb, &calls), DXL_E_INVAL);
+	assert_int_equal(dxl_testpoint_set("", tp_cb, &calls), DXL_E_INVAL);
+	dxl_testpoint_clear_all();
+	/* the boot clock: an injected suspend moves it, not the monotonic one */
+	uint64_t b0 = dxl_boot_ns(), m0 = dxl_now_ns();
+	dxl_clock_inject_suspend_ns(3600ull * 1000000000ull);
+	uint64_t b1 = dxl_boot_ns(), m1 = dxl_now_ns();
+	assert_true(b1 - b0 >= 3600ull * 1000000000ull);
+	assert_true(m1 - m0 < 60ull * 1000000000ull);
+}
+
 static void test_hist_percentiles(void **state)
 {
 	static struct dxl_hist h, h2;
@@ -291,6 +349,8 @@ int main(void)
 		cmocka_unit_test(test_err_message),
 		cmocka_unit_test(test_err_message_is_per_thread),
 		cmocka_unit_test(test_parsers),
+		cmocka_unit_test(test_parse_hex64),
+		cmocka_unit_test(test_testpoints),
 		cmocka_unit_test(test_hist_percentiles),
 		cmocka_unit_test(test_config_file_and_getters),
 		cmocka_unit_test(test_config_errors_name_key_and_line),

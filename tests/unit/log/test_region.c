@@ -38,7 +38,7 @@ static int teardown(void **state)
 }
 
 static const struct dxl_region_id ID = {.cluster = "alpha", .node_id = 3,
-					.kind = 1, .creation_epoch = 9};
+					.kind = 1, .creation_id = 9};
 
 static void path_of(char *buf, size_t cap, const char *name)
 {
@@ -86,7 +86,7 @@ static void test_create_write_reopen(void **state)
 		d = dxl_region_data(r);
 		assert_memory_equal(d + 100, "hello", 5);
 		assert_memory_equal(d + 8192, big, sizeof(big));
-		assert_int_equal(dxl_region_id(r)->creation_epoch, 9);
+		assert_int_equal(dxl_region_id(r)->creation_id, 9);
 		dxl_region_close(&r);
 	}
 }
@@ -303,6 +303,32 @@ static void test_datadir_refuses_foreign_and_dax_less_dirs(void **state)
 	assert_int_equal(dxl_durability_parse("flash", &m), DXL_E_INVAL);
 }
 
+/* a region created without a creation id gets a random one: a region
+ * recreated under the same name is told from the old one (the data
+ * identity of replica shards, issue 16.3) */
+static void test_creation_id(void **state)
+{
+	char p[512];
+	path_of(p, sizeof(p), "ident.region");
+	struct dxl_region_id id = ID;
+	id.creation_id = 0;
+	uint64_t seen[4];
+	for (int i = 0; i < 4; i++) {
+		struct dxl_region *r = NULL;
+		assert_int_equal(dxl_region_create(p, 4096, DXL_DUR_PROCESS, &id, &r), 0);
+		seen[i] = dxl_region_id(r)->creation_id;
+		assert_true(seen[i] != 0);
+		dxl_region_close(&r);
+		/* the id is the file's: the same on every open */
+		assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &id, &r), 0);
+		assert_true(dxl_region_id(r)->creation_id == seen[i]);
+		dxl_region_close(&r);
+		assert_int_equal(unlink(p), 0);
+		for (int j = 0; j < i; j++)
+			assert_true(seen[j] != seen[i]);
+	}
+}
+
 /* a region owns every block of its file from creation on (issue 19.8) */
 static void test_region_blocks_allocated(void **state)
 {
@@ -395,6 +421,55 @@ static void test_region_on_full_filesystem(void **state)
 	assert_non_null(strstr(msg, "bytes available"));
 }
 
+/*
+ * Opening a sparse region (an older build's) that is not the one asked for
+ * -- another cluster or node, another kind, another durability -- is
+ * refused and changes nothing. Before, its blocks were allocated first and
+ * the checks came after: a refused open had grown the file's allocation
+ * (and could fill the filesystem with a region that was never used).
+ */
+static void test_refused_open_changes_nothing(void **state)
+{
+	char model[512], p[512];
+	path_of(model, sizeof(model), "sparse-model");
+	path_of(p, sizeof(p), "sparse");
+	struct dxl_region *r;
+	assert_int_equal(dxl_region_create(model, 4 << 20, DXL_DUR_PROCESS, &ID, &r), 0);
+	dxl_region_close(&r);
+	uint8_t *img;
+	size_t len;
+	read_file(model, &img, &len);
+	int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0640);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, img, 4096, 0), 4096);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	close(fd);
+	free(img);
+	struct stat before, after;
+	assert_int_equal(stat(p, &before), 0);
+	assert_true((uint64_t)before.st_blocks * 512 < (uint64_t)before.st_size);
+
+	struct dxl_region_id other = ID;
+	snprintf(other.cluster, sizeof(other.cluster), "beta");
+	assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &other, &r), DXL_E_STALE);
+	other = ID;
+	other.node_id = 4;
+	assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &other, &r), DXL_E_STALE);
+	other = ID;
+	other.kind = 2;
+	assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &other, &r), DXL_E_STALE);
+	assert_int_equal(dxl_region_open(p, DXL_DUR_MSYNC, &ID, &r), DXL_E_CONFIG);
+	assert_int_equal(stat(p, &after), 0);
+	assert_int_equal(after.st_blocks, before.st_blocks);
+	assert_int_equal(after.st_size, before.st_size);
+
+	/* the right open allocates it */
+	assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &ID, &r), 0);
+	dxl_region_close(&r);
+	assert_int_equal(stat(p, &after), 0);
+	assert_true((uint64_t)after.st_blocks * 512 >= (uint64_t)after.st_size);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,8 +479,10 @@ int main(void)
 		cmocka_unit_test(test_persist_outside_data_area_is_a_bug),
 		cmocka_unit_test(test_datadir),
 		cmocka_unit_test(test_datadir_refuses_foreign_and_dax_less_dirs),
+		cmocka_unit_test(test_creation_id),
 		cmocka_unit_test(test_region_blocks_allocated),
 		cmocka_unit_test(test_region_on_full_filesystem),
+		cmocka_unit_test(test_refused_open_changes_nothing),
 	};
 	return cmocka_run_group_tests_name("regions and data directories", tests,
 					   setup, teardown);

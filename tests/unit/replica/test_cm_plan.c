@@ -91,6 +91,7 @@ static struct dxl_replica_desc *live_add(struct fx *x, uint32_t id)
 	struct dxl_replica_desc *d = &x->live[x->nlive++];
 	memset(d, 0, sizeof(*d));
 	d->node_id = id;
+	d->cfg_epoch = x->cur.epoch; /* registered for the current epoch */
 	live_addr(id, d->addr, sizeof(d->addr));
 	return d;
 }
@@ -119,6 +120,15 @@ static void std_cfg(struct fx *x)
 	cfg_nodes(&x->cur, 1, 3);
 	cfg_shard(&x->cur, 0, 1, 2, 2u, 3u);
 	assert_int_equal(dxl_cluster_config_validate(&x->cur), 0);
+}
+
+/* reset_next -- forget the last plan: next is the sentinel again */
+static void reset_next(struct fx *x)
+{
+	if (x->next_owned)
+		dxl_cluster_config_clear(&x->next);
+	x->next_owned = false;
+	memset(&x->next, SENTINEL, sizeof(x->next));
 }
 
 static int plan(struct fx *x)
@@ -193,6 +203,8 @@ static void assert_same_config(const struct dxl_cluster_config *a,
 		assert_int_equal(t->nbackups, s->nbackups);
 		for (uint32_t j = 0; j < s->nbackups; j++)
 			assert_int_equal(t->backups[j], s->backups[j]);
+		for (uint32_t j = 0; j <= s->nbackups; j++)
+			assert_int_equal(t->data_id[j], s->data_id[j]);
 	}
 }
 
@@ -352,23 +364,203 @@ static void test_below_min_replicas_unavailable(void **state)
 	assert_valid_roundtrip(&x->next);
 }
 
+/* issue 16.2: a caught-up candidate does not count for min_replicas (it
+ * has not joined: its last copy from the primary is not done). Below
+ * min_replicas, the dead members stay; the candidate is added (nothing is
+ * removed, so nothing is lost), under a live primary it can copy from; once
+ * it has joined it counts, and the dead ones go (next round) */
 static void test_below_min_rescued_by_synced(void **state)
 {
 	struct fx *x = *state;
 	std_cfg(x);
 	live1(x, 4, 0, DXL_SHARD_SYNCED);
-	live1(x, 3, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
 	assert_int_equal(plan(x), 1);
 	assert_int_equal(x->next.epoch, 8);
-	assert_shard(&x->next, 0, 3, 1, 4u);
-	assert_int_equal(x->next.nnodes, 2);
-	assert_no_node(&x->next, 1);
-	assert_no_node(&x->next, 2);
+	assert_shard(&x->next, 0, 3, 3, 1u, 2u, 4u);
+	assert_int_equal(x->next.nnodes, 4);
 	assert_node_addr(&x->next, 3, false);
 	assert_node_addr(&x->next, 4, true); /* the address it published */
 	assert_why_has(x, "primary 3 (promoted)");
-	assert_why_has(x, "removed 1,2");
 	assert_why_has(x, "added 4");
+	assert_why_has(x, "kept 1,2 (dead or on a new store, but below cm.min_replicas)");
+	if (strstr(x->why, "removed"))
+		fail_msg("why \"%s\": a candidate counted for min_replicas", x->why);
+	assert_valid_roundtrip(&x->next);
+
+	/* the next epoch: 4 is joining -- still nothing removed */
+	struct dxl_cluster_config e8;
+	assert_int_equal(dxl_cluster_config_copy(&e8, &x->next), 0);
+	reset_next(x);
+	dxl_cluster_config_clear(&x->cur);
+	x->cur = e8;
+	n3->cfg_epoch = 8;
+	x->live[0].cfg_epoch = 8;
+	x->live[0].shards[0].state = DXL_SHARD_JOINING;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "1 of 4 members alive and in sync");
+	/* 4 joined: two count, the dead go */
+	x->live[0].shards[0].state = DXL_SHARD_MEMBER;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 3, 1, 4u);
+	assert_int_equal(x->next.nnodes, 2);
+	assert_why_has(x, "removed 1,2");
+	assert_valid_roundtrip(&x->next);
+}
+
+/* issue 16.2: only a member registered for the epoch as a MEMBER of the
+ * shard may be promoted: not one still joining (its join pull from the dead
+ * primary never finished: it may miss acknowledged records), not one whose
+ * descriptor is of an older epoch */
+static void test_only_members_in_sync_promoted(void **state)
+{
+	struct fx *x = *state;
+	x->cur.epoch = 20;
+	cfg_nodes(&x->cur, 1, 4);
+	cfg_shard(&x->cur, 0, 1, 3, 2u, 3u, 4u);
+	x->p.replication = 4;
+	x->p.min_replicas = 1;
+	live1(x, 2, 0, DXL_SHARD_JOINING);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
+	n3->cfg_epoch = 19; /* registered for the epoch before */
+	live1(x, 4, 0, DXL_SHARD_MEMBER);
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 4, 2, 2u, 3u);
+	assert_why_has(x, "primary 4 (promoted), removed 1");
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* a second failure during the join window: the primary dies while the
+	 * only other member is still joining -- nobody is promoted, the shard
+	 * waits for the primary (even with min_replicas 1) */
+	x->nlive = 0;
+	live1(x, 2, 0, DXL_SHARD_JOINING);
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "no member alive and in sync");
+	/* neither are the waiting members removed, nor counted for the
+	 * removal of a dead backup */
+	x->nlive = 0;
+	live1(x, 1, 0, DXL_SHARD_MEMBER);
+	live1(x, 2, 0, DXL_SHARD_JOINING);
+	n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
+	n3->cfg_epoch = 19;
+	x->p.min_replicas = 2;
+	assert_int_equal(plan(x), 0); /* 4 is dead, but only 1 counts */
+	assert_untouched(x);
+	assert_why_has(x, "1 of 4 members alive and in sync, below cm.min_replicas 2");
+	n3->cfg_epoch = 20;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
+	assert_why_has(x, "removed 4");
+}
+
+static uint64_t data_id_of(const struct dxl_cluster_config *c, uint32_t shard,
+			   uint32_t node)
+{
+	return dxl_cluster_shard_data_id(dxl_cluster_config_shard(c, shard), node);
+}
+
+/* issue 16.3: the configuration records each member's data identity; a
+ * member whose copy has another one now (restarted on an empty or recreated
+ * data directory) holds nothing it was added for: it neither counts nor is
+ * promoted, it is removed like a dead one (min_replicas allowing), and once
+ * it has caught up it is added again with its new identity */
+static void test_member_on_new_store(void **state)
+{
+	struct fx *x = *state;
+	std_cfg(x);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 1, 0x11), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 2, 0x22), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 3, 0x33), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 4, 0x44), DXL_E_NOENT);
+	struct dxl_replica_desc *n1 = live1(x, 1, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n2 = live1(x, 2, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_MEMBER);
+	n1->shards[0].data_id = 0x11;
+	n2->shards[0].data_id = 0x22;
+	n3->shards[0].data_id = 0x33;
+	assert_int_equal(plan(x), 0); /* all as recorded */
+	assert_untouched(x);
+
+	/* backup 2 restarted on a new store (and says MEMBER): removed */
+	n2->shards[0].data_id = 0x99;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 1, 3u);
+	assert_why_has(x, "removed 2");
+	assert_int_equal(data_id_of(&x->next, 0, 1), 0x11);
+	assert_int_equal(data_id_of(&x->next, 0, 3), 0x33);
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* the primary on a new store: the first backup that counts takes over */
+	n2->shards[0].data_id = 0x22;
+	n1->shards[0].data_id = 0x98;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 2, 1, 3u);
+	assert_why_has(x, "primary 2 (promoted), removed 1");
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* with only two members and min_replicas 2 it cannot be removed: it
+	 * stays, the shard waits, until it has caught up; then it is added
+	 * again with its new identity, as a backup of the member that counts */
+	reset_next(x);
+	dxl_cluster_config_clear(&x->cur);
+	x->cur.epoch = 7;
+	cfg_nodes(&x->cur, 1, 2);
+	cfg_shard(&x->cur, 0, 1, 1, 2u);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 1, 0x11), 0);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 2, 0x22), 0);
+	x->nlive = 0;
+	n1 = live1(x, 1, 0, DXL_SHARD_CATCHING_UP);
+	n1->shards[0].data_id = 0x98;
+	n2 = live1(x, 2, 0, DXL_SHARD_MEMBER);
+	n2->shards[0].data_id = 0x22;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "1 of 2 members alive and in sync, below cm.min_replicas 2");
+	n1->shards[0].state = DXL_SHARD_SYNCED;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 2, 1, 1u);
+	assert_why_has(x, "primary 2 (promoted), added again 1 (caught up on a new store)");
+	assert_int_equal(data_id_of(&x->next, 0, 1), 0x98);
+	assert_int_equal(data_id_of(&x->next, 0, 2), 0x22);
+	assert_valid_roundtrip(&x->next);
+	reset_next(x);
+
+	/* nobody else holds the shard: nothing can be done */
+	x->nlive = 0;
+	n1 = live1(x, 1, 0, DXL_SHARD_MEMBER);
+	n1->shards[0].data_id = 0x98;
+	x->p.min_replicas = 1;
+	assert_int_equal(plan(x), 0);
+	assert_why_has(x, "no member alive and in sync (1 of 2 dead, 1 on a new store)");
+}
+
+/* the identities a change records: a candidate's (from its descriptor), and
+ * those of members that count and had none recorded */
+static void test_data_ids_recorded(void **state)
+{
+	struct fx *x = *state;
+	x->cur.epoch = 4;
+	cfg_nodes(&x->cur, 1, 2);
+	cfg_shard(&x->cur, 0, 1, 1, 2u);
+	assert_int_equal(dxl_cluster_config_set_data_id(&x->cur, 0, 2, 0x22), 0);
+	struct dxl_replica_desc *d;
+	d = live1(x, 1, 0, DXL_SHARD_MEMBER);
+	d->shards[0].data_id = 0x11;
+	d = live1(x, 2, 0, DXL_SHARD_MEMBER);
+	d->shards[0].data_id = 0x22;
+	assert_int_equal(plan(x), 0); /* recording alone is no change */
+	d = live1(x, 3, 0, DXL_SHARD_SYNCED);
+	d->shards[0].data_id = 0x33;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
+	assert_int_equal(data_id_of(&x->next, 0, 1), 0x11);
+	assert_int_equal(data_id_of(&x->next, 0, 2), 0x22);
+	assert_int_equal(data_id_of(&x->next, 0, 3), 0x33);
 	assert_valid_roundtrip(&x->next);
 }
 
@@ -379,10 +571,16 @@ static void test_below_min_even_with_synced(void **state)
 	x->p.min_replicas = 3;
 	live1(x, 3, 0, DXL_SHARD_MEMBER);
 	live1(x, 4, 0, DXL_SHARD_SYNCED);
+	/* the candidate is added, the dead stay */
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 3, 3, 1u, 2u, 4u);
+	assert_why_has(x, "kept 1,2");
+	reset_next(x);
+	/* without a candidate nothing changes, not even the dead primary */
+	x->live[1].shards[0].state = DXL_SHARD_CATCHING_UP;
 	assert_int_equal(plan(x), 0);
 	assert_untouched(x);
-	assert_why_has(x, "1 of 3 members alive");
-	assert_why_has(x, "below cm.min_replicas 3");
+	assert_why_has(x, "1 of 3 members alive and in sync, below cm.min_replicas 3");
 }
 
 static void test_all_members_dead(void **state)
@@ -511,11 +709,12 @@ static void test_replication_caps_additions_after_death(void **state)
 	live1(x, 1, 0, DXL_SHARD_MEMBER);
 	live1(x, 7, 0, DXL_SHARD_SYNCED);
 	live1(x, 6, 0, DXL_SHARD_SYNCED);
+	/* 2 is dead, but with one member that counts it stays (min 2); the
+	 * candidates fill up to `replication` live members */
 	assert_int_equal(plan(x), 1);
 	assert_int_equal(x->next.epoch, 10);
-	assert_shard(&x->next, 0, 1, 2, 6u, 7u);
-	assert_int_equal(x->next.nnodes, 3);
-	assert_no_node(&x->next, 2);
+	assert_shard(&x->next, 0, 1, 3, 2u, 6u, 7u);
+	assert_int_equal(x->next.nnodes, 4);
 	assert_no_node(&x->next, 8);
 	assert_node_addr(&x->next, 6, true);
 	assert_node_addr(&x->next, 7, true);
@@ -598,7 +797,7 @@ static void test_several_shards_independent(void **state)
 	cfg_shard(&x->cur, 1, 2, 2, 3u, 4u); /* 2 dead: 3 promoted; 4 */
 	cfg_shard(&x->cur, 2, 4, 2, 5u, 6u); /* healthy: unchanged */
 	cfg_shard(&x->cur, 3, 7, 2, 8u, 9u); /* 8, 9 dead: unavailable */
-	cfg_shard(&x->cur, 4, 5, 1, 6u);     /* 6 lacks it, 10 synced: 5; 10 */
+	cfg_shard(&x->cur, 4, 5, 1, 6u);     /* 6 lacks it, 10 synced: 5; 6, 10 */
 	assert_int_equal(dxl_cluster_config_validate(&x->cur), 0);
 
 	struct dxl_replica_desc *d;
@@ -631,7 +830,7 @@ static void test_several_shards_independent(void **state)
 	assert_shard(&x->next, 1, 3, 1, 4u);
 	assert_shard(&x->next, 2, 4, 2, 5u, 6u);
 	assert_shard(&x->next, 3, 7, 2, 8u, 9u);
-	assert_shard(&x->next, 4, 5, 1, 10u);
+	assert_shard(&x->next, 4, 5, 2, 6u, 10u); /* 10 does not count yet */
 	/* 2 leaves; 6, 8, 9 stay (still named by shards 2 and 3); 10 joins */
 	assert_int_equal(x->next.nnodes, 9);
 	assert_no_node(&x->next, 2);
@@ -642,7 +841,7 @@ static void test_several_shards_independent(void **state)
 	assert_why_has(x, "shard 0: primary 1, removed 2, added 10");
 	assert_why_has(x, "shard 1: primary 3 (promoted), removed 2");
 	assert_why_has(x, "shard 3: 1 of 3 members alive");
-	assert_why_has(x, "shard 4: primary 5, removed 6, added 10");
+	assert_why_has(x, "shard 4: primary 5, added 10, kept 6");
 	if (strstr(x->why, "shard 2"))
 		fail_msg("why \"%s\" mentions the healthy shard 2", x->why);
 	assert_valid_roundtrip(&x->next);
@@ -726,6 +925,9 @@ int main(void)
 		T(test_primary_and_first_backup_dead),
 		T(test_below_min_replicas_unavailable),
 		T(test_below_min_rescued_by_synced),
+		T(test_only_members_in_sync_promoted),
+		T(test_member_on_new_store),
+		T(test_data_ids_recorded),
 		T(test_below_min_even_with_synced),
 		T(test_all_members_dead),
 		T(test_synced_added_when_short),

@@ -223,6 +223,37 @@ static void test_strict(void **state)
 	expect_corrupt(json, "\"records\":{\"addr\":\"0x", "\"records\":{\"addr\":\"",
 		       "records: addr");
 	expect_corrupt(json, "\"locks\":{", "\"locks\":{\"more\":1,", "locks: unknown key");
+	/* hex fields are strict: "0x" then 1..16 hex digits. strtoull took a
+	 * sign, spaces and a second "0x" after the first one */
+	static const char *const after0x[] = {"-", " ", "0x", "+", "\\t", NULL};
+	static const char *const fields[][2] = {{"\"seed\":\"0x", "seed"},
+						{"\"records\":{\"addr\":\"0x", "records: addr"},
+						{"\"region\":{\"addr\":\"0x", "region: addr"}};
+	for (int i = 0; after0x[i]; i++)
+		for (int f = 0; f < 3; f++) {
+			char with[64];
+			snprintf(with, sizeof(with), "%s%s", fields[f][0], after0x[i]);
+			expect_corrupt(json, fields[f][0], with, fields[f][1]);
+		}
+	expect_corrupt(json, "\"seed\":\"0x", "\"seed\":\"0x1000000000000000", "seed");
+	/* the data identity (issue 16.3): optional, strict hex, not 0 */
+	struct dxl_replica_desc *dd = calloc(1, sizeof(*dd));
+	assert_non_null(dd);
+	mk_desc(dd, 1, 0);
+	dd->shards[0].data_id = 0xfedcba9876543210ull;
+	char *dj = NULL;
+	assert_int_equal(dxl_replica_desc_encode(dd, &dj), 0);
+	assert_non_null(strstr(dj, "\"data_id\":\"0xfedcba9876543210\""));
+	assert_int_equal(dxl_replica_desc_decode(dj, strlen(dj), dd), 0);
+	assert_true(dd->shards[0].data_id == 0xfedcba9876543210ull);
+	free(dd);
+	expect_corrupt(dj, "\"data_id\":\"0x", "\"data_id\":\"0x-", "data_id");
+	expect_corrupt(dj, "\"data_id\":\"0x", "\"data_id\":\"0x0x", "data_id");
+	expect_corrupt(dj, "\"data_id\":\"0xfedcba9876543210\"", "\"data_id\":\"0x0\"",
+		       "not 0");
+	expect_corrupt(dj, "\"data_id\":\"0xfedcba9876543210\"", "\"data_id\":7",
+		       "not a string");
+	free(dj);
 	expect_corrupt(json, "\"n_buckets\":256", "\"n_buckets\":\"256\"", "not an integer");
 	expect_corrupt(json, "\"rpc_ctx\":2", "\"rpc_ctx\":0", "rpc_ctx 0");
 	expect_corrupt(json, "\"rpc_ctx\":2", "\"rpc_ctx\":64", "out of range");

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "common/endian.h"
 #include "dxl/log.h"
 #include "dxl/replica.h"
 #include "log/log_internal.h"
@@ -146,6 +147,81 @@ static void test_headless_region_with_data_is_refused(void **state)
 }
 
 /*
+ * No header, the rings' buffers all zero, but a control block holds more
+ * than a new log's: an owner word, a watermark, a moved head (a log whose
+ * header was lost, not an interrupted format). Never formatted over, the
+ * bytes unchanged. Before, the control blocks were left out of the check
+ * and formatted away (a watermark is a promise to tailers). A control
+ * block an interrupted format left half written (a torn head slot) is
+ * still formatted.
+ */
+static void headless_with_ctl(uint32_t shard, uint64_t off, const void *bytes, size_t n,
+			      bool refused)
+{
+	struct dxl_region *r = bare_region(dir, shard);
+	assert_int_equal(dxl_logstore_format(r, shard, NRINGS, RING), 0);
+	uint8_t *d = dxl_region_data(r);
+	memset(d, 0, DXL_LOG_HDR_SIZE); /* the header is gone */
+	uint64_t at = DXL_LOG_HDR_SIZE + 1 * (DXL_RING_CTL_SIZE + RING) + off; /* ring 1 */
+	memcpy(d + at, bytes, n);
+	dxl_region_close(&r);
+	struct dxl_shard_cfg c;
+	cfg_of(&c, shard);
+	struct dxl_shard *s = NULL;
+	int ret = dxl_shard_open(dir, &c, NULL, &s);
+	if (!refused) {
+		assert_int_equal(ret, 0);
+		dxl_shard_close(&s);
+		expect_log(shard);
+		return;
+	}
+	assert_int_equal(ret, DXL_E_CORRUPT);
+	assert_null(s);
+	assert_non_null(strstr(dxl_errmsg(), "control block of ring 1"));
+	char p[512];
+	snprintf(p, sizeof(p), "%s/shard-%u.log", dir, shard);
+	struct dxl_region_id id = {.cluster = "t", .node_id = 1, .kind = DXL_REGION_LOG};
+	assert_int_equal(dxl_region_open(p, DXL_DUR_PROCESS, &id, &r), 0);
+	d = dxl_region_data(r);
+	assert_memory_equal(d + at, bytes, n);
+	for (uint64_t i = 0; i < DXL_LOG_HDR_SIZE; i++)
+		assert_int_equal(d[i], 0);
+	dxl_region_close(&r);
+}
+
+static void test_headless_region_with_used_control_block_is_refused(void **state)
+{
+	uint8_t owner[8], wm[16], head[2 * DXL_RING_HEAD_SLOT_SIZE];
+	dxl_put_le64(owner, DXL_RING_OWNER(1, 1 + 1));
+	headless_with_ctl(10, DXL_RING_OWNER_OFF, owner, 8, true);
+	dxl_put_le64(owner, DXL_RING_OWNER(1, 0)); /* closed */
+	headless_with_ctl(11, DXL_RING_OWNER_OFF, owner, 8, true);
+	dxl_put_le64(wm, 5000);
+	dxl_put_le64(wm + 8, 5000 ^ DXL_RING_WMARK_MAGIC);
+	headless_with_ctl(12, DXL_RING_WMARK_OFF, wm, 16, true);
+	/* a head moved on: the slots as a log whose head passed records */
+	{
+		struct dxl_region *r = bare_region(dir, 13);
+		assert_int_equal(dxl_logstore_format(r, 13, NRINGS, RING), 0);
+		struct dxl_logstore *ls;
+		assert_int_equal(dxl_logstore_open(r, &ls), 0);
+		assert_int_equal(dxl_logstore_set_head(ls, 1, 4096, 9, 777), 0);
+		memcpy(head, (uint8_t *)dxl_region_data(r) + dxl_logstore_ctl_off(ls, 1), sizeof(head));
+		dxl_logstore_close(&ls);
+		dxl_region_close(&r);
+		char p[512];
+		snprintf(p, sizeof(p), "%s/shard-13.log", dir);
+		unlink(p);
+	}
+	headless_with_ctl(13, 0, head, sizeof(head), true);
+	/* a format interrupted while it wrote ring 1's head slot: resumed */
+	uint8_t torn[DXL_RING_HEAD_SLOT_SIZE];
+	memset(torn, 0, sizeof(torn));
+	torn[8] = 0x33;
+	headless_with_ctl(14, 0, torn, sizeof(torn), false);
+}
+
+/*
  * A leftover of an interrupted first initialisation of the data directory
  * (DXL_DATADIR.tmp, .dax-probe) does not make it "not empty" for every
  * later start, and the new directory is fsynced in its parent.
@@ -202,6 +278,30 @@ static void test_interrupted_datadir_init(void **state)
 	assert_int_equal(nsynced, 2);
 	assert_string_equal(synced[0], dir);
 	assert_string_equal(synced[1], p);
+
+	/* a directory an earlier start made and died before its fsync (or
+	 * before DXL_DATADIR was written): its entry is fsynced in its parent
+	 * now. Before, only a start that made the directory itself did it */
+	snprintf(p, sizeof(p), "%s/made-earlier", dir);
+	assert_int_equal(mkdir(p, 0700), 0);
+	nsynced = 0;
+	dxl_test_fsync_dir_hook = on_fsync_dir;
+	ret = dxl_datadir_open(p, "t", 1, DXL_DUR_PROCESS, 1, &d);
+	dxl_test_fsync_dir_hook = NULL;
+	assert_int_equal(ret, 0);
+	dxl_datadir_close(&d);
+	assert_int_equal(nsynced, 2);
+	assert_string_equal(synced[0], dir);
+	assert_string_equal(synced[1], p);
+	/* and at every later open (cheap: one fsync of a directory) */
+	nsynced = 0;
+	dxl_test_fsync_dir_hook = on_fsync_dir;
+	ret = dxl_datadir_open(p, "t", 1, DXL_DUR_PROCESS, 0, &d);
+	dxl_test_fsync_dir_hook = NULL;
+	assert_int_equal(ret, 0);
+	dxl_datadir_close(&d);
+	assert_int_equal(nsynced, 1);
+	assert_string_equal(synced[0], dir);
 }
 
 /* a shard on a filesystem short of space: a clear error at the start, no
@@ -242,6 +342,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_interrupted_creation_is_finished),
 		cmocka_unit_test(test_headless_region_with_data_is_refused),
+		cmocka_unit_test(test_headless_region_with_used_control_block_is_refused),
 		cmocka_unit_test(test_interrupted_datadir_init),
 		cmocka_unit_test(test_shard_on_full_filesystem),
 	};

@@ -1,0 +1,941 @@
+/* test_reconfig.c -- reconfiguration under the faults of issue 16, with replica
+ * servers in this process (tests/lib/faults.h: the test reaches their
+ * ZooKeeper sessions and test points) and a real ZooKeeper:
+ *
+ *  - crosswise joins: two nodes each join a shard the other leads, in one
+ *    epoch; both must get there (16.1); a node joining a shard whose primary
+ *    is gone still publishes and serves its other shards (16.1);
+ *  - a node restarted on an empty data directory is not the member it was:
+ *    it catches up and is added again, nothing acknowledged is lost (16.3);
+ *  - a writer and a coordinator use descriptors of exactly the epoch they
+ *    read, even when it changes between their reads (16.4);
+ *  - after a session expiry a node reads and applies the configuration before
+ *    it publishes; it starts with every shard unassigned; a member restarted
+ *    on its data directory is a member at once (its mark), one whose join
+ *    was cut short joins again (16.8);
+ *  - a replica whose CM candidacy is deleted from outside stands again (16.7);
+ *  - a second failure during a join pull: the primary stops while the new
+ *    member is still joining (held in its join pull, behind by what it did
+ *    not copy); the CM does not promote it (16.2);
+ *  - a primary whose lease ran out answers no table RPC, even while its
+ *    lease rule is held up; before serving and before replying (16.5);
+ *  - more cases are added with their defects.
+ *
+ * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it); skips otherwise.
+ * DXL_TEST_KEEP=1 keeps the directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "dxl/log.h"
+#include "dxl/membership.h"
+#include "dxl/replica.h"
+#include "coordinator/coord_internal.h"
+#include "dxl/co.h"
+#include "dxl/rpc.h"
+#include "tests/lib/faults.h"
+#include "tests/lib/proc.h"
+
+#define MAXN 4
+
+static const char *g_zkc;
+static char g_tmp[128];
+static char g_cluster[64];
+static struct dxl_zk *g_zk;
+static int g_case;
+
+struct node {
+	struct dxl_replica_cfg cfg;
+	struct dxlt_server srv;
+	char dir[256];
+};
+static struct node g_n[MAXN + 1]; /* by node id */
+
+#define NEED_ZK()                                                                     \
+	do {                                                                          \
+		if (!g_zkc) {                                                         \
+			print_message("SKIPPED: no ZooKeeper (DXL_TEST_ZK unset; "    \
+				      "scripts/test.sh sets it)\n");                  \
+			skip();                                                       \
+		}                                                                     \
+	} while (0)
+
+static int group_setup(void **state)
+{
+	(void)state;
+	g_zkc = getenv("DXL_TEST_ZK");
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/dxl-test-reconfig-XXXXXX");
+	assert_non_null(mkdtemp(g_tmp));
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (!getenv("DXL_TEST_KEEP")) {
+		char cmd[256];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", g_tmp);
+	} else {
+		fprintf(stderr, "kept %s\n", g_tmp);
+	}
+	return 0;
+}
+
+/* hold_cb -- a test point that holds its thread while g_hold is set (the
+ * lease rule held up by a long handler or a region registration; a join
+ * pull that takes long) */
+static volatile int g_hold;
+static void hold_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	(void)arg;
+	while (__atomic_load_n(&g_hold, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
+static int case_setup(void **state)
+{
+	(void)state;
+	if (!g_zkc)
+		return 0;
+	g_case++;
+	snprintf(g_cluster, sizeof(g_cluster), "rc%d-%d", (int)getpid(), g_case);
+	assert_int_equal(dxlt_zk_open(g_zkc, g_cluster, &g_zk), 0);
+	return 0;
+}
+
+static int case_teardown(void **state)
+{
+	(void)state;
+	dxlt_kill_all();
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE); /* a failed case's pause */
+	dxl_testpoint_clear_all();
+	for (int i = 1; i <= MAXN; i++)
+		if (g_n[i].srv.s)
+			dxlt_server_stop(&g_n[i].srv);
+	dxl_zk_delete(&g_zk);
+	alarm(0);
+	return 0;
+}
+
+/* start_cm -- node `id` hosting shards 0..nshards-1 in this process; cm:
+ * it stands for the CM (min_replicas, replication 2) */
+static void start_cm(uint32_t id, uint32_t nshards, bool cm)
+{
+	struct node *n = &g_n[id];
+	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n%u", g_tmp, g_case, id);
+	dxlt_server_cfg(&n->cfg, id, n->dir, g_zkc, g_cluster, nshards);
+	n->cfg.cm = cm;
+	n->cfg.cm_params.min_replicas = 2;
+	n->cfg.cm_params.replication = 2;
+	int ret = dxlt_server_start(&n->cfg, &n->srv);
+	if (ret)
+		fail_msg("node %u: %s", id, dxl_errmsg());
+}
+
+static void start(uint32_t id, uint32_t nshards)
+{
+	start_cm(id, nshards, false);
+}
+
+/* restart -- the same node again, on its data directory or (wipe) on an
+ * empty one */
+static void restart(uint32_t id, bool wipe)
+{
+	struct node *n = &g_n[id];
+	dxlt_server_stop(&n->srv);
+	if (wipe)
+		assert_int_equal(dxlt_wipe_dir(n->dir), 0);
+	int ret = dxlt_server_start(&n->cfg, &n->srv);
+	if (ret)
+		fail_msg("node %u: %s", id, dxl_errmsg());
+}
+
+static void wait_state(uint32_t node, uint64_t epoch, uint32_t shard, int state,
+		       int timeout_ms)
+{
+	int ret = dxlt_wait_cfg_epoch(g_zk, node, epoch, shard, state, timeout_ms);
+	if (ret)
+		fail_msg("%s", dxl_errmsg());
+}
+
+/* config -- the next configuration: shard s has members m[s] (primary
+ * first, 0-terminated), for s in 0..nshards-1; returns its epoch */
+static uint64_t config(uint32_t nshards, const uint32_t m[][MAXN + 1])
+{
+	uint32_t shards[8], n[8];
+	const uint32_t *mem[8];
+	for (uint32_t s = 0; s < nshards; s++) {
+		shards[s] = s;
+		mem[s] = m[s];
+		n[s] = 0;
+		while (m[s][n[s]])
+			n[s]++;
+	}
+	uint64_t epoch = 0;
+	int ret = dxlt_config_put(g_zk, nshards, shards, mem, n, &epoch);
+	if (ret)
+		fail_msg("config: %s", dxl_errmsg());
+	return epoch;
+}
+
+/* append -- n records to shard through a dxl_log_writer; every one must be
+ * acknowledged; their timestamps into ts[] (may be NULL) */
+static void append(uint32_t shard, uint32_t n, uint64_t *ts)
+{
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = shard;
+	wc.unavail_ms = 10000;
+	struct dxl_log_writer *w = NULL;
+	int ret = dxl_log_writer_new(g_zk, &wc, &w);
+	if (ret)
+		fail_msg("writer of shard %u: %s", shard, dxl_errmsg());
+	for (uint32_t i = 0; i < n; i++) {
+		char p[32];
+		snprintf(p, sizeof(p), "s%u-r%u", shard, i);
+		assert_int_equal(dxl_log_writer_append(w, p, (uint32_t)strlen(p), 0,
+						       ts ? &ts[i] : NULL), 0);
+	}
+	uint32_t done = 0;
+	uint64_t end = dxl_now_ms() + 20000;
+	while (done < n && dxl_now_ms() < end) {
+		struct dxl_log_writer_result r[16];
+		int k = dxl_log_writer_poll(w, r, 16, 100);
+		assert_true(k >= 0);
+		for (int j = 0; j < k; j++) {
+			if (r[j].status)
+				fail_msg("shard %u: append failed: %s (%s)", shard,
+					 dxl_errname(r[j].status), dxl_log_writer_why(w));
+			done++;
+		}
+	}
+	assert_int_equal(done, n);
+	dxl_log_writer_delete(&w);
+}
+
+struct scan {
+	const uint64_t *want;
+	uint32_t n;
+	uint32_t found;
+};
+
+static int scan_rec(const struct dxl_rec *rec, uint64_t pos, void *arg)
+{
+	(void)pos;
+	struct scan *sc = arg;
+	for (uint32_t i = 0; i < sc->n; i++)
+		if (sc->want[i] == rec->commit_ts) {
+			sc->found++;
+			break;
+		}
+	return 0;
+}
+
+/* holds -- how many of the records ts[0..n) node's copy of shard holds
+ * (its own rings, read in this process) */
+static uint32_t holds(uint32_t node, uint32_t shard, const uint64_t *ts, uint32_t n)
+{
+	struct dxl_shard *sh = dxl_replica_server_shard(g_n[node].srv.s, shard);
+	assert_non_null(sh);
+	struct dxl_logstore *ls = dxl_shard_logstore(sh);
+	struct scan sc = {ts, n, 0};
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++)
+		assert_true(dxl_ring_scan(ls, r, scan_rec, &sc, NULL, NULL) >= 0);
+	return sc.found;
+}
+
+/* ---- 16.1: crosswise joins -------------------------------------------------- */
+
+/*
+ * Two nodes host shards 0 and 1. Epoch 1: shard 0 = {1}, shard 1 = {2}.
+ * Epoch 2 adds node 2 to shard 0 and node 1 to shard 1: each node joins a
+ * shard the other leads. A node that held back its whole publication until
+ * its join pull was done waited for the other's, which waited for its: both
+ * stayed at cfg_epoch 1 for good (the reproduction of issue 16.1).
+ */
+static void test_crosswise_joins(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 2);
+	start(2, 2);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[2][MAXN + 1] = {{1}, {2}};
+	uint64_t ep = config(2, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 1, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts0[40], ts1[40];
+	append(0, 20, ts0);
+	append(1, 20, ts1);
+
+	static const uint32_t e2[2][MAXN + 1] = {{1, 2}, {2, 1}};
+	ep = config(2, e2);
+	/* both get there, each shard on its own */
+	wait_state(1, ep, 1, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 1000);
+	wait_state(2, ep, 1, DXL_SHARD_MEMBER, 1000);
+	/* and both shards take appends on both members */
+	append(0, 20, ts0 + 20);
+	append(1, 20, ts1 + 20);
+	for (uint32_t node = 1; node <= 2; node++) {
+		assert_int_equal(holds(node, 0, ts0, 40), 40);
+		assert_int_equal(holds(node, 1, ts1, 40), 40);
+	}
+}
+
+/*
+ * A node leads shard 0 and joins shard 1, whose primary is gone before it
+ * could publish the new epoch: the join waits (nothing to copy from), but
+ * shard 0 is published for the new epoch and takes appends.
+ */
+static void test_join_primary_gone(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 2);
+	start(2, 2);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[2][MAXN + 1] = {{1}, {2}};
+	uint64_t ep = config(2, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 1, DXL_SHARD_MEMBER, 10000);
+	dxlt_server_stop(&g_n[2].srv);
+	static const uint32_t e2[2][MAXN + 1] = {{1}, {2, 1}};
+	ep = config(2, e2);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(1, ep, 1, DXL_SHARD_JOINING, 1000);
+	uint64_t ts[10];
+	append(0, 10, ts);
+	assert_int_equal(holds(1, 0, ts, 10), 10);
+}
+
+/* ---- 16.3: a node restarted on an empty data directory ----------------------- */
+
+/*
+ * Two members, cm.min_replicas 2: the primary stops, its data directory is
+ * emptied, and it comes back with the same node id while the configuration
+ * still names it primary (the CM could not remove it). Taken for the member
+ * it was, its empty rings were the writers' repair reference: the other
+ * member's acknowledged records were cut. With the data identity it is not
+ * a member: the CM promotes the other one, the restarted node catches up,
+ * is added again with its new identity, joins, and nothing is lost.
+ */
+static void test_restart_on_empty_dir(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start_cm(1, 1, true);
+	start_cm(2, 1, true);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts[40];
+	append(0, 30, ts);
+	assert_int_equal(holds(2, 0, ts, 30), 30);
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_int_equal(dxl_replica_desc_get(g_zk, 1, d), 0);
+	uint64_t old_id = d->shards[0].data_id;
+	assert_true(old_id != 0);
+
+	restart(1, true);
+	/* the next appends: they wait until the shard can be written again, and
+	 * then every record acknowledged is on both */
+	append(0, 10, ts + 30);
+	for (uint32_t node = 2; node >= 1; node--)
+		assert_int_equal(holds(node, 0, ts, 40), 40);
+	/* how: node 1 caught up from node 2 and was added again with its new
+	 * identity, node 2 leads */
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(g_zk, &c, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	assert_non_null(sh);
+	assert_int_equal(sh->primary, 2);
+	assert_int_equal(sh->nbackups, 1);
+	assert_int_equal(sh->backups[0], 1);
+	assert_int_equal(dxl_replica_desc_get(g_zk, 1, d), 0);
+	assert_true(d->shards[0].data_id != old_id); /* a new store */
+	assert_int_equal(dxl_cluster_shard_data_id(sh, 1), d->shards[0].data_id);
+	assert_int_equal(d->shards[0].state, DXL_SHARD_MEMBER);
+	dxl_cluster_config_clear(&c);
+	free(d);
+}
+
+/* ---- 16.4: a writer (and a coordinator) takes exactly the epoch it read -------- */
+
+/* the configuration changes between a reader's configuration read and its
+ * descriptor reads: add node 2 to shard 0 (epoch 2), and wait until both
+ * have registered for it, node 2 as a MEMBER (its join pull done) */
+static uint64_t g_next_epoch;
+static volatile int g_change_once;
+static void change_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	const uint32_t (*m)[MAXN + 1] = arg;
+	if (!__atomic_exchange_n(&g_change_once, 0, __ATOMIC_ACQ_REL))
+		return;
+	g_next_epoch = config(1, m);
+	wait_state(1, g_next_epoch, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, g_next_epoch, 0, DXL_SHARD_MEMBER, 10000);
+}
+
+/*
+ * A writer reads epoch 1 (shard 0 = {1}), then -- epoch 2 adds node 2 --
+ * node 1's descriptor, registered for epoch 2. Taking it (registered for
+ * epoch 1 "or later") it appended with epoch 2's rkeys to epoch 1's member
+ * set: acknowledged without node 2, which epoch 2 had added (and which had
+ * done its join pull already): node 2 never got them.
+ */
+static void test_writer_newer_epoch(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	__atomic_store_n(&g_change_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("writer.open.config_read", change_cb, (void *)e2), 0);
+	uint64_t ts[20];
+	append(0, 20, ts);
+	assert_int_equal(g_change_once, 0); /* the change happened in between */
+	assert_int_equal(g_next_epoch, ep + 1);
+	assert_int_equal(holds(1, 0, ts, 20), 20);
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+}
+
+/*
+ * The coordinator's view: the same race. Epoch 1: shard 0 = {1, 2}, node 1
+ * the primary; epoch 2: node 2 the primary. A view of epoch 1 built from
+ * node 1's epoch-2 descriptor would send its one-sided lock CASes and reads
+ * to a backup's tables with valid rkeys.
+ */
+static void test_coord_view_newer_epoch(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	for (uint32_t id = 1; id <= 2; id++) {
+		struct node *n = &g_n[id];
+		snprintf(n->dir, sizeof(n->dir), "%s/c%d-n%u", g_tmp, g_case, id);
+		dxlt_server_cfg(&n->cfg, id, n->dir, g_zkc, g_cluster, 1);
+		n->cfg.ntables = 1;
+		n->cfg.tables[0] = (struct dxl_table_schema){.id = 1, .value_size = 16,
+							     .capacity = 64};
+		if (dxlt_server_start(&n->cfg, &n->srv))
+			fail_msg("node %u: %s", id, dxl_errmsg());
+		wait_state(id, 0, 0, -1, 10000);
+	}
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	static const uint32_t e2[1][MAXN + 1] = {{2, 1}};
+	__atomic_store_n(&g_change_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("coord.view.config_read", change_cb, (void *)e2), 0);
+	struct dxl_coord *c = NULL;
+	assert_int_equal(dxl_coord_new(g_zk, NULL, &c), 0);
+	assert_int_equal(g_change_once, 0);
+	struct view *v = coord_view(c);
+	assert_int_equal(v->epoch, ep);
+	if (v->shards[0].ok)
+		fail_msg("a view of epoch %" PRIu64 " uses node %u's descriptor of epoch %" PRIu64,
+			 ep, v->shards[0].primary, g_next_epoch);
+	assert_non_null(strstr(v->shards[0].why, "read it again"));
+	/* the next refresh takes epoch 2 */
+	assert_int_equal(coord_refresh(c), 0);
+	v = coord_view(c);
+	assert_int_equal(v->epoch, g_next_epoch);
+	assert_int_equal(v->shards[0].primary, 2);
+	dxl_coord_delete(&c);
+}
+
+/* ---- 16.8: after a session expiry, the configuration before the publication --- */
+
+static volatile int g_newsess_once, g_pub_armed, g_pub_done;
+static uint64_t g_pub_epoch;
+static int g_pub_state = -1;
+
+/* the CM removed node 1 from shard 0 while its session was gone */
+static void newsess_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	const uint32_t (*m)[MAXN + 1] = arg;
+	if (!__atomic_exchange_n(&g_newsess_once, 0, __ATOMIC_ACQ_REL))
+		return;
+	g_next_epoch = config(1, m);
+	__atomic_store_n(&g_pub_armed, 1, __ATOMIC_RELEASE);
+}
+
+/* the first descriptor node 1 publishes on its new session */
+static void publish_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)arg;
+	const struct dxl_replica_desc *d = ctx;
+	if (d->node_id != 1 || !__atomic_exchange_n(&g_pub_armed, 0, __ATOMIC_ACQ_REL))
+		return;
+	const struct dxl_shard_desc *sd = dxl_replica_desc_shard(d, 0);
+	g_pub_epoch = d->cfg_epoch;
+	g_pub_state = sd ? (int)sd->state : -1;
+	__atomic_store_n(&g_pub_done, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * Node 1's session expires; meanwhile shard 0 goes on without it (epoch 2).
+ * On its new session it published fresh rkeys with its old cfg_epoch and
+ * "member" before it applied epoch 2: a descriptor that describes a
+ * configuration that is no more. It must read (and apply) the configuration
+ * first.
+ */
+static void test_expiry_config_first(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{2, 1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	static const uint32_t e2[1][MAXN + 1] = {{2}};
+	__atomic_store_n(&g_newsess_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.session.new", newsess_cb, (void *)e2), 0);
+	assert_int_equal(dxl_testpoint_set("replica.publish", publish_cb, NULL), 0);
+	assert_int_equal(dxl_zk_inject_expiry(dxl_replica_server_zk(g_n[1].srv.s)), 0);
+	uint64_t end = dxl_now_ms() + 20000;
+	while (!__atomic_load_n(&g_pub_done, __ATOMIC_ACQUIRE)) {
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 did not publish on a new session");
+		usleep(5000);
+	}
+	if (g_pub_epoch != g_next_epoch || g_pub_state == DXL_SHARD_MEMBER)
+		fail_msg("node 1's first descriptor on its new session: cfg_epoch %" PRIu64
+			 " (the configuration is at %" PRIu64 "), shard 0 %s",
+			 g_pub_epoch, g_next_epoch,
+			 dxl_shard_state_name((enum dxl_shard_state)g_pub_state));
+	assert_int_equal(g_pub_state, DXL_SHARD_CATCHING_UP);
+}
+
+/*
+ * The member mark: a node that stops as a member and restarts on its data
+ * directory is a member at once -- also when the primary is gone for good,
+ * which a join pull would wait for. (cm.min_replicas 1.)
+ */
+static void test_restart_member_mark(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	for (uint32_t id = 1; id <= 2; id++) {
+		start_cm(id, 1, true);
+		wait_state(id, 0, 0, -1, 10000);
+	}
+	static const uint32_t e1[1][MAXN + 1] = {{1, 2}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	uint64_t ts[20];
+	append(0, 10, ts);
+	/* both stop (the CM could not remove either: min_replicas 2) */
+	dxlt_server_stop(&g_n[2].srv);
+	dxlt_server_stop(&g_n[1].srv);
+	/* node 2 comes back alone, with min_replicas 1: it is a member of
+	 * epoch 1 at once, the CM promotes it, the shard is written again */
+	g_n[2].cfg.cm_params.min_replicas = 1;
+	if (dxlt_server_start(&g_n[2].cfg, &g_n[2].srv))
+		fail_msg("node 2: %s", dxl_errmsg());
+	append(0, 10, ts + 10);
+	assert_int_equal(holds(2, 0, ts, 20), 20);
+}
+
+/* the join pull held in a daemon (DXL_TESTPOINTS), then kill -9 */
+static pid_t spawn_node(uint32_t id, const char *dir, const char *logf, const char *pause)
+{
+	static char bin[PATH_MAX];
+	assert_int_equal(dxlt_prog_path("dxl-replica", bin, sizeof(bin)), 0);
+	static const char *const extra[] = {"-o", "zk.session_timeout_ms=1000", "-o",
+					    "replica.pull_ms=50", "-o", "replica.cm=false",
+					    "-o", "replica.exist_wait_ms=10000", NULL};
+	struct dxlt_replica r = {.bin = bin, .logfile = logf, .append = true, .node = id,
+				 .dir = dir, .zk = g_zkc, .cluster = g_cluster, .extra = extra};
+	char spec[600];
+	dxlt_pause_spec(spec, sizeof(spec), "replica.join_pull.copy", pause);
+	pid_t p = dxlt_spawn_env(&r, "DXL_TESTPOINTS", spec);
+	if (p < 0)
+		fail_msg("spawn: %s", dxl_errmsg());
+	return p;
+}
+
+/*
+ * A node added to a shard stops (kill -9) before its join pull is done. It
+ * restarts on its data directory: the configuration names it a member, but
+ * its copy still lacks what was acknowledged before it joined. It must join
+ * again (JOINING, a copy from the primary), not say MEMBER.
+ */
+static void test_join_interrupted(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start(1, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	char dir[256], logf[256], pause[300];
+	snprintf(dir, sizeof(dir), "%s/c%d-d2", g_tmp, g_case);
+	snprintf(logf, sizeof(logf), "%s/c%d-d2.out", g_tmp, g_case);
+	snprintf(pause, sizeof(pause), "%s/c%d-pause", g_tmp, g_case);
+	pid_t p = spawn_node(2, dir, logf, pause);
+	wait_state(2, 0, 0, -1, 15000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 15000);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	if (dxlt_pause_wait(pause, 15000))
+		fail_msg("%s", dxl_errmsg());
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 1000);
+	kill(p, SIGKILL);
+	dxlt_wait_exit(p, 5000);
+	dxlt_pause_rearm(pause);
+	p = spawn_node(2, dir, logf, pause);
+	/* it joins again: paused in its join pull, published JOINING */
+	if (dxlt_pause_wait(pause, 15000)) {
+		struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+		if (dxl_replica_desc_get(g_zk, 2, d) == 0)
+			fail_msg("node 2 restarted without a join pull: cfg_epoch %" PRIu64 ", %s",
+				 d->cfg_epoch, dxl_shard_state_name(d->shards[0].state));
+		fail_msg("%s", dxl_errmsg());
+	}
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 5000);
+	assert_int_equal(dxlt_pause_release(pause), 0);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 10000);
+	kill(p, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
+}
+
+/* ---- 16.2: a second failure during a join pull ------------------------------------ */
+
+static volatile int g_skip_catchup;
+static void skip_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)arg;
+	if (__atomic_load_n(&g_skip_catchup, __ATOMIC_ACQUIRE))
+		*(bool *)ctx = true;
+}
+
+/*
+ * Shard 0 = {1}; node 2 hosts it but has stopped catching up (a copy that
+ * takes long), so records acknowledged by node 1 are not on node 2. The
+ * next epoch adds node 2: it publishes JOINING and starts its join pull,
+ * held there; then node 1 stops. Counted as alive because it listed the
+ * shard, node 2 was promoted and the acknowledged records it lacked were
+ * lost. It must not count before its join pull: the shard waits for node
+ * 1, which comes back and gives node 2 everything.
+ */
+static void test_second_failure_during_join(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	start(1, 1);
+	start(2, 1);
+	/* the CM: node 3, hosting another shard only; it adds nobody itself */
+	struct node *n3 = &g_n[3];
+	snprintf(n3->dir, sizeof(n3->dir), "%s/c%d-n3", g_tmp, g_case);
+	dxlt_server_cfg(&n3->cfg, 3, n3->dir, g_zkc, g_cluster, 1);
+	n3->cfg.shards[0] = 5;
+	n3->cfg.cm = true;
+	n3->cfg.cm_params.min_replicas = 1;
+	n3->cfg.cm_params.replication = 1;
+	if (dxlt_server_start(&n3->cfg, &n3->srv))
+		fail_msg("node 3: %s", dxl_errmsg());
+	for (uint32_t id = 1; id <= 3; id++)
+		wait_state(id, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	wait_state(2, ep, 0, DXL_SHARD_SYNCED, 10000);
+	__atomic_store_n(&g_skip_catchup, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.catch_up.pass", skip_cb, NULL), 0);
+	usleep(300000); /* a pass in flight is over */
+	uint64_t ts[30];
+	append(0, 20, ts);
+	assert_int_equal(holds(2, 0, ts, 20), 0); /* node 2 is behind */
+
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.copy", hold_cb, NULL), 0);
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 10000);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	/* node 2 reaches its copy once node 1 says MEMBER for the epoch */
+	uint64_t end = dxl_now_ms() + 10000;
+	while (dxl_testpoint_hits("replica.join_pull.copy") < 1)
+		if (dxl_now_ms() > end)
+			fail_msg("node 2 did not start its join pull");
+		else
+			usleep(5000);
+	/* the second failure, inside the join window */
+	dxlt_server_stop(&g_n[1].srv);
+	/* the CM runs rounds (every 100 ms, and at once on the leave): it
+	 * must not promote node 2 */
+	usleep(1500000);
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(g_zk, &c, NULL), 0);
+	const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, 0);
+	if (c.epoch != ep || sh->primary != 1)
+		fail_msg("epoch %" PRIu64 ": shard 0 primary %u -- a member still joining was promoted",
+			 c.epoch, sh->primary);
+	dxl_cluster_config_clear(&c);
+	/* node 1 comes back on its data directory: node 2 joins from it */
+	if (dxlt_server_start(&g_n[1].cfg, &g_n[1].srv))
+		fail_msg("node 1: %s", dxl_errmsg());
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	wait_state(2, ep, 0, DXL_SHARD_MEMBER, 15000);
+	append(0, 10, ts + 20);
+	assert_int_equal(holds(1, 0, ts, 30), 30);
+	assert_int_equal(holds(2, 0, ts, 30), 30);
+}
+
+/* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
+
+/*
+ * The CM's candidacy znode is deleted while its session lives (an operator,
+ * a tool, a bug elsewhere): the replica must stand again -- it only logged
+ * the loss, and with no candidate left no failure was ever handled.
+ */
+static void test_candidacy_deleted(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	start_cm(1, 1, true);
+	struct dxl_replica_server *s1 = g_n[1].srv.s;
+	uint64_t end = dxl_now_ms() + 10000;
+	while (!dxl_replica_server_is_cm(s1))
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 never became the CM");
+		else
+			usleep(10000);
+	char dir[200];
+	snprintf(dir, sizeof(dir), "%s/cm", dxl_zk_root(g_zk));
+	assert_int_equal(dxlt_zk_raw_delete_children(g_zkc, dir), 1);
+	end = dxl_now_ms() + 5000;
+	while (dxl_replica_server_is_cm(s1))
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 did not notice its candidacy was gone");
+		else
+			usleep(5000);
+	end = dxl_now_ms() + 10000;
+	while (!dxl_replica_server_is_cm(s1))
+		if (dxl_now_ms() > end)
+			fail_msg("node 1 did not stand again");
+		else
+			usleep(10000);
+}
+
+/* ---- 16.5: the lease, checked where table RPCs are served --------------------- */
+
+/* a client of the table RPCs (as test_tables does) */
+struct client {
+	struct dxl_fabric *f;
+	struct dxl_ctx *ctx;
+	struct dxl_sched *s;
+	struct dxl_rpc *rpc;
+	struct dxl_qp *qp;
+	char msg[512];
+};
+static struct client g_cl;
+
+static void client_open(const struct dxl_replica_desc *d)
+{
+	memset(&g_cl, 0, sizeof(g_cl));
+	struct dxl_fabric_cfg fc;
+	dxl_fabric_cfg_init(&fc);
+	fc.node_id = 900;
+	assert_int_equal(dxl_fabric_new(&fc, &g_cl.f), 0);
+	assert_int_equal(dxl_ctx_new(g_cl.f, 0, &g_cl.ctx), 0);
+	assert_int_equal(dxl_sched_new(NULL, g_cl.ctx, &g_cl.s), 0);
+	assert_int_equal(dxl_rpc_new(g_cl.s, NULL, &g_cl.rpc), 0);
+	assert_int_equal(dxl_qp_connect(g_cl.ctx, d->addr, d->rpc_ctx, &g_cl.qp), 0);
+}
+
+static void client_close(void)
+{
+	dxl_ctx_delete(&g_cl.ctx);
+	dxl_rpc_delete(&g_cl.rpc);
+	dxl_sched_delete(&g_cl.s);
+	dxl_fabric_delete(&g_cl.f);
+}
+
+struct callarg {
+	uint16_t op;
+	const struct dxl_table_req *req;
+	struct dxl_table_rep *rep;
+	void *val;
+	uint32_t cap;
+	int ret;
+};
+
+static void call_co(void *a)
+{
+	struct callarg *c = a;
+	c->ret = dxl_table_call(g_cl.rpc, g_cl.qp, c->op, c->req, c->rep, c->val, c->cap);
+	snprintf(g_cl.msg, sizeof(g_cl.msg), "%s", c->ret ? dxl_errmsg() : "");
+}
+
+static int call(uint16_t op, const struct dxl_table_req *req, struct dxl_table_rep *rep,
+		void *val, uint32_t cap)
+{
+	struct callarg c = {.op = op, .req = req, .rep = rep, .val = val, .cap = cap};
+	assert_int_equal(dxl_sched_spawn(g_cl.s, call_co, &c, NULL), 0);
+	assert_int_equal(dxl_sched_run(g_cl.s), 0);
+	return c.ret;
+}
+
+
+/* a suspend of the whole machine at the moment a handler has served its
+ * request, before it replies (once) */
+static volatile int g_suspend_once;
+static void suspend_cb(const char *name, void *ctx, void *arg)
+{
+	(void)name;
+	(void)ctx;
+	(void)arg;
+	if (__atomic_exchange_n(&g_suspend_once, 0, __ATOMIC_ACQ_REL))
+		dxl_clock_inject_suspend_ns(10ull * 1000000000ull);
+}
+
+/*
+ * A primary whose lease ran out must not answer table RPCs, even while the
+ * thread that applies the lease rule every round is held up: a READ served
+ * (or replied to) after the lease may return a value the next primary has
+ * already overwritten. The suspend is the boot clock's (CLOCK_BOOTTIME goes
+ * on across a suspend of the VM; CLOCK_MONOTONIC does not).
+ */
+static void test_table_rpc_lease(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	struct node *n = &g_n[1];
+	snprintf(n->dir, sizeof(n->dir), "%s/c%d-n1", g_tmp, g_case);
+	dxlt_server_cfg(&n->cfg, 1, n->dir, g_zkc, g_cluster, 1);
+	n->cfg.ntables = 1;
+	n->cfg.tables[0] = (struct dxl_table_schema){.id = 1, .value_size = 16, .capacity = 64};
+	if (dxlt_server_start(&n->cfg, &n->srv))
+		fail_msg("node 1: %s", dxl_errmsg());
+	wait_state(1, 0, 0, -1, 10000);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	/* its tables are published once its promotion gate is open */
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	uint64_t end = dxl_now_ms() + 10000;
+	while (!(dxl_replica_desc_get(g_zk, 1, d) == 0 && d->shards[0].ntables == 1))
+		assert_true(dxl_now_ms() < end);
+	client_open(d);
+	free(d);
+	char v[16] = "fifteen bytes..", out[16];
+	struct dxl_table_req rq = {.shard = 0, .table = 1, .epoch = ep, .key = 7, .ts = 1,
+				   .value = v, .len = 16};
+	struct dxl_table_rep rp;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &rq, &rp, NULL, 0), 0);
+	struct dxl_table_req rd = {.shard = 0, .table = 1, .epoch = ep, .slot = rp.slot};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out)), 0);
+
+	/* 1. before serving: the lease is over (a suspend), the lease rule is
+	 *    held up -- the node's serving flag still says yes */
+	assert_int_equal(dxl_testpoint_set("replica.lease_rule", hold_cb, NULL), 0);
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	dxl_clock_inject_suspend_ns(10ull * 1000000000ull);
+	assert_false(dxl_zk_lease_valid(dxl_replica_server_zk(n->srv.s)));
+	assert_true(dxl_replica_server_serving(n->srv.s));
+	int ret = call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out));
+	if (ret != DXL_E_UNAVAIL)
+		fail_msg("READ after the lease: %s (%s)", dxl_errname(ret), g_cl.msg);
+	assert_non_null(strstr(g_cl.msg, "lease has run out"));
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+
+	/* the lease comes back with the next renewal; the node serves again */
+	end = dxl_now_ms() + 10000;
+	while ((ret = call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out))) != 0) {
+		if (dxl_now_ms() > end)
+			fail_msg("the node did not serve again: %s", g_cl.msg);
+		usleep(20000);
+	}
+	assert_memory_equal(out, v, 16);
+
+	/* 2. before replying: the lease runs out while the request is served */
+	__atomic_store_n(&g_hold, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_suspend_once, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.table_rpc.served", suspend_cb, NULL), 0);
+	memset(out, 0, sizeof(out));
+	ret = call(DXL_RPC_ID_TABLE_READ, &rd, &rp, out, sizeof(out));
+	if (ret != DXL_E_UNAVAIL)
+		fail_msg("READ whose lease ran out while served: %s (%s)", dxl_errname(ret),
+			 g_cl.msg);
+	assert_non_null(strstr(g_cl.msg, "ran out while it served"));
+	assert_int_equal(g_suspend_once, 0);
+	__atomic_store_n(&g_hold, 0, __ATOMIC_RELEASE);
+	dxl_testpoint_clear_all();
+	client_close();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_crosswise_joins, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_join_primary_gone, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_restart_on_empty_dir, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_writer_newer_epoch, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_coord_view_newer_epoch, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_table_rpc_lease, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_expiry_config_first, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_restart_member_mark, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_join_interrupted, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_candidacy_deleted, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_second_failure_during_join, case_setup,
+						case_teardown),
+	};
+	return cmocka_run_group_tests_name("reconfig", tests, group_setup, group_teardown);
+}
