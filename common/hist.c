@@ -1,4 +1,5 @@
 /* hist.c -- log-linear latency histogram */
+#include <math.h>
 #include <string.h>
 
 #include "common/hist.h"
@@ -62,6 +63,41 @@ void dxl_hist_merge(struct dxl_hist *dst, const struct dxl_hist *src)
 		dst->max = src->max;
 }
 
+/* p in millionths of the whole (p = 99.9 -> 999000), 0..1000000 */
+static uint64_t pct_ppm(double p)
+{
+	if (!(p > 0))
+		return 0;
+	if (p >= 100)
+		return 1000000;
+	return (uint64_t)llround(p * 10000.0);
+}
+
+uint64_t dxl_pct_rank(uint64_t n, double p)
+{
+	if (!n)
+		return 0;
+	unsigned __int128 x = (unsigned __int128)pct_ppm(p) * n;
+	uint64_t rank = (uint64_t)((x + 999999) / 1000000);
+	if (rank < 1)
+		rank = 1;
+	return rank > n ? n : rank;
+}
+
+uint64_t dxl_pct_min_samples(double p)
+{
+	uint64_t q = pct_ppm(p);
+	if (q == 0 || q >= 1000000)
+		return 1;
+	uint64_t above = 1000000 - q; /* millionths at or above the percentile */
+	return (10000000 + above - 1) / above;
+}
+
+int dxl_hist_pct_valid(const struct dxl_hist *h, double p)
+{
+	return h->count > 0 && h->count >= dxl_pct_min_samples(p);
+}
+
 uint64_t dxl_hist_pct(const struct dxl_hist *h, double p)
 {
 	if (!h->count)
@@ -70,9 +106,7 @@ uint64_t dxl_hist_pct(const struct dxl_hist *h, double p)
 		return h->min;
 	if (p >= 100)
 		return h->max;
-	uint64_t rank = (uint64_t)(p / 100.0 * (double)h->count + 0.5);
-	if (rank == 0)
-		rank = 1;
+	uint64_t rank = dxl_pct_rank(h->count, p);
 	uint64_t seen = 0;
 	for (unsigned i = 0; i < DXL_HIST_BUCKETS; i++) {
 		seen += h->b[i];

@@ -129,6 +129,7 @@ static int view_build(struct dxl_coord *c, struct view **out)
 			continue;
 		}
 		v->provider = d->provider;
+		vs->durability = d->durability;
 		snprintf(vs->addr, sizeof(vs->addr), "%s", d->addr);
 		vs->rpc_ctx = d->rpc_ctx;
 		vs->nrings = sd->nrings;

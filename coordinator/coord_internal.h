@@ -26,6 +26,7 @@ struct view_shard {
 	bool ok;                    /* the primary is registered for the epoch */
 	char why[160];              /* why not */
 	uint32_t primary;
+	enum dxl_durability durability; /* of the primary's store */
 	char addr[DXL_FABRIC_ADDR_MAX];
 	uint32_t rpc_ctx;
 	uint32_t nrings;            /* of the shard's log */

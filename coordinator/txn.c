@@ -48,6 +48,7 @@ struct wlog { /* the worker's writer of one shard */
 struct stats {
 	uint64_t committed, aborted, conflicts, unavail;
 	uint64_t onesided_reads, rpc_reads, cache_hits, cache_misses, log_appends;
+	uint64_t wb_lock_lost;
 };
 
 struct dxl_coord_worker {
@@ -77,6 +78,10 @@ struct dxl_coord_worker {
 	uint64_t und_next_ms;        /* next background marker round */
 	struct stats st;             /* written by the worker, read by anyone */
 	uint64_t rng;
+	/* committed write-backs that kept failing at their primary (wb_*) */
+	struct wb_pending *wbp;
+	uint32_t nwbp, wbpcap;
+	bool wb_settling;            /* a coroutine is in wb_settle */
 };
 
 static __thread struct dxl_coord_worker *tl_worker;
@@ -145,6 +150,7 @@ int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 }
 
 static void worker_free_txns(struct dxl_coord_worker *w);
+static void wb_abandon_all(struct dxl_coord_worker *w);
 
 void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 {
@@ -162,6 +168,7 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 		DXL_WARN("event=coord_undecided_left worker=%u records=%u msg=\"left for resolution\"",
 			 w->idx, w->nund);
 	free(w->und);
+	wb_abandon_all(w);
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		/* a last watermark past every decided record: the next holder
 		 * of the slot finds nothing in doubt */
@@ -247,6 +254,7 @@ void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
 		out->cache_hits += LD(cache_hits);
 		out->cache_misses += LD(cache_misses);
 		out->log_appends += LD(log_appends);
+		out->wb_lock_lost += LD(wb_lock_lost);
 #undef LD
 	}
 	out->resolved = atomic_load(&cc->resolved);
@@ -581,11 +589,18 @@ struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w)
 	return w->c;
 }
 
+static void wb_due_now(struct dxl_coord_worker *w, uint64_t txn);
+
 void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder)
 {
 	uint32_t id = (uint32_t)(holder >> 48);
-	if (!holder || id == w->c->id)
+	if (!holder)
 		return;
+	if (id == w->c->id) {
+		/* our own: perhaps a write-back handed on to this worker */
+		wb_due_now(w, holder);
+		return;
+	}
 	for (uint32_t i = 0; i < w->nsuspects; i++)
 		if (w->suspects[i] == id)
 			return;
@@ -798,6 +813,8 @@ static int check_usable(struct dxl_txn *t)
 
 static void release_all(struct dxl_txn *t);
 
+static void wb_settle(struct dxl_coord_worker *w, struct dxl_txn *t);
+
 int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 {
 	struct dxl_co *co = dxl_co_self();
@@ -819,6 +836,7 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	if (t->active)
 		dxl_txn_abort(t);
 	dxl_coord_worker_poll(w);
+	wb_settle(w, t); /* t is free: its scratch and arena serve the settles */
 	t->gen++;
 	t->v = coord_view(w->c);
 	t->id = DXL_LOCK_OWNER(w->c->id, atomic_fetch_add(&w->c->seq, 1) + 1);
@@ -1092,18 +1110,20 @@ static bool lock_is_ours(struct dxl_txn *t, struct op *o)
  * that check the lock word is this transaction's: if it is not (the gate
  * applied a decided record, or never saw this one), nothing is done.
  */
-static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_at, bool commit)
+static int settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_at, bool commit)
 {
 	struct view *v = coord_view(t->w->c);
-	if (!v || o->shard >= v->nshards || !v->shards[o->shard].ok ||
-	    v->shards[o->shard].primary == locked_at)
-		return;
+	if (!v || o->shard >= v->nshards || !v->shards[o->shard].ok)
+		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", o->shard);
+	if (v->shards[o->shard].primary == locked_at)
+		return dxl_err_set(DXL_E_AGAIN, "shard %u: its primary is still node %u",
+				   o->shard, locked_at);
 	const struct view_table *vt = NULL;
 	for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
 		if (v->shards[o->shard].tables[x].st.t.id == o->table)
 			vt = &v->shards[o->shard].tables[x];
 	if (!vt)
-		return;
+		return 0; /* the table is not there: nothing of ours either */
 	struct view *v0 = t->v;
 	const struct view_table *vt0 = o->vt;
 	uint64_t slot0 = o->slot;
@@ -1111,7 +1131,10 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 	o->vt = vt;
 	struct dxl_table_req req = {.key = o->key};
 	struct dxl_table_rep rep;
-	if (table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0) == 0) {
+	int lret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0);
+	if (lret == DXL_E_NOENT)
+		lret = 0; /* not there: nothing of ours there */
+	else if (lret == 0) {
 		o->slot = rep.slot;
 		bool nic = nic_locks(o);
 		int ret = DXL_E_STATE;
@@ -1145,10 +1168,13 @@ static void settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_
 			DXL_INFO("event=coord_settled_new_primary txn=0x%" PRIx64 " shard=%u key=%" PRIu64
 				 " %s",
 				 t->id, o->shard, o->key, commit ? "committed" : "released");
+		/* the lock word is not the transaction's there: nothing to do */
+		lret = ret == DXL_E_STATE || ret == DXL_E_NOENT ? 0 : ret;
 	}
 	t->v = v0;
 	o->vt = vt0;
 	o->slot = slot0;
+	return lret;
 }
 
 static void release_all(struct dxl_txn *t)
@@ -1165,7 +1191,7 @@ static void release_all(struct dxl_txn *t)
 			table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
 		}
 		if (unlock_one(t, o))
-			settle_new_primary(t, o, t->v->shards[o->shard].primary, false);
+			(void)settle_new_primary(t, o, t->v->shards[o->shard].primary, false);
 	}
 	t->active = false;
 	st_add(&t->w->st.aborted, 1);
@@ -1763,6 +1789,8 @@ static int log_phase(struct dxl_txn *t)
 	}
 	/* COMMITTED: every record acknowledged under the primaries holding
 	 * the locks. Decided: the watermarks may pass the records. */
+	if (t->w->c->cfg.test_hook)
+		t->w->c->cfg.test_hook(DXL_TXN_HOOK_LOGGED, t->id, t->w->c->cfg.test_hook_arg);
 	for (uint32_t i = 0; i < nrec; i++)
 		log_decide(t, i);
 	return 0;
@@ -1787,7 +1815,8 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		return unlock_one(t, o);
 	}
 	bool nic = nic_locks(o);
-	if (mode != DXL_TXN_TWOSIDED && nic && dxl_record_wb_onesided_ok(t->v->provider)) {
+	if (mode != DXL_TXN_TWOSIDED && nic &&
+	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
 		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;
@@ -1835,10 +1864,26 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		uint64_t tag = batch(t);
 		for (int i = 0; i < n; i++)
 			wr[i].wr_id = dxl_co_wrid(tag);
+		res[1] = t->id; /* what the unlock CAS must find */
 		ret = co_post_wait(qp, wr, 1, tag, "write-back");
-		if (!ret)
-			o->locked = false;
-		return ret;
+		if (ret)
+			return ret;
+		o->locked = false;
+		uint64_t was = *(volatile uint64_t *)&res[1];
+		if (was != t->id) {
+			/* the lock was not ours when the chain ran: our WRITEs
+			 * overwrote a record someone else may hold -- a broken
+			 * invariant (a lock freed under its holder), never a
+			 * normal outcome. The commit stands (the log has it). */
+			st_add(&t->w->st.wb_lock_lost, 1);
+			DXL_ERROR("event=invariant_violation what=writeback_without_lock txn=0x%" PRIx64
+				  " shard=%u table=%u key=%" PRIu64 " slot=%" PRIu64
+				  " lock_word=0x%" PRIx64
+				  " msg=\"the unlock CAS found the lock word not ours: the one-sided "
+				  "write-back overwrote the record of its holder\"",
+				  t->id, o->shard, o->table, o->key, o->slot, was);
+		}
+		return 0;
 	}
 	struct dxl_table_req req = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
 				    .version = o->new_version,
@@ -1852,6 +1897,186 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		return 0;
 	}
 	return unlock_one(t, o);
+}
+
+/* ---- committed write-backs handed on -------------------------------------------
+ *
+ * A committed write-back that keeps failing while its primary stays the
+ * same (unreachable, or not serving for a while) must still happen: its
+ * lock word stays the transaction's meanwhile, no resolution runs (this
+ * coordinator is alive), and the primary's retention cannot pass the
+ * record (a ring that fills up refuses appends). commit_phase hands it to
+ * the worker (wb_hand_on) and the transaction returns; dxl_txn_begin tries
+ * the pending ones that are due (wb_settle) with the free handle's scratch
+ * and arena, until each is done: at the same primary written back and
+ * unlocked as a retry (commit_one: the lock word is READ first and nothing
+ * is written if it is not the transaction's any more; the write-back RPC
+ * and DELETE check it too), at a new primary settled there
+ * (settle_new_primary). What the worker still holds when it ends is
+ * logged (event=coord_writeback_abandoned) and left to resolution, which
+ * runs once this coordinator is gone.
+ */
+struct wb_pending {
+	uint64_t txn;
+	uint32_t locked_at;  /* the primary the lock was taken at */
+	struct op o;         /* o.vt and o.woff are set again at each try */
+	uint8_t *value;      /* o.wlen bytes */
+	uint64_t since_ms, next_ms;
+	uint32_t tries;
+	int last_err;
+};
+
+/* append e to the worker's list (false: out of memory) */
+static bool wb_push(struct dxl_coord_worker *w, const struct wb_pending *e)
+{
+	if (w->nwbp == w->wbpcap) {
+		uint32_t nc = w->wbpcap ? 2 * w->wbpcap : 8;
+		struct wb_pending *n = realloc(w->wbp, nc * sizeof(*n));
+		if (!n)
+			return false;
+		w->wbp = n;
+		w->wbpcap = nc;
+	}
+	w->wbp[w->nwbp++] = *e;
+	return true;
+}
+
+static void wb_hand_on(struct dxl_txn *t, const struct op *o, uint32_t locked_at, int err)
+{
+	char msg[300];
+	snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+	struct wb_pending e = {.txn = t->id, .locked_at = locked_at, .o = *o,
+			       .value = o->wlen ? malloc(o->wlen) : NULL,
+			       .since_ms = dxl_now_ms(), .next_ms = dxl_now_ms() + 20,
+			       .last_err = err};
+	if (o->wlen && e.value)
+		memcpy(e.value, t->arena + o->woff, o->wlen);
+	if ((o->wlen && !e.value) || !wb_push(t->w, &e)) {
+		free(e.value);
+		DXL_ERROR("event=coord_writeback_lost txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			  " msg=\"out of memory: its lock stays until resolution\"",
+			  t->id, o->shard, o->key);
+		return;
+	}
+	DXL_WARN("event=coord_writeback_handed_on txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
+		 " primary=%u code=%s msg=\"%s\"",
+		 t->id, o->shard, o->table, o->key, locked_at, dxl_errname(err), msg);
+}
+
+/* one try of e with the free handle t: 0 = done */
+static int wb_try(struct dxl_txn *t, struct wb_pending *e)
+{
+	struct view *v = coord_view(t->w->c);
+	const struct view_table *vt = NULL;
+	uint32_t sh = e->o.shard;
+	if (v && sh < v->nshards && v->shards[sh].ok)
+		for (uint32_t x = 0; x < v->shards[sh].ntables; x++)
+			if (v->shards[sh].tables[x].st.t.id == e->o.table)
+				vt = &v->shards[sh].tables[x];
+	if (!vt) {
+		coord_mark_stale(t->w->c, "pending write-back: no serving primary");
+		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", sh);
+	}
+	t->v = v;
+	t->id = e->txn;
+	t->nops = 1;
+	t->used = 0;
+	struct op *o = &t->ops[0];
+	*o = e->o;
+	o->vt = vt;
+	o->locked = true;
+	int ret = e->o.wlen ? arena_put(t, e->value, e->o.wlen, &o->woff) : 0;
+	if (!ret && v->shards[sh].primary != e->locked_at) {
+		ret = settle_new_primary(t, o, e->locked_at, true);
+	} else if (!ret) {
+		ret = commit_one(t, o, true);
+		/* the lock word is not ours any more (the RPCs check it): the
+		 * node restarted, or resolution finished the transaction */
+		if (ret == DXL_E_STATE)
+			ret = 0;
+		/* a delete done before without its unlock: the slot is known,
+		 * a CAS from our id is harmless where it is not ours */
+		if (ret == DXL_E_NOENT && o->wop == DXL_WS_DELETE &&
+		    (ret = unlock_one(t, o)) == DXL_E_STATE)
+			ret = 0;
+		if (ret)
+			coord_mark_stale(t->w->c, "pending write-back failed");
+	}
+	t->nops = 0;
+	t->id = 0;
+	return ret;
+}
+
+/* the due entries, one coroutine at a time (the others go on: a try may
+ * wait on the fabric); an entry is taken out of the list while it is tried */
+static void wb_settle(struct dxl_coord_worker *w, struct dxl_txn *t)
+{
+	if (w->wb_settling || !w->nwbp)
+		return;
+	w->wb_settling = true;
+	uint64_t now = dxl_now_ms();
+	uint32_t n = w->nwbp;
+	for (uint32_t k = 0, i = 0; k < n && i < w->nwbp; k++) {
+		if (w->wbp[i].next_ms > now) {
+			i++;
+			continue;
+		}
+		struct wb_pending e = w->wbp[i];
+		w->wbp[i] = w->wbp[--w->nwbp];
+		int ret = wb_try(t, &e);
+		if (!ret) {
+			DXL_INFO("event=coord_writeback_settled txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " tries=%u after_ms=%" PRIu64,
+				 e.txn, e.o.shard, e.o.key, e.tries + 1, dxl_now_ms() - e.since_ms);
+			free(e.value);
+			continue;
+		}
+		e.tries++;
+		e.last_err = ret;
+		e.next_ms = dxl_now_ms() + DXL_MIN(20ull << DXL_MIN(e.tries, 6u), 1000ull);
+		if (e.tries % 50 == 0)
+			DXL_WARN("event=coord_writeback_pending txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " tries=%u since_ms=%" PRIu64 " code=%s msg=\"%s\"",
+				 e.txn, e.o.shard, e.o.key, e.tries, dxl_now_ms() - e.since_ms,
+				 dxl_errname(ret), dxl_errmsg());
+		if (!wb_push(w, &e)) {
+			DXL_ERROR("event=coord_writeback_lost txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				  " msg=\"out of memory: its lock stays until resolution\"",
+				  e.txn, e.o.shard, e.o.key);
+			free(e.value);
+		}
+	}
+	w->wb_settling = false;
+}
+
+static void wb_abandon_all(struct dxl_coord_worker *w)
+{
+	for (uint32_t i = 0; i < w->nwbp; i++) {
+		struct wb_pending *e = &w->wbp[i];
+		DXL_WARN("event=coord_writeback_abandoned txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " tries=%u code=%s msg=\"left to resolution once this coordinator is gone\"",
+			 e->txn, e->o.shard, e->o.key, e->tries, dxl_errname(e->last_err));
+		free(e->value);
+	}
+	free(w->wbp);
+	w->wbp = NULL;
+	w->nwbp = w->wbpcap = 0;
+}
+
+/* a transaction of this worker met txn's lock: if it is a pending
+ * write-back's, it is tried at the next dxl_txn_begin (the meeting
+ * transaction's retry), not after its backoff -- a retry budget of a few
+ * ms would otherwise run out against the worker's own lock */
+static void wb_due_now(struct dxl_coord_worker *w, uint64_t txn)
+{
+	for (uint32_t i = 0; i < w->nwbp; i++)
+		if (w->wbp[i].txn == txn)
+			w->wbp[i].next_ms = 0;
+}
+
+uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w)
+{
+	return w ? w->nwbp : 0;
 }
 
 static void commit_phase(struct dxl_txn *t)
@@ -1885,11 +2110,12 @@ static void commit_phase(struct dxl_txn *t)
 			ret = commit_one(t, o, true);
 		}
 		if (ret)
-			settle_new_primary(t, o, locked_at, true);
+			ret = settle_new_primary(t, o, locked_at, true);
 		if (ret) {
-			DXL_INFO("event=coord_writeback_skipped txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
-				 " code=%s msg=\"%s\"",
-				 t->id, o->shard, o->table, o->key, dxl_errname(ret), dxl_errmsg());
+			/* not done, and it must be: the lock word stays ours and
+			 * the primary's retention cannot pass the record until
+			 * it is. The worker finishes it later (wb_settle). */
+			wb_hand_on(t, o, locked_at, ret);
 			o->locked = false;
 		}
 	}
@@ -1911,6 +2137,8 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	ret = lock_phase(t);
 	if (!ret) {
 		phase = "validate";
+		if (t->w->c->cfg.test_hook)
+			t->w->c->cfg.test_hook(DXL_TXN_HOOK_VALIDATE, t->id, t->w->c->cfg.test_hook_arg);
 		ret = validate_phase(t, false);
 	}
 	if (!ret && nw) {

@@ -31,6 +31,7 @@ struct dxl_lock_agent {
 	struct dxl_mr *mr;
 	uint64_t *res; /* the CAS's old value lands here (registered) */
 	uint64_t ops, reconnects;
+	int fail_next; /* testing: enum dxl_lock_agent_fault of the next CAS */
 };
 
 /* (re)connect the loopback QP; caller holds mu */
@@ -96,6 +97,13 @@ void dxl_lock_agent_delete(struct dxl_lock_agent **ap)
 	*ap = NULL;
 }
 
+void dxl_lock_agent_fail_next(struct dxl_lock_agent *a, enum dxl_lock_agent_fault f)
+{
+	pthread_mutex_lock(&a->mu);
+	a->fail_next = (int)f;
+	pthread_mutex_unlock(&a->mu);
+}
+
 int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
 		       uint64_t cmp, uint64_t swp, uint64_t *old)
 {
@@ -103,6 +111,16 @@ int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
 	int ret = agent_qp(a);
 	if (ret)
 		goto out;
+	int fault = a->fail_next;
+	a->fail_next = DXL_LOCK_AGENT_OK;
+	if (fault == DXL_LOCK_AGENT_LOST_BEFORE) {
+		/* as if the CAS never reached the NIC and the QP failed */
+		dxl_qp_delete(&a->qp);
+		ret = dxl_err_set(DXL_E_UNREACHABLE, "lock agent: CAS at %#llx: %s (injected)",
+				  (unsigned long long)raddr,
+				  dxl_wc_status_str(DXL_WC_PEER_UNREACHABLE));
+		goto out;
+	}
 	struct dxl_wr w = {.wr_id = 1, .op = DXL_WR_CAS, .flags = DXL_WR_SIGNALED,
 			   .local = a->res, .len = 8, .lkey = dxl_mr_lkey(a->mr),
 			   .remote_addr = raddr, .rkey = rkey, .compare_add = cmp,
@@ -112,13 +130,36 @@ int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
 		goto out;
 	}
 	/* the QP fails within the fabric's timeout if the NIC does not
-	 * answer; the completion comes in any case */
+	 * answer, so the completion comes in any case; the wait is bounded
+	 * all the same (a caller holds the store's table mutex): past twice
+	 * the timeout the QP is given up (the CAS executed or not: the next
+	 * call reconnects, which fences it off, docs/fabric.md "Failures") */
+	uint32_t tmo = dxl_fabric_cfg(a->f)->timeout_ms;
+	uint64_t deadline = dxl_now_ms() + 2ull * tmo + 1000;
 	struct dxl_wc wc;
 	int n;
-	while ((n = dxl_ctx_poll(a->ctx, &wc, 1)) == 0)
-		dxl_ctx_wait(a->ctx, -1);
+	while ((n = dxl_ctx_poll(a->ctx, &wc, 1)) == 0) {
+		if (dxl_now_ms() >= deadline) {
+			dxl_qp_delete(&a->qp);
+			ret = dxl_err_set(DXL_E_TIMEDOUT,
+					  "lock agent: CAS at %#llx: no completion in %u ms "
+					  "(outcome unknown)",
+					  (unsigned long long)raddr, 2 * tmo + 1000);
+			goto out;
+		}
+		dxl_ctx_wait(a->ctx, 100);
+	}
 	if (n < 0) {
 		ret = n;
+		goto out;
+	}
+	if (wc.status == DXL_WC_SUCCESS && fault == DXL_LOCK_AGENT_LOST_AFTER) {
+		/* as if the CAS executed and its answer was lost with the QP */
+		dxl_qp_delete(&a->qp);
+		a->ops++;
+		ret = dxl_err_set(DXL_E_UNREACHABLE, "lock agent: CAS at %#llx: %s (injected, "
+				  "executed)", (unsigned long long)raddr,
+				  dxl_wc_status_str(DXL_WC_PEER_UNREACHABLE));
 		goto out;
 	}
 	if (wc.status == DXL_WC_SUCCESS) {

@@ -470,9 +470,18 @@ int dxl_record_wb_unlock_chain(const void *buf, uint32_t slot_size, uint32_t lke
 	return k + DXL_RECORD_WB_UNLOCK_EXTRA;
 }
 
-int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p)
+int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p, enum dxl_durability d)
 {
 	/* tcp: one NIC thread executes a QP's requests one after the other and
-	 * places a WRITE with memcpy; verbs: no such promise (docs/engine.md) */
-	return p == DXL_FABRIC_TCP;
+	 * places a WRITE with memcpy, and a flush READ runs the region's
+	 * persist function: ordered and durable in every mode */
+	if (p == DXL_FABRIC_TCP)
+		return 1;
+	/* verbs: (1) WRITEs of one QP are not promised to land in posting
+	 * order (docs/engine.md "Remote write-back"): no deployment may opt in
+	 * today; (2) the flush READ persists only what the NIC placed in the
+	 * persistence domain: persistent memory, not a file's page cache (the
+	 * provider runs no persist function). (2) stays when (1) is lifted. */
+	const bool ordered_placement = false;
+	return ordered_placement && d == DXL_DUR_PMEM;
 }

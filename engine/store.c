@@ -754,6 +754,23 @@ static int get_slot(const struct dxl_store *s, uint32_t table, uint64_t slot,
 	return 0;
 }
 
+/*
+ * persist_slot -- make the slot's bytes as they are now durable: the CPU
+ * persists them (fence, msync or cache flush: the region's mode), then
+ * tells the fabric, or its power-failure model still holds the pre-image
+ * of an earlier remote write-back of these lines and a simulated failure
+ * would bring it back over this durable write (docs/fabric-tcp.md).
+ */
+static void persist_slot(struct dxl_store *s, struct table *t, uint64_t slot)
+{
+	void *p = slot_at(t, slot);
+	dxl_region_persist(s->r, p, t->slot_size);
+	pthread_rwlock_rdlock(&s->reg_lock);
+	if (s->rec_mr)
+		dxl_mr_mark_durable(s->rec_mr, p, t->slot_size);
+	pthread_rwlock_unlock(&s->reg_lock);
+}
+
 /* write r into slot and persist it (caller: the slot's only writer) */
 static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 		       const struct dxl_record *r, const void *value,
@@ -764,15 +781,7 @@ static void put_record(struct dxl_store *s, struct table *t, uint64_t slot,
 	int ret = dxl_record_write(p, t->slot_size, r, value, &v);
 	DXL_ASSERTF(ret == 0, "table %u slot %llu: %s", t->sc.id,
 		    (unsigned long long)slot, dxl_errmsg());
-	dxl_region_persist(s->r, p, t->slot_size);
-	/* the CPU made the slot durable: so the fabric must know, or its
-	 * power-failure model still holds the pre-image of an earlier remote
-	 * write-back of these lines and a simulated failure would bring it
-	 * back over this durable write (docs/fabric-tcp.md) */
-	pthread_rwlock_rdlock(&s->reg_lock);
-	if (s->rec_mr)
-		dxl_mr_mark_durable(s->rec_mr, p, t->slot_size);
-	pthread_rwlock_unlock(&s->reg_lock);
+	persist_slot(s, t, slot);
 	max_version_raise(t, v);
 	if (version)
 		*version = v;
@@ -854,6 +863,42 @@ static int lock_set(struct dxl_store *s, struct table *t, uint64_t slot, uint64_
 	}
 }
 
+/*
+ * lock_release_unknown -- a change of slot's word to `owner` failed with
+ * its outcome unknown (ret: DXL_E_UNREACHABLE or DXL_E_TIMEDOUT from the
+ * agent: the CAS may have executed, its answer lost). Leave the word not
+ * `owner`: a CAS owner -> 0 -- on a new loopback QP, since the agent
+ * reconnects after a failure, so the failed CAS cannot execute after it --
+ * a few times. A word left `owner` would keep the slot off the free list
+ * (fq_pop passes over locked slots) for as long as the owner lives.
+ * dxl_errmsg() is kept (the caller reports the first failure).
+ */
+static void lock_release_unknown(struct dxl_store *s, struct table *t, uint64_t slot,
+				 uint64_t owner, int ret)
+{
+	if (ret != DXL_E_UNREACHABLE && ret != DXL_E_TIMEDOUT)
+		return; /* not executed */
+	char msg[512];
+	snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+	int r = 0;
+	for (int k = 0; k < 3; k++) {
+		uint64_t was = 0;
+		if (!(r = lock_cas(s, t, slot, owner, 0, &was))) {
+			if (was == owner)
+				DXL_INFO("event=lock_word_released table=%u slot=%llu owner=0x%llx "
+					 "msg=\"the failed CAS had executed\"",
+					 t->sc.id, (unsigned long long)slot,
+					 (unsigned long long)owner);
+			break;
+		}
+	}
+	if (r)
+		DXL_ERROR("event=lock_word_leaked table=%u slot=%llu owner=0x%llx msg=\"%s\"",
+			  t->sc.id, (unsigned long long)slot, (unsigned long long)owner,
+			  dxl_errmsg());
+	dxl_err_set(ret, "%s", msg);
+}
+
 void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a)
 {
 	pthread_rwlock_wrlock(&s->reg_lock);
@@ -888,6 +933,7 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 	for (uint64_t tries = t->fq_len + 1; owner; tries--) {
 		uint64_t was = 0;
 		if ((ret = lock_cas(s, t, si, 0, owner, &was))) {
+			lock_release_unknown(s, t, si, owner, ret);
 			fq_push_front(t, si);
 			return ret;
 		}
@@ -911,10 +957,9 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			uint64_t was;
 			char msg[256];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
-			if (lock_cas(s, t, si, owner, 0, &was))
-				DXL_WARN("table %u slot %llu: insert refused but its lock "
-					 "word not released: %s", t->sc.id,
-					 (unsigned long long)si, dxl_errmsg());
+			int r = lock_cas(s, t, si, owner, 0, &was);
+			if (r)
+				lock_release_unknown(s, t, si, owner, r);
 			dxl_err_set(ret, "%s", msg);
 		}
 		fq_push_front(t, si);
@@ -1241,6 +1286,36 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return lock_set(s, t, slot, word);
 }
 
+int dxl_store_unlock_owner(struct dxl_store *s, uint32_t table, uint64_t slot,
+			   uint64_t owner)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	if (!owner)
+		return dxl_err_set(DXL_E_INVAL, "store: lock owner 0 means free");
+	uint64_t was;
+	if ((ret = lock_cas(s, t, slot, owner, 0, &was)))
+		return ret;
+	if (was != owner)
+		return dxl_err_set(DXL_E_STATE,
+				   "table %u slot %llu: release by 0x%llx, lock word is 0x%llx",
+				   table, (unsigned long long)slot,
+				   (unsigned long long)owner, (unsigned long long)was);
+	return 0;
+}
+
+int dxl_store_persist(struct dxl_store *s, uint32_t table, uint64_t slot)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	persist_slot(s, t, slot);
+	return 0;
+}
+
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord)
 {
 	int n = 0;
@@ -1320,8 +1395,12 @@ int dxl_store_register(struct dxl_store *s, struct dxl_fabric *f)
 		ret = dxl_err_set(DXL_E_EXIST, "store: already registered");
 		goto out;
 	}
-	ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r),
-			 DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT,
+	/* where a one-sided write-back could not be made durable (verbs, not
+	 * persistent memory), no peer may WRITE records at all */
+	unsigned acc = DXL_MR_REMOTE_READ | DXL_MR_PERSISTENT;
+	if (dxl_record_wb_onesided_ok(dxl_fabric_provider(f), dxl_region_durability(s->r)))
+		acc |= DXL_MR_REMOTE_WRITE;
+	ret = dxl_mr_reg(f, dxl_region_data(s->r), dxl_region_data_size(s->r), acc,
 			 &s->rec_mr);
 	if (ret)
 		goto out;
@@ -1401,7 +1480,16 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		dxl_record_peek(slot_at(t, e->slot1 - 1), &cur);
 	if (e && st != ST_TORN && cur.version >= version) {
 		/* applied before, or older than what is here -- a live record
-		 * or a tombstone: idempotent and order-safe by version */
+		 * or a tombstone: idempotent and order-safe by version. But a
+		 * live slot whose lock is still held may hold its version from
+		 * a one-sided write-back whose flush READ never executed (its
+		 * QP failed after the WRITEs): placed, not durable. A
+		 * roll-forward unlocks next and the log's retention then
+		 * passes the record, so persist it now (docs/engine.md "When a
+		 * write-back is durable") */
+		if (st == ST_LIVE &&
+		    __atomic_load_n(&t->locks[e->slot1 - 1], __ATOMIC_ACQUIRE))
+			persist_slot(s, t, e->slot1 - 1);
 		ret = 0;
 	} else if (e && st == ST_TOMB) {
 		if (op == DXL_WS_DELETE)

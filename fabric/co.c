@@ -102,6 +102,8 @@ struct dxl_sched {
 
 	struct dxl_co *cur; /* the running coroutine, NULL in the scheduler */
 	bool in_round;      /* inside dxl_sched_run_once */
+	bool cq_emptied;    /* this round's poll took fewer than poll_batch:
+			       the ctx had no more completions then */
 	void *sched_sp;     /* asm: the scheduler's stack pointer while a co runs */
 	ucontext_t sched_uc;
 	atomic_bool stop;   /* set by dxl_sched_stop, possibly from another thread */
@@ -547,6 +549,16 @@ uint32_t dxl_sched_n_coroutines(const struct dxl_sched *s)
 	return s->cfg.n_coroutines;
 }
 
+bool dxl_sched_cq_emptied(const struct dxl_sched *s)
+{
+	return !s->ctx || s->cq_emptied;
+}
+
+uint64_t dxl_sched_rounds(const struct dxl_sched *s)
+{
+	return s->st.rounds;
+}
+
 void *dxl_sched_user(const struct dxl_sched *s)
 {
 	return s->user;
@@ -796,6 +808,7 @@ int dxl_sched_run_once(struct dxl_sched *s, int timeout_ms)
 			ret = n;
 			goto out;
 		}
+		s->cq_emptied = n < (int)s->cfg.poll_batch;
 		for (int i = 0; i < n; i++)
 			route_wc(s, &s->pollbuf[i]);
 		events += n;

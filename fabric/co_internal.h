@@ -40,6 +40,12 @@ void dxl_sched_clear_hooks(struct dxl_sched *s);
 /* dxl_sched_n_coroutines -- cfg.n_coroutines (slots are 0..n-1) */
 uint32_t dxl_sched_n_coroutines(const struct dxl_sched *s);
 
+/* dxl_sched_cq_emptied -- the current round's poll (from a hook) took
+ * fewer completions than poll_batch: the ctx held no more at that moment.
+ * dxl_sched_rounds -- rounds run so far (the current one included). */
+bool dxl_sched_cq_emptied(const struct dxl_sched *s);
+uint64_t dxl_sched_rounds(const struct dxl_sched *s);
+
 /* dxl_sched_user -- one pointer slot for the layer above (the rpc object),
  * so only one RPC instance attaches to a scheduler */
 void *dxl_sched_user(const struct dxl_sched *s);

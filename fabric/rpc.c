@@ -132,6 +132,7 @@ struct rpc_peer {
 	bool dirty;             /* in rpc->dirty */
 	struct rpc_peer *dirty_next;
 	bool failed;            /* its QP failed: calls were failed, queue dropped */
+	uint64_t down_round;    /* passive: the round it was first seen down */
 };
 
 /* the pending calls of one coroutine slot */
@@ -977,7 +978,11 @@ static void forget_peer(struct dxl_rpc *rpc, struct rpc_peer *p);
  * away: delete them, or every reconnecting client leaves one behind in the
  * ctx (the provider frees only passive QPs the user never saw). Once the QP
  * is down and no SEND of ours is in flight on it (those complete, FLUSHED,
- * first: the completion returns the buffer). Checked every 10 ms.
+ * first: the completion returns the buffer), and once a poll after the
+ * round it was first seen down found the completion queue empty: requests
+ * its peer sent before it closed may wait there beyond one poll's batch,
+ * and deleting the QP would give their buffers back unserved. Checked
+ * every 10 ms, and at every round's end while a down QP waits for that.
  */
 static void reclaim_passive(struct dxl_rpc *rpc)
 {
@@ -985,6 +990,8 @@ static void reclaim_passive(struct dxl_rpc *rpc)
 	if (now < rpc->next_reclaim_ns)
 		return;
 	rpc->next_reclaim_ns = now + 10000000ull;
+	uint64_t round = dxl_sched_rounds(rpc->s);
+	bool emptied = dxl_sched_cq_emptied(rpc->s);
 	for (uint32_t b = 0; b < rpc->ht_nb; b++) {
 		struct rpc_peer *p = rpc->ht[b], *next;
 		for (; p; p = next) {
@@ -993,6 +1000,13 @@ static void reclaim_passive(struct dxl_rpc *rpc)
 			    dxl_qp_state(p->qp) == DXL_QP_RTS || p->in_flight ||
 			    p->n_pending)
 				continue;
+			if (!p->down_round)
+				p->down_round = round; /* its last messages may follow */
+			if (!emptied || round <= p->down_round) {
+				/* look again at the next round's end */
+				rpc->next_reclaim_ns = now;
+				continue;
+			}
 			struct dxl_qp *qp = p->qp;
 			forget_peer(rpc, p);
 			dxl_qp_delete(&qp);

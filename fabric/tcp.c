@@ -189,31 +189,31 @@ void tcp_abandon_note(struct tcp_fab *tf, const char *key, uint64_t id)
 		size_t cap = tf->capab ? tf->capab * 2 : 8;
 		struct tcp_abandon *n = realloc(tf->ab, cap * sizeof(*n));
 		if (n) {
+			memset(n + tf->capab, 0, (cap - tf->capab) * sizeof(*n));
 			tf->ab = n;
 			tf->capab = cap;
 		}
 	}
 	if (!a && tf->nab < tf->capab)
 		a = &tf->ab[tf->nab++];
-	if (!a) {
+	if (a && (a->n == 0 || strcmp(a->key, key) != 0)) {
+		snprintf(a->key, sizeof(a->key), "%s", key);
+		a->n = 0;
+	}
+	if (a && a->n == a->cap) {
+		uint32_t cap = a->cap ? 2 * a->cap : 16;
+		uint64_t *n = realloc(a->ids, cap * sizeof(*n));
+		if (n) {
+			a->ids = n;
+			a->cap = cap;
+		}
+	}
+	if (!a || a->n == a->cap) {
 		pthread_mutex_unlock(&tf->ab_lock);
 		DXL_WARN("fabric tcp: out of memory: connection %llu to %s is not "
 			 "fenced at the next handshake",
 			 (unsigned long long)id, key);
 		return;
-	}
-	if (a->n == 0 || strcmp(a->key, key) != 0) {
-		snprintf(a->key, sizeof(a->key), "%s", key);
-		a->n = 0;
-	}
-	if (a->n == TCP_HS_MAX_KILL) {
-		/* a target we never reconnect to: its close will do; keep the
-		 * newest (the one a reconnection races with) */
-		DXL_DEBUG("fabric tcp: more than %d abandoned connections to %s: "
-			  "forgetting connection %llu", TCP_HS_MAX_KILL, key,
-			  (unsigned long long)a->ids[0]);
-		memmove(a->ids, a->ids + 1, (a->n - 1) * sizeof(a->ids[0]));
-		a->n--;
 	}
 	a->ids[a->n++] = id;
 	pthread_mutex_unlock(&tf->ab_lock);
@@ -223,9 +223,18 @@ uint32_t tcp_abandon_take(struct tcp_fab *tf, const char *key, uint64_t *ids)
 {
 	pthread_mutex_lock(&tf->ab_lock);
 	struct tcp_abandon *a = ab_find(tf, key);
-	uint32_t n = a ? a->n : 0;
+	uint32_t n = a ? DXL_MIN(a->n, (uint32_t)TCP_HS_MAX_KILL) : 0;
 	if (n)
 		memcpy(ids, a->ids, n * sizeof(*ids));
+	pthread_mutex_unlock(&tf->ab_lock);
+	return n;
+}
+
+uint32_t tcp_abandon_count(struct tcp_fab *tf, const char *key)
+{
+	pthread_mutex_lock(&tf->ab_lock);
+	struct tcp_abandon *a = ab_find(tf, key);
+	uint32_t n = a ? a->n : 0;
 	pthread_mutex_unlock(&tf->ab_lock);
 	return n;
 }
@@ -412,6 +421,8 @@ static void tcp_close(struct dxl_fabric *f)
 	pthread_mutex_destroy(&tf->mr_lock);
 	pthread_mutex_destroy(&tf->pf_lock);
 	pthread_mutex_destroy(&tf->ab_lock);
+	for (size_t i = 0; i < tf->nab; i++)
+		free(tf->ab[i].ids);
 	free(tf->ab);
 	free(tf);
 	f->prov = NULL;

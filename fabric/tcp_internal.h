@@ -343,18 +343,27 @@ int tcp_set_sockopts(int fd);
  * The abandoned-connection lists (any owner thread; they take ab_lock).
  * tcp_abandon_note -- we closed active connection `id` to the target `key`
  * ("ip:port") while the target may still hold requests of it. A list keeps
- * the TCP_HS_MAX_KILL newest ids.
- * tcp_abandon_take -- copy up to TCP_HS_MAX_KILL ids noted for key (for a
- * handshake); returns how many.
+ * every id until a handshake has carried it (none is ever forgotten: one
+ * that is not sent could still run at the target after a reconnection).
+ * tcp_abandon_take -- copy up to TCP_HS_MAX_KILL ids noted for key, the
+ * oldest first (for a handshake); returns how many.
+ * tcp_abandon_count -- how many are noted for key.
  * tcp_abandon_done -- the target has discarded those: forget them.
+ *
+ * The key is the target's address as the kernel reports it (getpeername),
+ * not the target's identity: a node reached at two addresses has two lists,
+ * and a connection made through one address does not fence those abandoned
+ * through the other (docs/fabric-tcp.md "Failures"; dxl reaches each node
+ * at the one address it registered).
  */
 struct tcp_abandon {
 	char key[DXL_FABRIC_ADDR_MAX];
-	uint32_t n;
-	uint64_t ids[TCP_HS_MAX_KILL];
+	uint32_t n, cap;
+	uint64_t *ids;
 };
 void tcp_abandon_note(struct tcp_fab *tf, const char *key, uint64_t id);
 uint32_t tcp_abandon_take(struct tcp_fab *tf, const char *key, uint64_t *ids);
+uint32_t tcp_abandon_count(struct tcp_fab *tf, const char *key);
 void tcp_abandon_done(struct tcp_fab *tf, const char *key, const uint64_t *ids,
 		      uint32_t n);
 

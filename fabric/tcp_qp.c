@@ -1279,6 +1279,43 @@ static void sock_key(int fd, char *out, size_t cap)
 	}
 }
 
+/*
+ * send_handshake -- on connected fd: our handshake as connection cid to
+ * remote_ctx, naming up to TCP_HS_MAX_KILL of our abandoned connections to
+ * key (the oldest first); read the answer into *r. The target closes those
+ * before it answers, whatever its answer: then they are forgotten here.
+ */
+static int send_handshake(struct tcp_ctx *c, int fd, const char *key, uint32_t remote_ctx,
+			  uint64_t cid, uint64_t deadline, uint32_t tmo, struct tcp_hs *r)
+{
+	struct dxl_fabric *f = c->base.f;
+	uint8_t b[TCP_HS_REQ_SIZE + 8 * TCP_HS_MAX_KILL];
+	uint64_t kill[TCP_HS_MAX_KILL];
+	uint32_t nkill = key[0] ? tcp_abandon_take(c->tf, key, kill) : 0;
+	struct tcp_hs h = {.magic = TCP_MAGIC, .version = TCP_VERSION,
+			   .node = f->cfg.node_id, .ctx = remote_ctx,
+			   .src_ctx = c->base.idx, .nonce = c->tf->nonce,
+			   .conn = cid, .nkill = nkill};
+	tcp_hs_req_encode(&h, b);
+	for (uint32_t i = 0; i < nkill; i++)
+		dxl_put_le64(b + TCP_HS_REQ_SIZE + 8 * (size_t)i, kill[i]);
+	int ret = xfer(fd, b, TCP_HS_REQ_SIZE + 8 * (size_t)nkill, true, deadline, tmo);
+	if (!ret)
+		ret = xfer(fd, b, TCP_HS_SIZE, false, deadline, tmo);
+	if (ret)
+		return ret;
+	tcp_hs_decode(b, r);
+	if (r->magic != TCP_MAGIC)
+		return dxl_err_set(DXL_E_PROTO, "handshake answer has a bad magic "
+				   "0x%08x (not a dxl tcp fabric?)", r->magic);
+	if (r->version != TCP_VERSION || r->status == TCP_HS_VERSION)
+		return dxl_err_set(DXL_E_VERSION, "peer speaks protocol version %u, "
+				   "we speak %u", r->version, TCP_VERSION);
+	/* the target has closed those before it answered */
+	tcp_abandon_done(c->tf, key, kill, nkill);
+	return 0;
+}
+
 int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 		   uint32_t remote_ctx, struct dxl_qp **out)
 {
@@ -1294,34 +1331,33 @@ int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 	 * our abandoned connections to it are remembered */
 	char key[DXL_FABRIC_ADDR_MAX] = "";
 	sock_key(fd, key, sizeof(key));
+	/* more abandoned connections to it than one handshake names: the
+	 * oldest go first in handshakes of their own (connections closed at
+	 * once), so that every one is closed there before this connection
+	 * exists -- none may run after a request of ours on it */
+	for (int k = 0; key[0] && tcp_abandon_count(c->tf, key) > TCP_HS_MAX_KILL; k++) {
+		int fd2 = -1;
+		struct tcp_hs r2;
+		if (k == 1000) /* noted faster than we send them: give up */
+			ret = dxl_err_set(DXL_E_UNREACHABLE, "%s: cannot fence %u abandoned "
+					  "connections", key, tcp_abandon_count(c->tf, key));
+		if (!ret)
+			ret = connect_to(host, port, deadline, tmo, &fd2);
+		if (!ret)
+			ret = send_handshake(c, fd2, key, remote_ctx,
+					     atomic_fetch_add(&c->tf->next_conn_id, 1) + 1,
+					     deadline, tmo, &r2);
+		if (fd2 >= 0)
+			close(fd2);
+		if (ret) {
+			dxl_err_prefix("fencing abandoned connections");
+			goto err;
+		}
+	}
 	uint64_t cid = atomic_fetch_add(&c->tf->next_conn_id, 1) + 1;
-	uint8_t b[TCP_HS_REQ_SIZE + 8 * TCP_HS_MAX_KILL];
-	uint64_t kill[TCP_HS_MAX_KILL];
-	uint32_t nkill = key[0] ? tcp_abandon_take(c->tf, key, kill) : 0;
-	struct tcp_hs h = {.magic = TCP_MAGIC, .version = TCP_VERSION,
-			   .node = f->cfg.node_id, .ctx = remote_ctx,
-			   .src_ctx = bc->idx, .nonce = c->tf->nonce,
-			   .conn = cid, .nkill = nkill};
-	tcp_hs_req_encode(&h, b);
-	for (uint32_t i = 0; i < nkill; i++)
-		dxl_put_le64(b + TCP_HS_REQ_SIZE + 8 * (size_t)i, kill[i]);
-	ret = xfer(fd, b, TCP_HS_REQ_SIZE + 8 * (size_t)nkill, true, deadline, tmo);
-	if (!ret)
-		ret = xfer(fd, b, TCP_HS_SIZE, false, deadline, tmo);
-	if (ret)
-		goto err;
 	struct tcp_hs r;
-	tcp_hs_decode(b, &r);
-	if (r.magic != TCP_MAGIC) {
-		ret = dxl_err_set(DXL_E_PROTO, "handshake answer has a bad magic "
-				  "0x%08x (not a dxl tcp fabric?)", r.magic);
+	if ((ret = send_handshake(c, fd, key, remote_ctx, cid, deadline, tmo, &r)))
 		goto err;
-	}
-	if (r.version != TCP_VERSION || r.status == TCP_HS_VERSION) {
-		ret = dxl_err_set(DXL_E_VERSION, "peer speaks protocol version %u, "
-				  "we speak %u", r.version, TCP_VERSION);
-		goto err;
-	}
 	if (r.status == TCP_HS_NOENT) {
 		ret = dxl_err_set(DXL_E_NOENT, "peer node %u has no ctx %u", r.node,
 				  remote_ctx);
@@ -1331,8 +1367,6 @@ int tcp_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 		ret = dxl_err_set(DXL_E_PROTO, "handshake status %u", r.status);
 		goto err;
 	}
-	/* the target has closed those before it answered */
-	tcp_abandon_done(c->tf, key, kill, nkill);
 	struct tcp_conn *conn = tcp_conn_new(c->tf, fd, false);
 	if (!conn) {
 		ret = dxl_err_set(DXL_E_NOMEM, "out of memory");

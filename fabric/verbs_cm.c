@@ -229,6 +229,15 @@ void dxl_vrb_async_handle(struct dxl_vrb_fabric *vf, struct ibv_async_event *e)
 				  strerror(errno));
 		pthread_mutex_unlock(&vf->cm_lock);
 		break;
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		/* the QP in error holds no more receive WQEs of the SRQ:
+		 * dxl_vrb_qp_destroy waits for this (alive until we ack) */
+		q = e->element.qp->qp_context;
+		atomic_fetch_add_explicit(&vf->last_wqe_events, 1, memory_order_relaxed);
+		if (q)
+			atomic_store_explicit(&q->last_wqe, 1, memory_order_release);
+		DXL_DEBUG("verbs: QP %u: %s", e->element.qp->qp_num, what);
+		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:

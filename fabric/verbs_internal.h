@@ -130,7 +130,19 @@ struct dxl_vrb_fabric {
 	 */
 	pthread_mutex_t cm_lock;
 	atomic_int td_state; /* enum dxl_vrb_td_state; any ctx_new may set it */
+	/* Last WQE Reached events the CM thread saw; a destroy that waited
+	 * in vain sets no_last_wqe (the device does not send them: later
+	 * destroys wait only DXL_VRB_LAST_WQE_GRACE_MS) */
+	atomic_uint last_wqe_events;
+	atomic_bool no_last_wqe;
 };
+
+/* dxl_vrb_qp_destroy's wait for the Last WQE Reached event: the fabric's
+ * timeout but at most DXL_VRB_LAST_WQE_WAIT_MS (a device sends it within
+ * microseconds of the move to ERR), or DXL_VRB_LAST_WQE_GRACE_MS once the
+ * device (by name, process-wide) was found not to send it */
+#define DXL_VRB_LAST_WQE_WAIT_MS 500
+#define DXL_VRB_LAST_WQE_GRACE_MS 10
 
 #define DXL_VRB_STASH 16      /* completions dxl_ctx_wait may reap ahead */
 #define DXL_VRB_POLL_BATCH 32 /* ibv_wc per ibv_poll_cq call */
@@ -177,9 +189,12 @@ struct dxl_vrb_qp {
 	bool adopted;       /* in the ctx's table */
 	bool dying;         /* destroyed: its last completions are being
 			       drained from the CQ (dxl_vrb_qp_destroy) */
+	bool rtr;           /* reached RTR: it may have taken receive WQEs
+			       from the SRQ */
 
 	/* shared with the CM thread */
 	atomic_int gone;    /* the peer disconnected or the accept failed */
+	atomic_int last_wqe; /* IBV_EVENT_QP_LAST_WQE_REACHED seen */
 	struct dxl_vrb_qp *pending_next; /* link in ctx->pending */
 };
 

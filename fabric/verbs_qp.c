@@ -1,7 +1,10 @@
 /* verbs_qp.c -- RC queue pairs of the verbs provider: create, connect states, post */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fabric/verbs_internal.h"
 
@@ -23,6 +26,7 @@ int dxl_vrb_qp_new(struct dxl_vrb_ctx *c, struct rdma_cm_id *id, bool passive,
 	q->id = NULL; /* the caller owns id until we succeed */
 	q->cause = DXL_WC_SUCCESS;
 	atomic_init(&q->gone, 0);
+	atomic_init(&q->last_wqe, 0);
 	uint32_t ring = 1;
 	while (ring < cfg->sq_depth)
 		ring <<= 1;
@@ -120,6 +124,7 @@ int dxl_vrb_qp_rtr_rts(struct dxl_vrb_qp *q, uint8_t resp_res,
 	int r = ibv_modify_qp(q->qp, &at, mask);
 	if (r)
 		return dxl_err_errno(r, "qp %u: ibv_modify_qp(RTR)", q->qpn);
+	q->rtr = true;
 
 	memset(&at, 0, sizeof(at));
 	at.qp_state = IBV_QPS_RTS;
@@ -137,6 +142,73 @@ int dxl_vrb_qp_rtr_rts(struct dxl_vrb_qp *q, uint8_t resp_res,
 	if (r)
 		return dxl_err_errno(r, "qp %u: ibv_modify_qp(RTS)", q->qpn);
 	return 0;
+}
+
+/*
+ * to_error_and_wait -- IB spec 10.3.1 (destroying a QP attached to an
+ * SRQ): a QP may hold receive WQEs it took from the SRQ; destroyed before
+ * the device gave them back, they (and the user's buffers) are lost and
+ * the SRQ shrinks. So: move the QP to the error state (the device flushes
+ * what it holds to the CQ), wait for the affiliated Last WQE Reached event
+ * (the CM thread reads async events), then destroy and drain the CQ
+ * (dxl_vrb_qp_destroy). The wait is bounded by the fabric's timeout; a
+ * device that let it pass without the event is taken not to send it, and
+ * later destroys wait only DXL_VRB_LAST_WQE_GRACE_MS (warned once).
+ */
+/* devices found not to send Last WQE Reached (older rxe, e.g. Linux 6.1), by
+ * name: every fabric of the process learns it from the first one */
+static pthread_mutex_t lw_mu = PTHREAD_MUTEX_INITIALIZER;
+static char lw_silent[8][IBV_SYSFS_NAME_MAX];
+static unsigned lw_nsilent;
+
+static bool lw_device_silent(const char *dev, bool set)
+{
+	pthread_mutex_lock(&lw_mu);
+	bool found = false;
+	for (unsigned i = 0; i < lw_nsilent && !found; i++)
+		found = strcmp(lw_silent[i], dev) == 0;
+	if (set && !found && lw_nsilent < 8)
+		snprintf(lw_silent[lw_nsilent++], sizeof(lw_silent[0]), "%s", dev);
+	pthread_mutex_unlock(&lw_mu);
+	return found;
+}
+
+static void to_error_and_wait(struct dxl_vrb_qp *q)
+{
+	struct dxl_vrb_fabric *vf = q->vc->vf;
+	struct ibv_qp_attr at;
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_ERR;
+	int r = ibv_modify_qp(q->qp, &at, IBV_QP_STATE);
+	if (r) {
+		DXL_DEBUG("verbs: QP %u: ibv_modify_qp(ERR): %s", q->qpn, strerror(r));
+		return;
+	}
+	bool missing = atomic_load_explicit(&vf->no_last_wqe, memory_order_relaxed);
+	if (!missing && lw_device_silent(vf->dev_name, false))
+		atomic_store(&vf->no_last_wqe, missing = true);
+	uint64_t wait_ms = missing ? DXL_VRB_LAST_WQE_GRACE_MS
+				   : DXL_MIN(q->vc->base.f->cfg.timeout_ms,
+					     (uint32_t)DXL_VRB_LAST_WQE_WAIT_MS);
+	uint64_t end = dxl_now_ns() + wait_ms * 1000000ull;
+	while (!atomic_load_explicit(&q->last_wqe, memory_order_acquire)) {
+		if (dxl_now_ns() >= end) {
+			if (!missing) {
+				atomic_store(&vf->no_last_wqe, true);
+				if (!lw_device_silent(vf->dev_name, true))
+					DXL_WARN("verbs: %s sent no Last WQE Reached event for QP %u "
+						 "in %llu ms: destroying QPs after %d ms from now on "
+						 "(receive buffers a QP still held may be lost)",
+						 vf->dev_name, q->qpn, (unsigned long long)wait_ms,
+						 DXL_VRB_LAST_WQE_GRACE_MS);
+			}
+			return;
+		}
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = 100000};
+		nanosleep(&ts, NULL);
+	}
+	if (missing) /* it does send them after all */
+		atomic_store(&vf->no_last_wqe, false);
 }
 
 /* ---- delete -------------------------------------------------------------- */
@@ -169,6 +241,8 @@ void dxl_vrb_qp_destroy(struct dxl_vrb_qp *q)
 	 * left, or a connection never established, makes this fail: fine */
 	if (q->id && !atomic_load_explicit(&q->gone, memory_order_acquire))
 		(void)rdma_disconnect(q->id);
+	if (q->qp && q->rtr)
+		to_error_and_wait(q);
 	if (q->qp) {
 		/* the QP's number may be reused by the next QP created: its
 		 * completions still in the CQ (a receive holds one of the

@@ -41,21 +41,46 @@ struct dxl_election {
 	_Atomic int64_t pred_seq;
 };
 
-/* ---- the live candidacies of this process (their name prefixes) ---------- */
+/* ---- the live candidacies of this process ---------------------------------- */
 
+/*
+ * A candidacy is registered by its name prefix ("c-<session>-<nonce>-")
+ * before its create, and by its full name once it knows it: a znode of the
+ * session is then this candidacy's only if it is exactly that one. A second
+ * znode with the same prefix -- a create that landed late, after the
+ * listing that was to find it (issue 16.6 review) -- is a leftover like any
+ * other, and the candidacy's own sync deletes it.
+ */
 #include <pthread.h>
 #include <sys/random.h>
 static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
-static char g_live[64][48];
+static struct {
+	char prefix[48]; /* "" = free */
+	char name[64];   /* the full znode name, "" while unknown */
+} g_live[64];
 
 static void live_add(const char *mine)
 {
 	pthread_mutex_lock(&g_live_mu);
+	int i = 0;
+	while (i < 64 && g_live[i].prefix[0])
+		i++;
+	if (i < 64) {
+		snprintf(g_live[i].prefix, sizeof(g_live[i].prefix), "%s", mine);
+		g_live[i].name[0] = 0;
+	}
+	pthread_mutex_unlock(&g_live_mu);
+	if (i == 64) /* its znode may be swept by another candidacy: it leaves */
+		DXL_WARN("event=election_registry_full prefix=%s", mine);
+}
+
+/* live_named -- the candidacy with prefix `mine` is znode `name` */
+static void live_named(const char *mine, const char *name)
+{
+	pthread_mutex_lock(&g_live_mu);
 	for (int i = 0; i < 64; i++)
-		if (!g_live[i][0]) {
-			snprintf(g_live[i], sizeof(g_live[i]), "%s", mine);
-			break;
-		}
+		if (!strcmp(g_live[i].prefix, mine))
+			snprintf(g_live[i].name, sizeof(g_live[i].name), "%s", name);
 	pthread_mutex_unlock(&g_live_mu);
 }
 
@@ -63,18 +88,24 @@ static void live_del(const char *mine)
 {
 	pthread_mutex_lock(&g_live_mu);
 	for (int i = 0; i < 64; i++)
-		if (!strcmp(g_live[i], mine))
-			g_live[i][0] = 0;
+		if (g_live[i].prefix[0] && !strcmp(g_live[i].prefix, mine))
+			g_live[i].prefix[0] = g_live[i].name[0] = 0;
 	pthread_mutex_unlock(&g_live_mu);
 }
 
-/* live_owns -- a live candidacy of this process owns the znode name */
+/* live_owns -- a live candidacy of this process owns the znode name: its
+ * full name, or its prefix while its create is under way */
 static bool live_owns(const char *name)
 {
 	bool yes = false;
 	pthread_mutex_lock(&g_live_mu);
-	for (int i = 0; i < 64 && !yes; i++)
-		yes = g_live[i][0] && !strncmp(name, g_live[i], strlen(g_live[i]));
+	for (int i = 0; i < 64 && !yes; i++) {
+		if (!g_live[i].prefix[0])
+			continue;
+		yes = g_live[i].name[0]
+			      ? !strcmp(name, g_live[i].name)
+			      : !strncmp(name, g_live[i].prefix, strlen(g_live[i].prefix));
+	}
 	pthread_mutex_unlock(&g_live_mu);
 	return yes;
 }
@@ -319,49 +350,53 @@ int dxl_election_new(struct dxl_zk *zk, const char *name, const char *data,
 			zk_conn_put(c);
 			c = NULL;
 			if ((ret = zk_acquire(zk, &c, "joining the election")))
-				goto fail;
+				goto fail; /* outcome unknown (below) */
 			lrc = zk_children(c, e->dir, false, &kids);
 		}
 		if (lrc != ZOK) {
-			/* unknown: a create that landed is a leftover the next
-			 * sync of this session deletes */
-			live_del(e->mine);
 			ret = zk_err(lrc, "get children", e->dir);
 			goto fail;
 		}
 		if (zk_conn_session(c) != sid) {
 			deallocate_String_vector(&kids);
-			live_del(e->mine);
 			ret = dxl_err_set(DXL_E_STATE, "election %s: the session ended while joining",
 					  e->dir);
 			goto fail;
 		}
+		/* it was applied: adopt it (if more than one landed, the
+		 * lowest: the others are leftovers the sync deletes) */
 		ret = 1;
-		for (int k = 0; k < kids.count && ret == 1; k++)
-			if (!strncmp(kids.data[k], e->mine, strlen(e->mine)) &&
+		int64_t low = -1;
+		for (int k = 0; k < kids.count; k++) {
+			int64_t ks = seq_of(kids.data[k]);
+			if (!strncmp(kids.data[k], e->mine, strlen(e->mine)) && ks >= 0 &&
+			    (low < 0 || ks < low) &&
 			    (size_t)snprintf(e->me, sizeof(e->me), "%s/%s", e->dir, kids.data[k]) <
-				    sizeof(e->me))
-				ret = 0; /* it was applied: adopt it */
+				    sizeof(e->me)) {
+				low = ks;
+				ret = 0;
+			}
+		}
 		deallocate_String_vector(&kids);
 		if (!ret)
 			DXL_INFO("event=election_adopted path=%s", e->me);
 	}
 	if (ret == 1)
 		ret = zk_err(rc, "create", prefix);
-	if (ret) {
-		live_del(e->mine);
+	if (ret)
 		goto fail;
-	}
 	zk_conn_put(c);
 	const char *slash = strrchr(e->me, '/');
 	if ((size_t)snprintf(e->me_name, sizeof(e->me_name), "%s",
 			     slash ? slash + 1 : e->me) >= sizeof(e->me_name)) {
 		ret = dxl_err_set(DXL_E_INTERNAL, "election: odd znode name %s",
 				  e->me);
-		live_del(e->mine);
 		c = NULL;
 		goto fail;
 	}
+	/* from now on only this very znode is ours: another one with our
+	 * prefix (a create that landed late) is a leftover */
+	live_named(e->mine, e->me_name);
 	atomic_store(&e->seq, seq_of(e->me_name));
 	e->state = E_IN;
 	e->obs.kind = "election";
@@ -373,6 +408,11 @@ int dxl_election_new(struct dxl_zk *zk, const char *name, const char *data,
 	zk_obs_add(zk, &e->obs);
 	return 0;
 fail:
+	/* every failure after live_add: the candidacy is not live. A create
+	 * whose outcome stays unknown, if it landed, is a leftover of the
+	 * session that the next sync of any candidacy of this session deletes */
+	if (e->mine[0])
+		live_del(e->mine);
 	zk_conn_put(c);
 	free(e);
 	return ret;

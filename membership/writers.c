@@ -15,95 +15,125 @@
 #include "membership/zk_internal.h"
 
 /*
- * The slots this process holds: every writer of one process may share one
- * ZooKeeper session (a coordinator's workers do), so "the znode is owned by
- * my session" does not mean "it is mine": only the registry says whether
- * another writer here holds it or a create of ours lost its reply.
+ * The slots this zk's writers hold (struct zk_writers, zk_internal.h): per
+ * dxl_zk, for its current session only. It used to be one table for the
+ * process, capped, whose entries outlived their sessions (a writer that
+ * died without releasing, a release under a new session): once full, a
+ * lease silently went unrecorded, and a second writer of the same session
+ * that found the znode "ours" took the same slot -- two writers on one
+ * ring. Now a session change empties the registry (the znodes went with
+ * the old session), and a lease that the registry cannot record is refused
+ * before anything is created (DXL_E_FULL, zk.writer_slots_max).
  */
-#include <pthread.h>
-static pthread_mutex_t g_held_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct held {
-	int64_t session;
-	uint32_t shard, slot;
-} g_held[4096];
-static unsigned g_nheld;
 
-static bool held_has(int64_t session, uint32_t shard, uint32_t slot)
+/* reg_sync -- (reg->mu) the registry is of session sid: entries of another
+ * (ended) session are dropped, with the slots of unknown outcome */
+static void reg_sync(struct zk_writers *r, int64_t sid)
 {
-	for (unsigned i = 0; i < g_nheld; i++)
-		if (g_held[i].session == session && g_held[i].shard == shard &&
-		    g_held[i].slot == slot)
+	if (r->session == sid)
+		return;
+	if (r->n)
+		DXL_INFO("event=writer_slots_forgotten session=0x%llx slots=%u "
+			 "msg=\"the session ended: its writer slots went with it\"",
+			 (unsigned long long)r->session, r->n);
+	r->session = sid;
+	r->n = 0;
+	for (unsigned i = 0; i < DXL_ARRAY_SIZE(r->maybe); i++)
+		r->maybe[i].used = false;
+}
+
+static bool held_has(const struct zk_writers *r, uint32_t shard, uint32_t slot)
+{
+	for (unsigned i = 0; i < r->n; i++)
+		if (r->held[i].shard == shard && r->held[i].slot == slot)
 			return true;
 	return false;
 }
 
-static void held_add(int64_t session, uint32_t shard, uint32_t slot)
+/* held_room -- (reg->mu) room for one more entry: 0, or DXL_E_FULL */
+static int held_room(struct dxl_zk *zk, struct zk_writers *r)
 {
-	if (!held_has(session, shard, slot) && g_nheld < 4096)
-		g_held[g_nheld++] = (struct held){session, shard, slot};
+	uint32_t max = zk_writer_slots_max(zk);
+	if (r->n >= max)
+		return dxl_err_set(DXL_E_FULL,
+				   "this ZooKeeper session holds %u writer slots already "
+				   "(zk.writer_slots_max); release some first",
+				   r->n);
+	if (r->n < r->cap)
+		return 0;
+	unsigned cap = r->cap ? r->cap * 2 : 64;
+	if (cap > max)
+		cap = max;
+	struct zk_held *h = realloc(r->held, cap * sizeof(*h));
+	if (!h)
+		return dxl_err_set(DXL_E_NOMEM, "writer slot registry (%u entries)", cap);
+	r->held = h;
+	r->cap = cap;
+	return 0;
 }
 
-static void held_del(int64_t session, uint32_t shard, uint32_t slot)
+/* held_add -- (reg->mu, after held_room) */
+static void held_add(struct zk_writers *r, uint32_t shard, uint32_t slot)
 {
-	for (unsigned i = 0; i < g_nheld; i++)
-		if (g_held[i].session == session && g_held[i].shard == shard &&
-		    g_held[i].slot == slot) {
-			g_held[i] = g_held[--g_nheld];
+	if (held_has(r, shard, slot))
+		return;
+	DXL_ASSERT(r->n < r->cap);
+	r->held[r->n++] = (struct zk_held){shard, slot};
+}
+
+static void held_del(struct zk_writers *r, uint32_t shard, uint32_t slot)
+{
+	for (unsigned i = 0; i < r->n; i++)
+		if (r->held[i].shard == shard && r->held[i].slot == slot) {
+			r->held[i] = r->held[--r->n];
 			return;
 		}
 }
 
 /*
  * Slots whose create lost its reply and whose outcome could not be learned
- * (the connection stayed away): if the create landed, the znode is an
- * orphan of this session that counts as a live writer until the session
- * ends. Every later call here checks them: an orphan that no writer of this
- * process holds is deleted (issue 16.6). Under g_held_mu.
+ * (the connection stayed away), or whose release lost its reply: if the
+ * znode is there, it is an orphan of this session that counts as a live
+ * writer until the session ends. Every later call here checks them: an
+ * orphan that no writer of this zk holds is deleted (issue 16.6). Under
+ * reg->mu, of the registry's session.
  */
-static struct {
-	int64_t session;
-	char path[ZK_PATH_MAX + 16];
-} g_maybe[64];
-
-static void maybe_add(int64_t session, const char *path)
+static void maybe_add(struct zk_writers *r, const char *path)
 {
-	for (unsigned i = 0; i < 64; i++)
-		if (!g_maybe[i].session) {
-			g_maybe[i].session = session;
-			snprintf(g_maybe[i].path, sizeof(g_maybe[i].path), "%s", path);
+	for (unsigned i = 0; i < DXL_ARRAY_SIZE(r->maybe); i++)
+		if (!r->maybe[i].used) {
+			r->maybe[i].used = true;
+			snprintf(r->maybe[i].path, sizeof(r->maybe[i].path), "%s", path);
 			return;
 		}
 	DXL_WARN("event=writer_slot_unknown path=%s msg=\"too many unknown slots to track\"", path);
 }
 
-/* maybe_sweep -- (g_held_mu) resolve the slots of unknown outcome of c's
+/* maybe_sweep -- (reg->mu) resolve the slots of unknown outcome of c's
  * session: delete the ones that exist, are ours and are held by no writer */
-static void maybe_sweep(struct zk_conn *c)
+static void maybe_sweep(struct zk_writers *r, struct zk_conn *c)
 {
 	int64_t sid = zk_conn_session(c);
-	for (unsigned i = 0; i < 64; i++) {
-		if (!g_maybe[i].session)
+	reg_sync(r, sid);
+	for (unsigned i = 0; i < DXL_ARRAY_SIZE(r->maybe); i++) {
+		if (!r->maybe[i].used)
 			continue;
-		if (g_maybe[i].session != sid) {
-			g_maybe[i].session = 0; /* that session is over: so is its znode */
-			continue;
-		}
 		uint32_t shard, slot;
-		const char *w = strstr(g_maybe[i].path, "/writers/");
+		const char *w = strstr(r->maybe[i].path, "/writers/");
 		bool parsed = w && sscanf(w, "/writers/%u/%u", &shard, &slot) == 2;
 		struct Stat st;
-		int rc = zk_exists(c, g_maybe[i].path, false, &st);
+		int rc = zk_exists(c, r->maybe[i].path, false, &st);
 		if (rc == ZNONODE || (rc == ZOK && (st.ephemeralOwner != sid ||
-						    (parsed && held_has(sid, shard, slot))))) {
-			g_maybe[i].session = 0; /* never landed, or someone's slot */
+						    (parsed && held_has(r, shard, slot))))) {
+			r->maybe[i].used = false; /* never landed, or someone's slot */
 			continue;
 		}
 		if (rc != ZOK)
 			continue; /* still unknown */
-		rc = zkx_delete(c, g_maybe[i].path, st.version);
-		DXL_WARN("event=writer_slot_orphan path=%s action=delete rc=%d", g_maybe[i].path, rc);
+		rc = zkx_delete(c, r->maybe[i].path, st.version);
+		DXL_WARN("event=writer_slot_orphan path=%s action=delete rc=%d", r->maybe[i].path, rc);
 		if (rc == ZOK || rc == ZNONODE)
-			g_maybe[i].session = 0;
+			r->maybe[i].used = false;
 	}
 }
 
@@ -165,15 +195,22 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 			    "{\"pid\":%d,\"host\":\"%s\",\"session\":\"0x%llx\"}",
 			    (int)getpid(), host,
 			    (unsigned long long)zk_conn_session(c));
-	pthread_mutex_lock(&g_held_mu);
-	maybe_sweep(c);
-	pthread_mutex_unlock(&g_held_mu);
+	struct zk_writers *reg = zk_writers_of(zk);
+	pthread_mutex_lock(&reg->mu);
+	maybe_sweep(reg, c);
+	pthread_mutex_unlock(&reg->mu);
 	for (uint32_t k = first; k < nslots; k++) {
 		snprintf(path, sizeof(path), "%s/%u", sdir, k);
 		/* the registry's lock spans the create and the check: two
 		 * threads of one session must not both see the znode as theirs */
-		pthread_mutex_lock(&g_held_mu);
+		pthread_mutex_lock(&reg->mu);
 		int64_t sid = zk_conn_session(c);
+		reg_sync(reg, sid);
+		/* a slot the registry could not record is not taken at all */
+		if ((ret = held_room(zk, reg))) {
+			pthread_mutex_unlock(&reg->mu);
+			goto out;
+		}
 		int rc = zkx_create(c, path, data, dlen, ZOO_EPHEMERAL, NULL, 0);
 		if (transient(rc)) {
 			/* the create may have been applied (its reply was lost):
@@ -189,19 +226,20 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 				erc = zk_conn_session(c) == sid ? zk_exists(c, path, false, &st)
 								: ZSESSIONEXPIRED;
 			}
-			if (erc == ZOK && st.ephemeralOwner == sid && !held_has(sid, shard, k)) {
+			if (erc == ZOK && st.ephemeralOwner == sid && !held_has(reg, shard, k)) {
 				rc = ZOK; /* it landed: ours */
 				DXL_INFO("event=writer_slot_adopted path=%s", path);
 			} else if (erc == ZNONODE) {
 				k--; /* it did not land: create again */
-				pthread_mutex_unlock(&g_held_mu);
+				pthread_mutex_unlock(&reg->mu);
 				continue;
 			} else if (erc == ZOK) {
-				pthread_mutex_unlock(&g_held_mu);
+				pthread_mutex_unlock(&reg->mu);
 				continue; /* another session's (or another writer's) */
 			} else {
-				maybe_add(sid, path);
-				pthread_mutex_unlock(&g_held_mu);
+				if (erc != ZSESSIONEXPIRED)
+					maybe_add(reg, path);
+				pthread_mutex_unlock(&reg->mu);
 				if (!c)
 					return ret;
 				ret = zk_err(erc, "create (outcome unknown)", path);
@@ -209,22 +247,21 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 			}
 		}
 		if (rc == ZOK) {
-			held_add(zk_conn_session(c), shard, k);
-			pthread_mutex_unlock(&g_held_mu);
+			held_add(reg, shard, k);
+			pthread_mutex_unlock(&reg->mu);
 			*slot = k;
 			ret = 0;
 			goto out;
 		}
 		if (rc == ZNODEEXISTS) {
 			/* ours already? A retried create after a lost reply -- unless
-			 * another writer of this process (same session) holds it */
+			 * another writer of this zk (same session) holds it */
 			struct Stat st;
-			if (zk_exists(c, path, false, &st) == ZOK &&
-			    st.ephemeralOwner == zk_conn_session(c)) {
-				bool other = held_has(zk_conn_session(c), shard, k);
+			if (zk_exists(c, path, false, &st) == ZOK && st.ephemeralOwner == sid) {
+				bool other = held_has(reg, shard, k);
 				if (!other)
-					held_add(zk_conn_session(c), shard, k);
-				pthread_mutex_unlock(&g_held_mu);
+					held_add(reg, shard, k);
+				pthread_mutex_unlock(&reg->mu);
 				if (!other) {
 					*slot = k;
 					ret = 0;
@@ -232,10 +269,10 @@ static int slot_lease(struct dxl_zk *zk, uint32_t shard, uint32_t first, uint32_
 				}
 				continue;
 			}
-			pthread_mutex_unlock(&g_held_mu);
+			pthread_mutex_unlock(&reg->mu);
 			continue;
 		}
-		pthread_mutex_unlock(&g_held_mu);
+		pthread_mutex_unlock(&reg->mu);
 		ret = zk_err(rc, "create", path);
 		goto out;
 	}
@@ -256,20 +293,22 @@ int dxl_writer_slot_release(struct dxl_zk *zk, uint32_t shard, uint32_t slot)
 	if ((ret = zk_acquire(zk, &c, "releasing a writer slot")))
 		return ret;
 	/* the registry's lock spans the delete: no other writer of this
-	 * process may take the slot before it leaves the registry */
-	pthread_mutex_lock(&g_held_mu);
-	int64_t sid = zk_conn_session(c);
+	 * zk may take the slot before it leaves the registry */
+	struct zk_writers *reg = zk_writers_of(zk);
+	pthread_mutex_lock(&reg->mu);
+	reg_sync(reg, zk_conn_session(c));
 	ret = zk_delete_own(c, path);
 	if (ret == DXL_E_UNAVAIL) {
 		/* a delete whose reply was lost: the slot leaves the registry;
 		 * if the znode is still there it is an orphan, deleted by the
 		 * next call here */
-		maybe_add(sid, path);
-		held_del(sid, shard, slot);
-	} else if (!ret) {
-		held_del(sid, shard, slot);
+		maybe_add(reg, path);
+		held_del(reg, shard, slot);
+	} else if (!ret || ret == DXL_E_NOENT) {
+		/* deleted, or not this session's any more: not held here */
+		held_del(reg, shard, slot);
 	}
-	pthread_mutex_unlock(&g_held_mu);
+	pthread_mutex_unlock(&reg->mu);
 	if (ret == DXL_E_NOENT)
 		dxl_err_prefix("writer slot");
 	zk_conn_put(c);
@@ -287,9 +326,10 @@ int dxl_writer_slots_live(struct dxl_zk *zk, uint32_t shard, uint64_t *mask)
 	struct zk_conn *c;
 	if ((ret = zk_acquire(zk, &c, "listing writer slots")))
 		return ret;
-	pthread_mutex_lock(&g_held_mu);
-	maybe_sweep(c);
-	pthread_mutex_unlock(&g_held_mu);
+	struct zk_writers *reg = zk_writers_of(zk);
+	pthread_mutex_lock(&reg->mu);
+	maybe_sweep(reg, c);
+	pthread_mutex_unlock(&reg->mu);
 	struct String_vector kids;
 	int rc = zk_children(c, sdir, false, &kids);
 	*mask = 0;

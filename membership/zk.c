@@ -82,6 +82,15 @@ struct dxl_zk {
 	} faults[16];
 	unsigned nfaults;
 	_Atomic uint32_t faults_fired;
+	/* the writer slots held by this zk's writers (writers.c) */
+	struct zk_writers writers;
+	/* a write held back by DXL_ZK_LATE_APPLY, applied before the next one */
+	struct zk_late {
+		unsigned op;      /* 0 = none */
+		char path[ZK_PATH_MAX + 64];
+		char *data;
+		int len, flags, version;
+	} late;
 
 	/* event thread only */
 	uint64_t ev_epoch;     /* session epoch of the last session event */
@@ -483,8 +492,13 @@ static int connect_loop(struct dxl_zk *zk, uint64_t epoch)
 			   why);
 }
 
+static int fault_take_zk(struct dxl_zk *zk, unsigned op, const char *path);
+
 int zk_acquire(struct dxl_zk *zk, struct zk_conn **out, const char *what)
 {
+	if (fault_take_zk(zk, DXL_ZK_OP_ACQUIRE, what))
+		return dxl_err_set(DXL_E_UNAVAIL, "%s: not connected to zookeeper %s (injected)",
+				   what, zk->cfg.connect);
 	uint32_t wait_ms = zk->cfg.op_timeout_ms ? zk->cfg.op_timeout_ms
 						 : atomic_load(&zk->timeout_ms);
 	if (!wait_ms)
@@ -579,15 +593,22 @@ static const char *op_name(unsigned op)
 	case DXL_ZK_OP_DELETE: return "delete";
 	case DXL_ZK_OP_LIST: return "list";
 	case DXL_ZK_OP_READ: return "read";
+	case DXL_ZK_OP_ACQUIRE: return "acquire";
 	}
 	return "?";
 }
 
-/* fault_take -- the fault to inject into this call (a dxl_zk_fault_kind), 0
- * for none; counts it */
-static int fault_take(struct zk_conn *c, unsigned op, const char *path)
+static const char *kind_name(int kind)
 {
-	struct dxl_zk *zk = c->zk;
+	return kind == DXL_ZK_LOSE_REPLY     ? "lost_reply"
+	       : kind == DXL_ZK_LATE_APPLY ? "late_apply"
+					     : "lost_request";
+}
+
+/* fault_take_zk -- the fault to inject into this call (a dxl_zk_fault_kind),
+ * 0 for none; counts it */
+static int fault_take_zk(struct dxl_zk *zk, unsigned op, const char *path)
+{
 	int kind = 0;
 	pthread_mutex_lock(&zk->fault_mu);
 	for (unsigned i = 0; i < zk->nfaults && !kind; i++) {
@@ -606,16 +627,71 @@ static int fault_take(struct zk_conn *c, unsigned op, const char *path)
 	if (kind) {
 		atomic_fetch_add(&zk->faults_fired, 1);
 		DXL_WARN("event=zk_fault_injected op=%s path=%s kind=%s", op_name(op), path,
-			 kind == DXL_ZK_LOSE_REPLY ? "lost_reply" : "lost_request");
+			 kind_name(kind));
 	}
 	return kind;
+}
+
+static int fault_take(struct zk_conn *c, unsigned op, const char *path)
+{
+	return fault_take_zk(c->zk, op, path);
+}
+
+/* late_hold -- keep a write to apply later (DXL_ZK_LATE_APPLY): one at a
+ * time; an older one still held is applied first */
+static void late_flush(struct zk_conn *c);
+static void late_hold(struct zk_conn *c, unsigned op, const char *path, const char *data,
+		      int len, int flags, int version)
+{
+	late_flush(c);
+	struct dxl_zk *zk = c->zk;
+	char *copy = NULL;
+	if (data && len > 0 && (copy = malloc((size_t)len)))
+		memcpy(copy, data, (size_t)len);
+	pthread_mutex_lock(&zk->fault_mu);
+	zk->late.op = op;
+	snprintf(zk->late.path, sizeof(zk->late.path), "%s", path);
+	zk->late.data = copy;
+	zk->late.len = copy ? len : -1;
+	zk->late.flags = flags;
+	zk->late.version = version;
+	pthread_mutex_unlock(&zk->fault_mu);
+}
+
+/* late_flush -- apply the write held back, if any (before any other write) */
+static void late_flush(struct zk_conn *c)
+{
+	struct dxl_zk *zk = c->zk;
+	pthread_mutex_lock(&zk->fault_mu);
+	struct zk_late l = zk->late;
+	zk->late.op = 0;
+	zk->late.data = NULL;
+	pthread_mutex_unlock(&zk->fault_mu);
+	if (!l.op)
+		return;
+	int rc = ZOK;
+	char made[ZK_PATH_MAX + 64] = "";
+	struct Stat st;
+	if (l.op == DXL_ZK_OP_CREATE)
+		rc = zoo_create(c->zh, l.path, l.data, l.len, &ZOO_OPEN_ACL_UNSAFE, l.flags, made,
+				(int)sizeof(made));
+	else if (l.op == DXL_ZK_OP_SET)
+		rc = zoo_set2(c->zh, l.path, l.data, l.len, l.version, &st);
+	else
+		rc = zoo_delete(c->zh, l.path, l.version);
+	DXL_WARN("event=zk_fault_late_applied op=%s path=%s made=%s rc=%d", op_name(l.op), l.path,
+		 made, rc);
+	free(l.data);
 }
 
 int zkx_create(struct zk_conn *c, const char *path, const char *data, int len,
 	       int flags, char *made, int madecap)
 {
+	late_flush(c);
 	int kind = fault_take(c, DXL_ZK_OP_CREATE, path);
-	if (kind == DXL_ZK_LOSE_REQUEST)
+	if (kind == DXL_ZK_LATE_APPLY)
+		late_hold(c, DXL_ZK_OP_CREATE, path, data, len, flags, 0);
+	if (kind == DXL_ZK_LOSE_REQUEST || kind == DXL_ZK_LATE_APPLY)
 		return ZCONNECTIONLOSS;
 	int rc = zoo_create(c->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, flags, made,
 			    madecap);
@@ -625,8 +701,11 @@ int zkx_create(struct zk_conn *c, const char *path, const char *data, int len,
 int zkx_set(struct zk_conn *c, const char *path, const char *data, int len,
 	    int version, struct Stat *st)
 {
+	late_flush(c);
 	int kind = fault_take(c, DXL_ZK_OP_SET, path);
-	if (kind == DXL_ZK_LOSE_REQUEST)
+	if (kind == DXL_ZK_LATE_APPLY)
+		late_hold(c, DXL_ZK_OP_SET, path, data, len, 0, version);
+	if (kind == DXL_ZK_LOSE_REQUEST || kind == DXL_ZK_LATE_APPLY)
 		return ZCONNECTIONLOSS;
 	struct Stat tmp;
 	int rc = zoo_set2(c->zh, path, data, len, version, st ? st : &tmp);
@@ -635,8 +714,11 @@ int zkx_set(struct zk_conn *c, const char *path, const char *data, int len,
 
 int zkx_delete(struct zk_conn *c, const char *path, int version)
 {
+	late_flush(c);
 	int kind = fault_take(c, DXL_ZK_OP_DELETE, path);
-	if (kind == DXL_ZK_LOSE_REQUEST)
+	if (kind == DXL_ZK_LATE_APPLY)
+		late_hold(c, DXL_ZK_OP_DELETE, path, NULL, -1, 0, version);
+	if (kind == DXL_ZK_LOSE_REQUEST || kind == DXL_ZK_LATE_APPLY)
 		return ZCONNECTIONLOSS;
 	int rc = zoo_delete(c->zh, path, version);
 	return kind == DXL_ZK_LOSE_REPLY ? ZCONNECTIONLOSS : rc;
@@ -647,10 +729,12 @@ int dxl_zk_inject_fault(struct dxl_zk *zk, unsigned ops, const char *path_part,
 {
 	if (!zk || !ops || (ops & ~DXL_ZK_OP_ALL) || !path_part ||
 	    strlen(path_part) >= sizeof(zk->faults[0].part) ||
-	    (kind != DXL_ZK_LOSE_REPLY && kind != DXL_ZK_LOSE_REQUEST) ||
-	    (kind == DXL_ZK_LOSE_REPLY && (ops & (DXL_ZK_OP_LIST | DXL_ZK_OP_READ))))
+	    (kind != DXL_ZK_LOSE_REPLY && kind != DXL_ZK_LOSE_REQUEST &&
+	     kind != DXL_ZK_LATE_APPLY) ||
+	    (kind != DXL_ZK_LOSE_REQUEST &&
+	     (ops & (DXL_ZK_OP_LIST | DXL_ZK_OP_READ | DXL_ZK_OP_ACQUIRE))))
 		return dxl_err_set(DXL_E_INVAL, "dxl_zk_inject_fault: bad argument (ops 0x%x, a "
-				   "lost reply is for writes only)", ops);
+				   "lost reply or a late apply is for writes only)", ops);
 	pthread_mutex_lock(&zk->fault_mu);
 	int ret = 0;
 	if (zk->nfaults >= DXL_ARRAY_SIZE(zk->faults)) {
@@ -690,7 +774,7 @@ int dxl_zk_inject_faults(struct dxl_zk *zk, const char *spec)
 		for (char *o = n >= 3 ? strtok_r(f[0], "+", &osave) : NULL; o;
 		     o = strtok_r(NULL, "+", &osave)) {
 			unsigned k = 0;
-			for (unsigned b = 1; b <= DXL_ZK_OP_READ; b <<= 1)
+			for (unsigned b = 1; b <= DXL_ZK_OP_ACQUIRE; b <<= 1)
 				if (!strcmp(o, op_name(b)))
 					k = b;
 			if (!k) {
@@ -701,13 +785,14 @@ int dxl_zk_inject_faults(struct dxl_zk *zk, const char *spec)
 		}
 		int kind = n >= 3 && !strcmp(f[2], "reply")	  ? DXL_ZK_LOSE_REPLY
 			   : n >= 3 && !strcmp(f[2], "request") ? DXL_ZK_LOSE_REQUEST
+			   : n >= 3 && !strcmp(f[2], "late")    ? DXL_ZK_LATE_APPLY
 								  : 0;
 		uint64_t skip = 0, count = 1;
 		if (!ops || !kind || (n > 3 && dxl_parse_u64(f[3], &skip)) ||
 		    (n > 4 && dxl_parse_u64(f[4], &count)) || skip > UINT32_MAX - 1 ||
 		    count > UINT32_MAX - 1) {
-			ret = dxl_err_set(DXL_E_INVAL, "fault '%s': want op[+op]:path_part:reply|request"
-					  "[:skip[:count]] (ops create set delete list read)", r);
+			ret = dxl_err_set(DXL_E_INVAL, "fault '%s': want op[+op]:path_part:reply|request|late"
+					  "[:skip[:count]] (ops create set delete list read acquire)", r);
 			break;
 		}
 		ret = dxl_zk_inject_fault(zk, ops, f[1], (enum dxl_zk_fault_kind)kind,
@@ -1081,6 +1166,7 @@ void dxl_zk_cfg_init(struct dxl_zk_cfg *cfg)
 	cfg->retry_max_ms = 2000;
 	cfg->lease_pct = 50;
 	cfg->op_timeout_ms = 0;
+	cfg->writer_slots_max = 4096;
 }
 
 static int cfg_check(const struct dxl_zk_cfg *c)
@@ -1109,13 +1195,16 @@ static int cfg_check(const struct dxl_zk_cfg *c)
 	if (c->op_timeout_ms > 3600000)
 		return dxl_err_set(DXL_E_INVAL, "zookeeper: op timeout %u ms too "
 				   "large", c->op_timeout_ms);
+	if (c->writer_slots_max < 1 || c->writer_slots_max > 1048576)
+		return dxl_err_set(DXL_E_INVAL, "zookeeper: writer_slots_max %u out of "
+				   "[1, 1048576]", c->writer_slots_max);
 	return 0;
 }
 
 static const char *const known_keys[] = {
 	"zk.connect",          "zk.cluster",         "zk.session_timeout_ms",
 	"zk.connect_timeout_ms", "zk.retry_initial_ms", "zk.retry_max_ms",
-	"zk.lease_pct",        "zk.op_timeout_ms",   NULL,
+	"zk.lease_pct",        "zk.op_timeout_ms",   "zk.writer_slots_max", NULL,
 };
 
 int dxl_zk_cfg_load(const struct dxl_config *conf, struct dxl_zk_cfg *out)
@@ -1156,6 +1245,7 @@ int dxl_zk_cfg_load(const struct dxl_config *conf, struct dxl_zk_cfg *out)
 	U32_KEY("zk.retry_max_ms", retry_max_ms, 1, 600000);
 	U32_KEY("zk.lease_pct", lease_pct, 10, 60);
 	U32_KEY("zk.op_timeout_ms", op_timeout_ms, 0, 3600000);
+	U32_KEY("zk.writer_slots_max", writer_slots_max, 1, 1048576);
 #undef U32_KEY
 	if (c.retry_max_ms < c.retry_initial_ms)
 		return dxl_err_set(DXL_E_CONFIG, "%s: key zk.retry_max_ms: %u is "
@@ -1249,7 +1339,20 @@ static void zk_free(struct dxl_zk *zk)
 	pthread_mutex_destroy(&zk->mu);
 	pthread_mutex_destroy(&zk->reopen_mu);
 	pthread_mutex_destroy(&zk->fault_mu);
+	pthread_mutex_destroy(&zk->writers.mu);
+	free(zk->writers.held);
+	free(zk->late.data);
 	free(zk);
+}
+
+struct zk_writers *zk_writers_of(struct dxl_zk *zk)
+{
+	return &zk->writers;
+}
+
+uint32_t zk_writer_slots_max(const struct dxl_zk *zk)
+{
+	return zk->cfg.writer_slots_max;
 }
 
 int dxl_zk_new(const struct dxl_zk_cfg *cfg, struct dxl_zk **out)
@@ -1267,6 +1370,7 @@ int dxl_zk_new(const struct dxl_zk_cfg *cfg, struct dxl_zk **out)
 	pthread_mutex_init(&zk->mu, NULL);
 	pthread_mutex_init(&zk->reopen_mu, NULL);
 	pthread_mutex_init(&zk->fault_mu, NULL);
+	pthread_mutex_init(&zk->writers.mu, NULL);
 	cond_init_mono(&zk->cond);
 	cond_init_mono(&zk->ev_cond);
 	cond_init_mono(&zk->lease_cond);

@@ -2,6 +2,7 @@
 #ifndef DXL_MEMBERSHIP_ZK_INTERNAL_H
 #define DXL_MEMBERSHIP_ZK_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -60,6 +61,32 @@ struct zk_obs {
 	uint64_t retry_at_ns;   /* under zk->mu; 0 = now */
 	uint32_t backoff_ms;    /* under zk->mu */
 };
+
+/*
+ * The writer slots held by the writers of one dxl_zk (writers.c). All the
+ * writers of a process may share one session (a coordinator's workers do),
+ * so "the znode is owned by my session" does not mean "it is mine": this
+ * registry says whether another writer here holds it. It belongs to the
+ * session: entries of an ended session (whose ephemeral znodes are gone)
+ * are dropped when the registry first sees the new one. Under mu.
+ */
+struct zk_writers {
+	pthread_mutex_t mu;
+	int64_t session;        /* the session of the entries; 0 none yet */
+	struct zk_held {
+		uint32_t shard, slot;
+	} *held;
+	unsigned n, cap;        /* cap grows up to cfg.writer_slots_max */
+	/* slots whose create (or release) lost its reply, outcome unknown */
+	struct {
+		bool used;
+		char path[ZK_PATH_MAX + 16];
+	} maybe[64];
+};
+/* zk_writers_of -- the zk's registry (its mutex is initialised) */
+struct zk_writers *zk_writers_of(struct dxl_zk *zk);
+/* zk_writer_slots_max -- cfg.writer_slots_max */
+uint32_t zk_writer_slots_max(const struct dxl_zk *zk);
 
 /* zk.c: the session */
 

@@ -68,7 +68,19 @@ enum member_class {
 			  it holds nothing it was added for -- removable like a
 			  dead member; once it has caught up (SYNCED) it is
 			  added again with its new identity */
+	M_LEFT = 4,    /* alive and registered for this epoch, but it says
+			  it is not a member (catching up, synced or
+			  unassigned): it gave up its join (its join pull
+			  failed for replica.join_timeout_ms), or its store is
+			  incomplete -- handled like M_RENEWED */
 };
+
+/* gone -- the member holds nothing the shard may rely on: removable (down
+ * to min_replicas), never primary */
+static bool gone(enum member_class c)
+{
+	return c == M_DEAD || c == M_RENEWED || c == M_LEFT;
+}
 
 /*
  * classify -- the rule for who counts as alive (docs/replica.md "Who counts
@@ -90,7 +102,19 @@ static enum member_class classify(const struct dxl_replica_desc *live, uint32_t 
 		return M_RENEWED;
 	if (sd->state == DXL_SHARD_MEMBER && d->cfg_epoch >= epoch)
 		return M_COUNTED;
+	if (sd->state != DXL_SHARD_JOINING && d->cfg_epoch >= epoch)
+		return M_LEFT;
 	return M_WAITING;
+}
+
+/* joining -- the member waits for its join pull, which copies from the
+ * primary (JOINING, whatever epoch it says) */
+static bool joining(const struct dxl_replica_desc *live, uint32_t nlive,
+		    const struct dxl_cluster_shard *sh, uint32_t id)
+{
+	const struct dxl_replica_desc *d = find_live(live, nlive, id);
+	const struct dxl_shard_desc *sd = d ? dxl_replica_desc_shard(d, sh->id) : NULL;
+	return sd && sd->state == DXL_SHARD_JOINING;
 }
 
 /* list -- "1,4" into buf */
@@ -128,23 +152,26 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
 		uint32_t nm = dxl_cluster_shard_members(sh, m);
 		enum member_class cls[DXL_CONFIG_MAX_REPLICAS] = {M_DEAD};
-		uint32_t na = 0, ndead = 0, nnew = 0, first_counted = 0;
+		uint32_t na = 0, ndead = 0, nnew = 0, nleft = 0, njoin = 0, first_counted = 0;
 		for (uint32_t i = 0; i < nm; i++) {
 			cls[i] = classify(live, nlive, cur->epoch, sh, m[i]);
 			if (cls[i] == M_COUNTED && !na++)
 				first_counted = m[i];
 			ndead += cls[i] == M_DEAD;
 			nnew += cls[i] == M_RENEWED;
+			nleft += cls[i] == M_LEFT;
+			njoin += cls[i] == M_WAITING && joining(live, nlive, sh, m[i]);
 		}
-		/* the primary stays unless it is dead or on a new store; then
-		 * the first member that counts (every one of those holds every
-		 * acknowledged record: nothing is acknowledged without them) */
+		/* the primary stays unless it is gone (dead, on a new store, or
+		 * no longer a member); then the first member that counts (every
+		 * one of those holds every acknowledged record: nothing is
+		 * acknowledged without them) */
 		uint32_t primary = sh->primary;
-		if (cls[0] == M_DEAD || cls[0] == M_RENEWED) {
+		if (gone(cls[0])) {
 			if (!na) {
 				appendf(why, whycap,
-					"shard %u: no member alive and in sync (%u of %u dead, %u on a new store), unavailable",
-					sh->id, ndead, nm, nnew);
+					"shard %u: no member alive and in sync (%u of %u dead, %u on a new store, %u not members), unavailable",
+					sh->id, ndead, nm, nnew, nleft);
 				continue; /* nobody is sure to hold the records */
 			}
 			primary = first_counted;
@@ -156,14 +183,16 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		uint32_t removed[DXL_CONFIG_MAX_REPLICAS], nrem = 0;
 		uint32_t kept_dead[DXL_CONFIG_MAX_REPLICAS], nkd = 0;
 		uint32_t readmit[DXL_CONFIG_MAX_REPLICAS], nre = 0;
+		bool readmit_new = false; /* one of them on a new store */
 		for (uint32_t i = 0; i < nm; i++) {
 			/* a member on a new store that has caught up: added
 			 * again, with its new identity (it joins like any new
 			 * member: JOINING, its last copy from the primary) */
-			if (cls[i] == M_RENEWED) {
+			if (cls[i] == M_RENEWED || cls[i] == M_LEFT) {
 				const struct dxl_shard_desc *sd = dxl_replica_desc_shard(
 					find_live(live, nlive, m[i]), sh->id);
 				if (sd->state == DXL_SHARD_SYNCED) {
+					readmit_new |= cls[i] == M_RENEWED;
 					readmit[nre++] = m[i];
 					nlive_kept++;
 					if (m[i] != primary)
@@ -171,12 +200,12 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 					continue;
 				}
 			}
-			bool gone = cls[i] == M_DEAD || cls[i] == M_RENEWED;
-			if (gone && can_remove) {
+			bool g = gone(cls[i]);
+			if (g && can_remove) {
 				removed[nrem++] = m[i];
 				continue;
 			}
-			if (gone)
+			if (g)
 				kept_dead[nkd++] = m[i];
 			else
 				nlive_kept++;
@@ -203,10 +232,18 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 				break;
 			c[nc++] = best;
 		}
-		/* nothing removed or added: no change (a dead primary alone is
-		 * not replaced while its shard cannot lose a member anyway:
-		 * writers wait for it either way) */
-		if (!nrem && !nc && !nre) {
+		/* nothing removed or added: no change -- a dead primary alone
+		 * is not replaced while its shard cannot lose a member anyway
+		 * (writers wait for it either way). Unless a member waits to
+		 * join: its join pull copies from the primary, so with a dead
+		 * one it waits for good, and the shard with it (the members
+		 * that count are below min_replicas until it has joined).
+		 * Then the first member that counts is promoted and the dead
+		 * primary stays listed, as a backup (writers still wait for
+		 * it); once the joiner has joined from the new primary it
+		 * counts, and the dead go. */
+		bool promote_for_join = primary != sh->primary && njoin;
+		if (!nrem && !nc && !nre && !promote_for_join) {
 			if (nkd)
 				appendf(why, whycap,
 					"shard %u: %u of %u members alive and in sync, below cm.min_replicas %u: unavailable until one returns",
@@ -245,11 +282,16 @@ int dxl_cm_plan(const struct dxl_cluster_config *cur,
 		list(added, sizeof(added), c, nc);
 		list(kd, sizeof(kd), kept_dead, nkd);
 		list(ra, sizeof(ra), readmit, nre);
-		appendf(why, whycap, "shard %u: primary %u%s%s%s%s%s%s%s%s%s%s%s", sh->id, primary,
-			primary != sh->primary ? " (promoted)" : "", nrem ? ", removed " : "", rem,
+		appendf(why, whycap, "shard %u: primary %u%s%s%s%s%s%s%s%s%s%s%s%s", sh->id, primary,
+			primary != sh->primary ? " (promoted)" : "",
+			promote_for_join && !nrem && !nc && !nre
+				? " for a member that waits to join from it"
+				: "",
+			nrem ? ", removed " : "", rem,
 			nc ? ", added " : "", added, nre ? ", added again " : "", ra,
-			nre ? " (caught up on a new store)" : "", nkd ? ", kept " : "", kd,
-			nkd ? " (dead or on a new store, but below cm.min_replicas)" : "");
+			!nre ? "" : readmit_new ? " (caught up on a new store)" : " (caught up)",
+			nkd ? ", kept " : "", kd,
+			nkd ? " (dead, on a new store or no longer a member, but below cm.min_replicas)" : "");
 	}
 	if (!changed) {
 		dxl_cluster_config_clear(&n);

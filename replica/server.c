@@ -60,6 +60,16 @@ struct dxl_replica_server {
 	/* DATADIR/shard-<s>.member exists for this identity: the copy was a
 	 * MEMBER of the shard as of its last configuration (member_mark) */
 	bool marked[DXL_REPLICA_MAX_SHARDS];
+	/* the mark vouches for the copy: read at start (valid), or written
+	 * while MEMBER; false from the moment the shard stops being a member,
+	 * even when the mark could not be removed (marked stays true) */
+	bool vouch[DXL_REPLICA_MAX_SHARDS];
+	/* this boot of the machine (/proc/sys/kernel/random/boot_id; "" if
+	 * unknown): in marks, which durability=process trusts only within
+	 * the boot that wrote them */
+	char boot_id[40];
+	/* when a JOINING shard started joining in its current epoch */
+	uint64_t join_since_ms[DXL_REPLICA_MAX_SHARDS];
 	/* a configuration was read (or found absent) on this session: only
 	 * then is nodes/<id> published (issue 16.8) */
 	bool cfg_synced;
@@ -106,10 +116,11 @@ static const char *const KEYS[] = {
 	"replica.create", "true", "initialise an empty or absent data directory",
 	"replica.shards", "0", "shards hosted: list of ids and ranges, e.g. 0,2,4-7",
 	"replica.service_ms", "10", "service loop period: lease checks, re-registration",
-	"replica.exist_wait_ms", "(session timeout)", "retry this long when the node id is held by another session",
+	"replica.exist_wait_ms", "(2 x session timeout)", "retry this long when the node id is held by another session",
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"replica.join_timeout_ms", "30000", "a shard whose join pull has not succeeded this long gives up joining (catching_up: the CM removes it and adds it again once caught up); 0 = never",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
 	"cm.check_ms", "500", "CM: period of its reconciliation rounds (it also runs one at once when nodes/ changes)",
@@ -156,6 +167,7 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->cm_check_ms = 500;
 	cfg->pull_ms = 200;
 	cfg->sync_bytes = 256 << 10;
+	cfg->join_timeout_ms = 30000;
 	dxl_fabric_cfg_init(&cfg->fabric);
 	dxl_zk_cfg_init(&cfg->zk);
 }
@@ -273,7 +285,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"replica.node_id", "replica.data_dir", "replica.durability",
 		"replica.create", "replica.shards", "replica.service_ms",
 		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
-		"replica.sync_bytes", "cm.min_replicas", "cm.replication",
+		"replica.sync_bytes", "replica.join_timeout_ms", "cm.min_replicas", "cm.replication",
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
@@ -331,6 +343,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
 	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
 	U32("replica.pull_ms", pull_ms, 1, 3600000);
+	U32("replica.join_timeout_ms", join_timeout_ms, 0, 86400000);
 	U32("cm.check_ms", cm_check_ms, 1, 3600000);
 	U32("cm.min_replicas", cm_params.min_replicas, 1, DXL_CONFIG_MAX_REPLICAS);
 	U32("cm.replication", cm_params.replication, 1, DXL_CONFIG_MAX_REPLICAS);
@@ -472,8 +485,12 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 	free(d);
 	if (ret)
 		return ret;
+	/* a dead incarnation's session expires at the earliest a session
+	 * timeout after its last contact, and ZooKeeper checks expiries only
+	 * every tick (sessions are bucketed by tick): the default is twice the
+	 * session timeout, so a restart right after a kill is not refused */
 	uint32_t wait = s->cfg.exist_wait_ms == UINT32_MAX ?
-				dxl_zk_session_timeout_ms(s->zk) :
+				2 * dxl_zk_session_timeout_ms(s->zk) :
 				s->cfg.exist_wait_ms;
 	uint64_t deadline = dxl_now_ms() + wait;
 	bool warned = false;
@@ -510,10 +527,31 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
  * nothing: nothing was acknowledged without it), an unmarked one JOINING --
  * e.g. a node that was added, then stopped before its join pull was done,
  * still lacks what was acknowledged before it joined.
+ *
+ * Two rules keep the mark from vouching for a copy it does not describe:
+ *  - a mark that could not be removed stays "on" in memory, and no copy
+ *    rewrites the shard's rings until it is gone (mark_gone): a crash in
+ *    the middle of such a copy would bring the node back a member;
+ *  - with durability=process the log lives in the page cache: an OS crash
+ *    loses what was not written back, but not the fsynced mark. The mark
+ *    says which boot wrote it, and in process mode a mark of another boot
+ *    (or without one) is stale: the copy joins again.
  */
 static void mark_path(const struct dxl_replica_server *s, uint32_t i, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s/shard-%u.member", s->cfg.data_dir, dxl_shard_id(s->shards[i]));
+}
+
+static void read_boot_id(char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
 }
 
 static void fsync_dir(const char *dir)
@@ -526,22 +564,34 @@ static void fsync_dir(const char *dir)
 	}
 }
 
-/* member_mark -- write (on) or remove (off) the mark of shard index i */
+/* member_mark -- write (on) or remove (off) the mark of shard index i;
+ * s->marked[i] says whether it is (still) there */
 static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
 {
 	char path[1100], tmp[1110];
 	mark_path(s, i, path, sizeof(path));
 	if (!on) {
-		if (unlink(path) && errno != ENOENT)
-			DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path, errno);
+		int err = 0; /* (tests: an unlink that fails) */
+		DXL_TESTPOINT("replica.member_mark.unlink", &err);
+		if (err ? (errno = err, -1) : unlink(path)) {
+			if (errno != ENOENT) {
+				/* still there: still "on", retried by the next
+				 * set_state or mark_gone; nothing copies into
+				 * the rings meanwhile */
+				DXL_ERROR("event=member_mark_failed path=%s op=unlink errno=%d", path,
+					  errno);
+				return;
+			}
+		}
 		fsync_dir(s->cfg.data_dir);
 		s->marked[i] = false;
 		return;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	char text[128];
-	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\n", s->data_id[i]);
+	char text[192];
+	int n = snprintf(text, sizeof(text), "data_id=0x%" PRIx64 "\nboot_id=%s\n", s->data_id[i],
+			 s->boot_id);
 	bool ok = fd >= 0 && write(fd, text, (size_t)n) == n && fsync(fd) == 0;
 	if (fd >= 0)
 		close(fd);
@@ -557,24 +607,48 @@ static void member_mark(struct dxl_replica_server *s, uint32_t i, bool on)
 	s->marked[i] = true;
 }
 
+/* mark_gone -- shard index i has no mark (removing it if needed): only
+ * then may a copy rewrite its rings */
+static bool mark_gone(struct dxl_replica_server *s, uint32_t i)
+{
+	if (s->marked[i])
+		member_mark(s, i, false);
+	return !s->marked[i];
+}
+
 /* member_mark_read -- the mark of shard index i is there, for this identity
- * (a mark of another identity is stale: removed) */
+ * (and, with durability=process, this boot); another one is stale: removed */
 static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
 {
-	char path[1100], text[128] = "";
+	char path[1100], text[256] = "";
 	mark_path(s, i, path, sizeof(path));
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return false;
-	bool got = fgets(text, sizeof(text), f) != NULL;
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
 	fclose(f);
+	text[got] = 0;
 	uint64_t id = 0;
-	text[strcspn(text, "\n")] = 0;
-	if (got && !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
-	    id == s->data_id[i])
+	char boot[64] = "";
+	char *nl = strchr(text, '\n');
+	if (nl) {
+		*nl = 0;
+		const char *b = nl + 1;
+		if (!strncmp(b, "boot_id=", 8)) {
+			snprintf(boot, sizeof(boot), "%s", b + 8);
+			boot[strcspn(boot, "\n")] = 0;
+		}
+	}
+	bool id_ok = !strncmp(text, "data_id=", 8) && !dxl_parse_hex64(text + 8, &id) &&
+		     id == s->data_id[i];
+	bool boot_ok = s->cfg.durability != DXL_DUR_PROCESS ||
+		       (s->boot_id[0] && !strcmp(boot, s->boot_id));
+	if (id_ok && boot_ok)
 		return true;
-	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " action=remove", path,
-		 s->data_id[i]);
+	DXL_WARN("event=member_mark_stale path=%s data_id=0x%" PRIx64 " reason=%s action=remove",
+		 path, s->data_id[i], !id_ok ? "data_id" : "boot_id");
+	/* removed; if that fails it stays stale for good (its identity or
+	 * boot never matches again): harmless, copies may go on */
 	member_mark(s, i, false);
 	return false;
 }
@@ -582,6 +656,7 @@ static bool member_mark_read(struct dxl_replica_server *s, uint32_t i)
 /* set_state -- shard index i's state; the member mark follows MEMBER */
 static void set_state(struct dxl_replica_server *s, uint32_t i, enum dxl_shard_state st)
 {
+	s->vouch[i] = st == DXL_SHARD_MEMBER;
 	if (st == DXL_SHARD_MEMBER && !s->marked[i])
 		member_mark(s, i, true);
 	else if (st != DXL_SHARD_MEMBER && s->marked[i])
@@ -691,15 +766,30 @@ static void apply_config(struct dxl_replica_server *s)
 		 * added again with this identity (issue 16.3) */
 		uint64_t rec = dxl_cluster_shard_data_id(sh, s->cfg.node_id);
 		bool renewed = in_shard(sh, s->cfg.node_id) && rec && rec != s->data_id[i];
+		/* a store marked incomplete (a copy or a state transfer was
+		 * cut short) misses records' effects: never a member at once */
+		bool store_ok = !s->rcvm || dxl_rcvm_store_ok(s->rcvm, i);
 		if (in_shard(sh, s->cfg.node_id) && !renewed) {
 			/* a node that joins copies the shard from the primary
 			 * once more before it says MEMBER (join_pulls); the
 			 * other shards do not wait for it (issue 16.1). A copy
 			 * that was a member when the node stopped (its mark)
-			 * is one at once: nothing was acknowledged without it */
-			if (s->st[i] != DXL_SHARD_MEMBER)
-				set_state(s, i, primary || s->marked[i] ? DXL_SHARD_MEMBER :
-									   DXL_SHARD_JOINING);
+			 * is one at once: nothing was acknowledged without it.
+			 * With an incomplete store: a backup joins again (its
+			 * join pull transfers state from the primary); the
+			 * primary, which has nobody to join from, says it is
+			 * not a member (catching up: the CM promotes a member
+			 * that counts) */
+			if (s->st[i] != DXL_SHARD_MEMBER) {
+				if (!store_ok && primary)
+					set_state(s, i, DXL_SHARD_CATCHING_UP);
+				else
+					set_state(s, i, (primary || s->vouch[i]) && store_ok
+								? DXL_SHARD_MEMBER
+								: DXL_SHARD_JOINING);
+			}
+			if (s->st[i] == DXL_SHARD_JOINING)
+				s->join_since_ms[i] = dxl_now_ms(); /* its timeout */
 		} else if (s->st[i] == DXL_SHARD_MEMBER || s->st[i] == DXL_SHARD_JOINING ||
 			   (s->st[i] == DXL_SHARD_UNASSIGNED && (sh || renewed))) {
 			set_state(s, i, DXL_SHARD_CATCHING_UP);
@@ -806,6 +896,8 @@ static void catch_up(struct dxl_replica_server *s)
 		enum dxl_shard_state old = s->st[i];
 		if (s->st[i] == DXL_SHARD_SYNCED && ++s->pull_skip[i] % 5)
 			continue; /* synced: one pass in five */
+		if (!mark_gone(s, i))
+			continue; /* its member mark is still there: no copy */
 		bool skip = false; /* (tests: a copy that takes long) */
 		DXL_TESTPOINT("replica.catch_up.pass", &skip);
 		if (skip)
@@ -886,14 +978,41 @@ static void join_pulls(struct dxl_replica_server *s)
 		bool ready = !ret && s->src_desc->cfg_epoch >= s->cfg_epoch && psd &&
 			     psd->state == DXL_SHARD_MEMBER;
 		uint64_t changed = 0;
+		if (ready && !mark_gone(s, i)) {
+			ready = false; /* a mark that will not go: no copy */
+			ret = dxl_err_set(DXL_E_IO, "shard %u: its member mark cannot be removed",
+					  shard);
+		}
 		if (ready) {
 			DXL_TESTPOINT("replica.join_pull.copy", s);
-			ret = pull_shard(s, i, s->src_desc, &changed);
+			int inj = 0; /* (tests: a copy that fails) */
+			DXL_TESTPOINT("replica.join_pull.fail", &inj);
+			ret = inj ? dxl_err_set(inj, "join pull failed (injected)")
+				  : pull_shard(s, i, s->src_desc, &changed);
 		}
 		if (!ready || ret) {
 			if (ret)
 				DXL_DEBUG("event=join_pull_failed shard=%u source=%u msg=\"%s\"", shard,
 					  sh->primary, dxl_errmsg());
+			/* a join that does not get done in join_timeout_ms
+			 * (the primary unreachable from here, copies failing,
+			 * a state transfer failing; not one under way) is
+			 * given up: the shard says it is not a member, the CM
+			 * removes it (min_replicas allowing) and adds it again
+			 * once it has caught up -- instead of a member that
+			 * writers refuse to open with, kept for good */
+			uint64_t waited = dxl_now_ms() - s->join_since_ms[i];
+			if (s->cfg.join_timeout_ms && waited >= s->cfg.join_timeout_ms &&
+			    !(s->rcvm && dxl_rcvm_busy(s->rcvm, i))) {
+				DXL_WARN("event=join_timeout shard=%u epoch=%" PRIu64 " source=%u ms=%" PRIu64
+					 " msg=\"%s\" action=catch_up",
+					 shard, s->cfg_epoch, sh->primary, waited,
+					 ret ? dxl_errmsg() : "the primary is not registered for the epoch");
+				set_state(s, i, DXL_SHARD_CATCHING_UP);
+				s->published = false;
+				DXL_INFO("event=shard_state shard=%u epoch=%" PRIu64
+					 " state=catching_up was=joining", shard, s->cfg_epoch);
+			}
 			continue;
 		}
 		set_state(s, i, DXL_SHARD_MEMBER);
@@ -1316,9 +1435,12 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		if (s->tables[i])
 			dxl_tables_set_log(s->tables[i], dxl_shard_logstore(s->shards[i]));
 		s->data_id[i] = shard_data_id(s, i);
+		if (!i)
+			read_boot_id(s->boot_id, sizeof(s->boot_id));
 		/* no configuration yet: nothing is assigned (issue 16.8) */
 		s->st[i] = DXL_SHARD_UNASSIGNED;
 		s->marked[i] = member_mark_read(s, i);
+		s->vouch[i] = s->marked[i];
 		DXL_INFO("event=shard_data_id shard=%u data_id=0x%" PRIx64 " member_mark=%d",
 			 cfg->shards[i], s->data_id[i], s->marked[i]);
 	}

@@ -40,7 +40,13 @@ struct applier {
 struct durable_mark {
 	uint64_t pos, seq;
 	bool valid;
+	/* the record retention is held at: since when, last warned */
+	uint64_t blocked_seq, blocked_since_ms, warned_ms;
 };
+
+/* a record that holds retention this long is reported (a write-back that
+ * never finishes: docs/engine.md "When a write-back is durable") */
+#define RETAIN_BLOCKED_WARN_MS 10000u
 
 /* a transaction in doubt when this node's promotion gate opened: settled
  * here once its ring's watermark passes it (dxl_table_svc_settle) */
@@ -63,6 +69,9 @@ struct dxl_tables {
 	struct doubt *dq;  /* in doubt at the gate, not yet settled */
 	size_t ndq, dqcap;
 	uint64_t reclaim_ms;
+	uint32_t retain_warn_ms; /* RETAIN_BLOCKED_WARN_MS unless a test says */
+	void (*resolve_hook)(void *arg, uint32_t table, uint64_t slot); /* testing */
+	void *resolve_hook_arg;
 };
 
 static struct tab *find_tab(const struct dxl_tables *t, uint32_t id)
@@ -218,6 +227,7 @@ int dxl_tables_open(const struct dxl_tables_cfg *cfg, struct dxl_tables **out)
 	if (!t)
 		return dxl_err_set(DXL_E_NOMEM, "tables of shard %u", cfg->shard);
 	t->shard = cfg->shard;
+	t->retain_warn_ms = RETAIN_BLOCKED_WARN_MS;
 	int ret = 0;
 	for (uint32_t i = 0; i < cfg->ntables; i++, t->n++) {
 		t->t[i].sc = cfg->tables[i];
@@ -784,8 +794,10 @@ static bool entry_durable(struct dxl_store *st, uint64_t txn,
 	return r.version >= e->version;
 }
 
-/* rec_durable -- are all of rec's effects on this store durable? */
-static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec)
+/* rec_durable -- are all of rec's effects on this store durable? If not
+ * and why is not NULL: the first entry that is not, in words */
+static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec, char *why,
+			size_t cap)
 {
 	if (!is_writeset(rec))
 		return true; /* no effect on the tables */
@@ -802,9 +814,22 @@ static bool rec_durable(struct dxl_tables *t, const struct dxl_rec *rec)
 		}
 	}
 	bool ok = true;
-	for (int k = 0; k < n && ok; k++)
+	int k = 0;
+	for (; k < n && ok; k++)
 		ok = find_tab(t, v[k].table) == NULL || /* not hosted: not ours */
 		     entry_durable(t->st, rec->txn_id, &v[k]);
+	if (!ok && why) {
+		const struct dxl_ws_entry *x = &v[k - 1];
+		uint64_t slot = 0;
+		struct dxl_record r = {0};
+		bool have = dxl_store_find(t->st, x->table, x->key, &slot) == 0;
+		int rr = have ? dxl_store_read(t->st, x->table, slot, &r, NULL, 0) : 0;
+		snprintf(why, cap, "table %u key %" PRIu64 " (slot %" PRIu64 "): lock word 0x%" PRIx64
+			 ", record %s version %" PRIu64 ", the entry's %" PRIu64,
+			 x->table, x->key, slot,
+			 have ? dxl_store_lock_word(t->st, x->table, slot) : 0,
+			 rr ? dxl_errname(rr) : "at", r.version, x->version);
+	}
 	if (v != e)
 		free(v);
 	if (!ok && t->ls) {
@@ -847,15 +872,38 @@ static uint64_t durable_pos(struct dxl_tables *t, uint32_t ring)
 	struct dxl_rec rec;
 	uint64_t at;
 	uint64_t pos = it.pos, seq = it.seq;
+	bool blocked = false;
+	char why[256] = "";
 	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
-		if (rec.commit_ts >= wm || !rec_durable(t, &rec))
+		if (rec.commit_ts >= wm)
 			break;
+		if (!rec_durable(t, &rec, why, sizeof(why))) {
+			blocked = true;
+			break;
+		}
 		pos = it.pos;
 		seq = it.seq;
 	}
 	m->pos = pos;
 	m->seq = seq;
 	m->valid = true;
+	/* a decided record whose effects never become durable holds the
+	 * ring's retention (and, once the ring fills, its appends): say so */
+	uint64_t now = dxl_now_ms();
+	if (!blocked) {
+		m->blocked_since_ms = 0;
+	} else if (!m->blocked_since_ms || m->blocked_seq != rec.seq) {
+		m->blocked_seq = rec.seq;
+		m->blocked_since_ms = now;
+	} else if (now - m->blocked_since_ms >= t->retain_warn_ms &&
+		   (!m->warned_ms || now - m->warned_ms >= RETAIN_BLOCKED_WARN_MS)) {
+		m->warned_ms = now;
+		DXL_WARN("event=retention_blocked shard=%u ring=%u seq=%" PRIu64 " txn=0x%" PRIx64
+			 " ts=%" PRIu64 " pos=%" PRIu64 " since_ms=%" PRIu64
+			 " msg=\"retention waits for this committed record's write-back to be durable: %s\"",
+			 t->shard, ring, rec.seq, rec.txn_id, rec.commit_ts, pos,
+			 now - m->blocked_since_ms, why);
+	}
 	return pos;
 }
 
@@ -1136,7 +1184,7 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	if (!r->owner || opv < DXL_WS_INSERT || opv > DXL_WS_DELETE || !r->version || (r->version & 1))
 		return dxl_err_set(DXL_E_INVAL, "resolve: owner 0x%" PRIx64 ", op %u, version %" PRIu64,
 				   r->owner, opv, r->version);
-	uint64_t slot;
+	uint64_t slot = 0;
 	bool have = dxl_store_find(st, r->table, r->key, &slot) == 0;
 	uint64_t w = have ? dxl_store_lock_word(st, r->table, slot) : 0;
 	if (have && w && w != r->owner)
@@ -1156,12 +1204,22 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	}
 	if (ret)
 		return ret;
+	if (t->resolve_hook)
+		t->resolve_hook(t->resolve_hook_arg, r->table, slot);
 	/* forward: the lock stays until the ring's watermark passed the
 	 * record (UNLOCK_COORD): a later writer of the key through a live
-	 * ring cannot reach the backups before it (issue 20) */
+	 * ring cannot reach the backups before it (issue 20). abort: the
+	 * transaction's lock is released, never another holder's: a CAS
+	 * owner -> 0; if the word changed since it was read (its holder,
+	 * alive after all, finished and another transaction locked the
+	 * slot) the entry is resolved all the same */
 	if (abort && have && w == r->owner &&
-	    (ret = dxl_store_lock_set(st, r->table, slot, 0)))
-		return ret;
+	    (ret = dxl_store_unlock_owner(st, r->table, slot, r->owner))) {
+		if (ret != DXL_E_STATE)
+			return ret;
+		DXL_INFO("event=resolve_lock_moved shard=%u table=%u key=%" PRIu64 " txn=0x%" PRIx64
+			 " msg=\"%s\"", t->shard, r->table, r->key, r->owner, dxl_errmsg());
+	}
 	if (dxl_store_find(st, r->table, r->key, &slot) == 0)
 		read_fields(st, r->table, slot, rep);
 	return 0;
@@ -1231,9 +1289,23 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		dxl_store_absence(st, r->table, r->key, &ab);
 		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
 					     r->len, r->owner, &slot, NULL);
-		if (!ret && !(ret = read_fields(st, r->table, slot, rep)))
-			rep->holder = ab.ts;
-		return ret;
+		if (ret)
+			return ret;
+		if ((ret = read_fields(st, r->table, slot, rep))) {
+			/* an error must mean "not inserted" (the caller then
+			 * believes it holds no lock here): undo it, as LOCK
+			 * does */
+			char msg[512];
+			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
+			if (r->owner && dxl_store_delete(st, r->table, slot, r->owner, r->ts,
+							 NULL) == 0) {
+				dxl_store_unlock(st, r->table, slot, r->owner);
+				return dxl_err_set(ret, "%s (not inserted)", msg);
+			}
+			return dxl_err_set(ret, "%s (inserted at slot %" PRIu64 ")", msg, slot);
+		}
+		rep->holder = ab.ts;
+		return 0;
 	}
 	case DXL_RPC_ID_TABLE_DELETE:
 		if ((r->flags & DXL_TABLE_DEL_AT_SLOT) && r->slot < tb->sc.capacity &&
@@ -1279,7 +1351,19 @@ static int serve(struct dxl_tables *t, uint16_t op,
 					   r->table, r->slot, r->owner,
 					   dxl_store_lock_word(st, r->table, r->slot));
 		struct dxl_record cur;
-		if ((ret = dxl_store_read(st, r->table, r->slot, &cur, NULL, 0)))
+		ret = dxl_store_read(st, r->table, r->slot, &cur, NULL, 0);
+		if (ret == DXL_E_AGAIN && r->version &&
+		    dxl_record_version(dxl_store_slot_ptr(st, r->table, r->slot)) ==
+			    r->version - 1) {
+			/* a one-sided write-back of this very version was cut
+			 * (its QP failed): line 0 still says "being written".
+			 * Under the owner's lock nobody else writes: write it
+			 * over (the next even version is r->version) */
+			cur.version = r->version - 2;
+			cur.live = true;
+			ret = 0;
+		}
+		if (ret)
 			return ret;
 		bool done = r->version && r->version == cur.version && cur.live;
 		if (r->version && !done && r->version != cur.version + 2)
@@ -1291,6 +1375,11 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		    (ret = dxl_store_update(st, r->table, r->slot, r->owner, r->ts,
 					    r->value, r->len, NULL)))
 			return ret;
+		/* there already: placed by a one-sided write-back that failed
+		 * before (or without) its flush READ, perhaps not durable --
+		 * and the unlock follows this reply. Persist it first. */
+		if (done && (ret = dxl_store_persist(st, r->table, r->slot)))
+			return ret;
 		if (unlock)
 			dxl_store_unlock(st, r->table, r->slot, r->owner);
 		return read_fields(st, r->table, r->slot, rep);
@@ -1300,6 +1389,25 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
+}
+
+void dxl_tables_set_retain_warn_ms(struct dxl_tables *t, uint32_t ms)
+{
+	t->retain_warn_ms = ms;
+}
+
+void dxl_tables_set_resolve_hook(struct dxl_tables *t,
+				 void (*fn)(void *arg, uint32_t table, uint64_t slot),
+				 void *arg)
+{
+	t->resolve_hook = fn;
+	t->resolve_hook_arg = arg;
+}
+
+int dxl_tables_serve(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
+		     struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap)
+{
+	return serve(t, op, r, rep, val, vcap);
 }
 
 static bool svc_gated(const struct dxl_table_svc *svc, uint32_t shard)
@@ -1333,6 +1441,25 @@ void dxl_table_svc_set_lease(struct dxl_table_svc *svc, uint64_t (*fn)(void *arg
 	svc->lease_fn = fn;
 	svc->lease_arg = arg;
 	pthread_mutex_unlock(&svc->mu);
+}
+
+/* mutates -- the operation changes the store (or a lock word) when it
+ * succeeds. Every other one (LOOKUP, READ, TXN_STATUS, IN_DOUBT, and any
+ * operation added later unless listed here) only answers, and its answer is
+ * what must not outlive the lease. */
+static bool mutates(uint16_t op)
+{
+	switch (op) {
+	case DXL_RPC_ID_TABLE_INSERT:
+	case DXL_RPC_ID_TABLE_DELETE:
+	case DXL_RPC_ID_TABLE_LOCK:
+	case DXL_RPC_ID_TABLE_UNLOCK:
+	case DXL_RPC_ID_TABLE_WRITEBACK:
+	case DXL_RPC_ID_TABLE_RESOLVE:
+	case DXL_RPC_ID_TABLE_UNLOCK_COORD:
+		return true;
+	}
+	return false;
 }
 
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
@@ -1379,10 +1506,15 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 				  svc->node_id, r.shard);
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);
-	/* and before the reply: what was read may be stale once the lease is
-	 * over (another primary may have been promoted; issue 16.5) */
+	/* and before the reply of a read-only operation: what was read may be
+	 * stale once the lease is over (another primary may have been
+	 * promoted; issue 16.5). Not for an operation that changed the store:
+	 * it is done, and an error would tell its caller "not done" (a
+	 * coordinator would never release the lock of its insert or LOCK); its
+	 * caller's next step in the epoch is fenced anyway (the log's rkeys,
+	 * the epoch of every later request). */
 	DXL_TESTPOINT("replica.table_rpc.served", svc);
-	if (!ret && !lease_ok(svc)) {
+	if (!ret && !mutates(op) && !lease_ok(svc)) {
 		ret = dxl_err_set(DXL_E_UNAVAIL,
 				  "node %u: its ZooKeeper lease ran out while it served the request",
 				  svc->node_id);

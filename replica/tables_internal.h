@@ -131,6 +131,29 @@ void dxl_tables_apply_stats(const struct dxl_tables *t,
 			    struct dxl_tables_apply_stats *out);
 
 /*
+ * dxl_tables_serve -- one table operation (DXL_RPC_ID_TABLE_*, request r)
+ * on t as the table service serves it for a primary, without the service's
+ * checks (epoch, lease, promotion gate): rep filled, a value into
+ * val[0..vcap). The service's handlers call it; tests call it directly.
+ * Returns 0 or the operation's negative DXL_E_*.
+ */
+int dxl_tables_serve(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
+		     struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap);
+
+/* dxl_tables_set_retain_warn_ms -- a decided record that holds the
+ * primary's retention this long (default 10 s) is logged as
+ * event=retention_blocked (ring, seq, txn and the entry whose write-back is
+ * not durable), again every 10 s while it lasts; tests shorten it */
+void dxl_tables_set_retain_warn_ms(struct dxl_tables *t, uint32_t ms);
+
+/* dxl_tables_set_resolve_hook -- testing only: fn(arg, table, slot) is
+ * called by RESOLVE after it applied an entry and before it releases the
+ * transaction's lock (a test changes the lock word there) */
+void dxl_tables_set_resolve_hook(struct dxl_tables *t,
+				 void (*fn)(void *arg, uint32_t table, uint64_t slot),
+				 void *arg);
+
+/*
  * The table RPC service of a node: one thread with its own scheduler, RPC
  * endpoint and fabric ctx (DXL_REPLICA_RPC_CTX), serving the handlers of
  * replica.h ("Table RPCs") for the shards this node is the primary of in

@@ -2,6 +2,10 @@
 # bench-smallbank.sh -- SmallBank on dxl in its three transaction modes, and
 # on etcd (the peer), in one run; every dxl run is checked.
 #
+# A survey (one short run per point, fixed order), not a comparison: the
+# published dxl / etcd comparison is bench/specs/smallbank-etcd.json, run by
+# dxl-bench-compare (make bench-report, docs/benchmarks.md).
+#
 #   1. build (unless --no-build or --bin)
 #   2. a cluster with NIC-owned lock words (engine.lock_mode=nic): 3 replicas,
 #      SHARDS shards, 3-way replication, its own ZooKeeper; load ACCOUNTS
@@ -26,6 +30,9 @@
 #                       ZooKeeper: 1 or 2)
 #   --modes LIST        dxl modes [hybrid,onesided,twosided]
 #   --shards S          shards [3]
+#   --durability MODE   dxl's durability: msync [default: durable, like etcd's
+#                       fsync], pmem, or process (page cache only: NOT
+#                       durable, labelled so in the table)
 #   --no-etcd           skip the etcd peer
 #   --out FILE          result JSON [results/smallbank.json]; the table goes
 #                       to FILE without .json plus .md
@@ -41,7 +48,7 @@ set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 accounts= duration= corolist= threads=1 modes=hybrid,onesided,twosided shards=3
-etcd=1 out=results/smallbank.json quick=0 keep=0 work= bin= build=1
+etcd=1 out=results/smallbank.json quick=0 keep=0 work= bin= build=1 durability=msync
 usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -51,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--threads) threads=$2; shift 2 ;;
 	--modes) modes=$2; shift 2 ;;
 	--shards) shards=$2; shift 2 ;;
+	--durability) durability=$2; shift 2 ;;
 	--no-etcd) etcd=0; shift ;;
 	--out) out=$2; shift 2 ;;
 	--quick) quick=1; shift ;;
@@ -67,6 +75,7 @@ if [ "$quick" = 1 ]; then
 else
 	accounts=${accounts:-20000} duration=${duration:-5} corolist=${corolist:-1,2,4,8,16}
 fi
+case "$durability" in msync|pmem|process) ;; *) echo "bench-smallbank.sh: --durability msync|pmem|process" >&2; exit 2 ;; esac
 IFS=, read -r -a coros <<< "$corolist"
 IFS=, read -r -a modelist <<< "$modes"
 
@@ -102,6 +111,7 @@ cap=$(( accounts * 13 / 10 / shards + 1000 ))
 
 cluster_up() { # DIR LOCKMODE
 	"$B/dxl" cluster up --dir "$1" --replicas 3 --shards "$shards" --ring-size 16M \
+		--durability "$durability" \
 		--writer-slots 16 --session-timeout 2000 \
 		-o "engine.tables=1:8:$cap,2:8:$cap" -o "engine.lock_mode=$2" >"$1.up.log" 2>&1 ||
 		{ echo "bench-smallbank.sh: cluster up failed:"; cat "$1.up.log"; return 1; }
@@ -199,9 +209,9 @@ if [ "$etcd" = 1 ]; then
 fi
 
 say "results: $out, ${out%.json}.md"
-python3 - "$work" "$out" "${out%.json}.md" "$SB" "$accounts" "$duration" "$threads" "$shards" <<'PY'
+python3 - "$work" "$out" "${out%.json}.md" "$SB" "$accounts" "$duration" "$threads" "$shards" "$durability" <<'PY'
 import glob, json, os, platform, subprocess, sys, time
-work, out, md, sb, accounts, duration, threads, shards = sys.argv[1:]
+work, out, md, sb, accounts, duration, threads, shards, durability = sys.argv[1:]
 runs = []
 for p in sorted(glob.glob(os.path.join(work, "run-*.json"))):
     runs.append(json.load(open(p)))
@@ -233,7 +243,8 @@ except Exception:
 doc = {"benchmark": "smallbank",
        "config": {"accounts": int(accounts), "duration_s": float(duration),
                   "threads": int(threads), "shards": int(shards), "replicas": 3,
-                  "fabric": "tcp (loopback)", "cpus": os.cpu_count(),
+                  "fabric": "tcp (loopback)", "durability": durability,
+                  "cpus": os.cpu_count(),
                   "kernel": platform.release(), "git": rev,
                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
        "runs": runs, "etcd": etcd, "ratios": ratios,
@@ -241,6 +252,10 @@ doc = {"benchmark": "smallbank",
 json.dump(doc, open(out, "w"), indent=1)
 L = []
 L.append("# SmallBank on dxl (and etcd)\n")
+L.append("A survey (one %s-s run per point, fixed order), not a comparison under the method "
+         "of docs/benchmarks.md. dxl durability: **%s**%s.\n"
+         % (duration, durability, " (page cache only: NOT durable; etcd fsyncs every commit, "
+            "so these ratios are not like for like)" if durability == "process" else ""))
 L.append("%s accounts (hot set 4%% drawing 90%% of the accesses), %s shards x 3 replicas "
          "on one machine (%s cpus, tcp over loopback), %s worker thread%s, %s s per run; "
          "git %s, %s. Written by scripts/bench-smallbank.sh.\n"

@@ -9,7 +9,13 @@
 #   scripts/zk.sh restart DIR N                          start server N again
 #
 # DIR holds each server's zoo.cfg, data, log and pid; the connect string is
-# also written to DIR/connect. Ports: every client, quorum and election port
+# also written to DIR/connect, the JVM options of the servers to DIR/s1/jvm.
+#
+# JVM: by default a small footprint for tests and local clusters on a shared
+# machine (128 MB heap, serial GC, C1 only). DXL_ZK_JVM=production gives the
+# settings a ZooKeeper is measured with (benchmarks, issue 18): a 1 GiB heap
+# (-Xms = -Xmx), the JVM's default collector and JIT; DXL_ZK_JVM_OPTS
+# replaces the options altogether. Ports: every client, quorum and election port
 # is a distinct port free at start (with --port P: client ports P, P+1, ..).
 set -euo pipefail
 
@@ -61,7 +67,16 @@ start_one() { # N
 	local n=$1 sd="$dir/s$1"
 	local port; port=$(cat "$sd/port")
 	[ -f "$sd/pid" ] && kill -0 "$(cat "$sd/pid")" 2>/dev/null && return 0
-	setsid java -Xmx128m -Xms16m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+	local jvm
+	case "${DXL_ZK_JVM:-small}" in
+	small) jvm="-Xmx128m -Xms16m -XX:+UseSerialGC -XX:TieredStopAtLevel=1" ;;
+	production) jvm="-Xms1g -Xmx1g" ;;
+	*) die "DXL_ZK_JVM must be small or production" ;;
+	esac
+	jvm=${DXL_ZK_JVM_OPTS:-$jvm}
+	echo "$jvm" > "$sd/jvm"
+	# shellcheck disable=SC2086
+	setsid java $jvm \
 		-Dzookeeper.log.dir="$sd" -Dzookeeper.admin.enableServer=false \
 		-cp "$(cp_for)" org.apache.zookeeper.server.quorum.QuorumPeerMain \
 		"$sd/zoo.cfg" >"$sd/server.log" 2>&1 < /dev/null &

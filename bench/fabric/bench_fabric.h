@@ -136,6 +136,10 @@ struct bf_pp {
 	double mean_ns[BF_PP_RUNS], ops_per_s[BF_PP_RUNS];
 	uint64_t samples[BF_PP_RUNS];
 	uint64_t verify_errors;
+	/* each run measures both a blocking and a busy-polling ping-pong (both
+	 * ends); p50_ns.. of a run are those of the faster (lower p50) of the two */
+	uint64_t p50_block_ns[BF_PP_RUNS], p50_spin_ns[BF_PP_RUNS];
+	bool spin_won[BF_PP_RUNS];
 	uint64_t floor_p50_ns; /* min over runs: the floor used for ratios */
 	char note[160];
 };
@@ -192,6 +196,9 @@ uint64_t bf_rand(uint64_t *state);
 /* blocking socket helpers: 0 or -1 (errno set); read_line NUL-terminates */
 int bf_write_full(int fd, const void *buf, size_t len);
 int bf_read_full(int fd, void *buf, size_t len);
+/* bf_read_full_spin -- the same, busy-polling: recv(MSG_DONTWAIT) in a loop
+ * (sched_yield() between empty polls), never sleeping in the kernel */
+int bf_read_full_spin(int fd, void *buf, size_t len);
 int bf_read_line(int fd, char *buf, size_t cap);
 /* bf_tcp_connect -- connect to host:port with TCP_NODELAY; fd or -1 with msg */
 int bf_tcp_connect(const char *hostport, int timeout_ms, char *err, size_t errcap);

@@ -366,13 +366,16 @@ static json_t *pp_json(const struct bf_pp *pp)
 	json_t *runs = json_array();
 	for (int i = 0; i < pp->runs; i++)
 		json_array_append_new(
-			runs, json_pack("{s:I, s:I, s:I, s:o, s:o, s:I}", "p50_ns",
+			runs, json_pack("{s:I, s:I, s:I, s:o, s:o, s:I, s:s, s:I, s:I}", "p50_ns",
 					(json_int_t)pp->p50_ns[i], "p99_ns",
 					(json_int_t)pp->p99_ns[i], "p999_ns",
 					(json_int_t)pp->p999_ns[i], "mean_ns",
 					num(pp->mean_ns[i]), "ops_per_s",
 					num(pp->ops_per_s[i]), "samples",
-					(json_int_t)pp->samples[i]));
+					(json_int_t)pp->samples[i], "faster",
+					pp->spin_won[i] ? "busy-polling" : "blocking",
+					"p50_blocking_ns", (json_int_t)pp->p50_block_ns[i],
+					"p50_busy_polling_ns", (json_int_t)pp->p50_spin_ns[i]));
 	json_t *j = json_object();
 	json_object_set_new(j, "size", json_integer(pp->size));
 	json_object_set_new(j, "p50_ns", json_integer((json_int_t)pp->floor_p50_ns));

@@ -23,9 +23,11 @@
  *            maxinline=I seed=S read=ADDR,LEN,RKEY write=... atomic=... rpc=0|1"
  *           then the connection stays open as the session; a --once server
  *           exits when it closes.
- *   client: "ECHO SIZE"
+ *   client: "ECHO SIZE" or "ECHO SIZE SPIN"
  *   server: "OK", then echoes SIZE-byte messages until the client closes
- *           (the TCP ping-pong baseline; TCP_NODELAY on both ends).
+ *           (the TCP ping-pong baseline; TCP_NODELAY on both ends); with
+ *           SPIN it busy-polls for each message instead of sleeping in
+ *           recv() (the busy-polling ping-pong).
  *
  * On the fabric, server ctx i (0..nctx-1) has a thread that echoes every
  * SEND it receives back on the QP it came in on. One-sided requests are
@@ -288,14 +290,16 @@ struct conn {
 	int fd;
 };
 
-static void echo_loop(int fd, uint32_t size)
+/* spin: busy-poll for each message (the busy-polling floor) instead of
+ * sleeping in recv() */
+static void echo_loop(int fd, uint32_t size, bool spin)
 {
 	uint8_t *buf = malloc(size ? size : 1);
 	if (!buf)
 		return;
 	bf_set_nodelay(fd);
 	if (bf_write_full(fd, "OK\n", 3) == 0)
-		while (bf_read_full(fd, buf, size) == 0 &&
+		while ((spin ? bf_read_full_spin(fd, buf, size) : bf_read_full(fd, buf, size)) == 0 &&
 		       bf_write_full(fd, buf, size) == 0)
 			;
 	free(buf);
@@ -318,10 +322,18 @@ static void *conn_thread(void *arg)
 			if (s->o->once)
 				atomic_store_explicit(&g_stop, 1,
 						      memory_order_relaxed);
+		} else if (!strncmp(line, "ECHO ", 5) && strlen(line) > 10 &&
+			   !strcmp(line + strlen(line) - 5, " SPIN")) {
+			/* "ECHO SIZE SPIN": the busy-polling ping-pong */
+			line[strlen(line) - 5] = 0;
+			if (dxl_parse_u64(line + 5, &size) == 0 && size <= BF_MAX_SIZE)
+				echo_loop(cn->fd, (uint32_t)size, true);
+			else
+				bf_write_full(cn->fd, "ERR bad request\n", 16);
 		} else if (!strncmp(line, "ECHO ", 5) &&
 			   dxl_parse_u64(line + 5, &size) == 0 &&
 			   size <= BF_MAX_SIZE) {
-			echo_loop(cn->fd, (uint32_t)size);
+			echo_loop(cn->fd, (uint32_t)size, false);
 		} else {
 			bf_write_full(cn->fd, "ERR bad request\n", 16);
 		}

@@ -1,6 +1,7 @@
 /* util.c -- dxl-bench-fabric helpers: op names, the READ pattern, sockets, /proc */
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -93,6 +94,30 @@ int bf_read_full(int fd, void *buf, size_t len)
 	while (len) {
 		ssize_t n = recv(fd, p, len, 0);
 		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (n == 0) {
+			errno = ECONNRESET;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int bf_read_full_spin(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				sched_yield(); /* a spin that lets a runnable thread in */
+				continue;
+			}
 			if (errno == EINTR)
 				continue;
 			return -1;

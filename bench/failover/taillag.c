@@ -26,6 +26,10 @@ struct phase {
 	uint32_t rate;
 	uint64_t cap, n;
 	uint64_t *append_ns, *ack_ns, *deliver_ns;
+	/* when record n was due by the schedule of the rate (dxlb_schedule_ns
+	 * from the phase's start): latency from it counts a stall and the
+	 * backlog behind it (no coordinated omission) */
+	uint64_t *due_ns;
 	uint64_t failed;
 };
 
@@ -129,6 +133,15 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* stats of v[0..n) (sorted here) in ms */
+/* percentile p of the sorted v[0..n) by the nearest rank, in ms; -1 when
+ * n is under dxl_pct_min_samples(p) (no p99 from under 1 000 samples) */
+static double pct_ms(const uint64_t *v, size_t n, double p)
+{
+	if (!n || n < dxl_pct_min_samples(p))
+		return -1;
+	return bf_ms((int64_t)v[dxl_pct_rank(n, p) - 1]);
+}
+
 static json_t *dist_json(uint64_t *v, size_t n, double *p50, double *p99)
 {
 	json_t *o = json_object();
@@ -144,14 +157,14 @@ static json_t *dist_json(uint64_t *v, size_t n, double *p50, double *p99)
 	static const double pct[] = {50, 90, 99, 99.9};
 	static const char *const name[] = {"p50", "p90", "p99", "p999"};
 	for (size_t k = 0; k < DXL_ARRAY_SIZE(pct); k++) {
-		size_t i = (size_t)((pct[k] / 100.0) * (double)(n - 1) + 0.5);
-		json_object_set_new(o, name[k], json_real(bf_ms((int64_t)v[i])));
+		double x = pct_ms(v, n, pct[k]);
+		json_object_set_new(o, name[k], x < 0 ? json_null() : json_real(x));
 	}
 	json_object_set_new(o, "min", json_real(bf_ms((int64_t)v[0])));
 	json_object_set_new(o, "max", json_real(bf_ms((int64_t)v[n - 1])));
 	json_object_set_new(o, "mean", json_real(sum / (double)n / 1e6));
-	*p50 = bf_ms((int64_t)v[(size_t)(0.5 * (double)(n - 1) + 0.5)]);
-	*p99 = bf_ms((int64_t)v[(size_t)(0.99 * (double)(n - 1) + 0.5)]);
+	*p50 = pct_ms(v, n, 50);
+	*p99 = pct_ms(v, n, 99);
 	return o;
 }
 
@@ -194,6 +207,7 @@ static int run_phase(struct tl *T, uint32_t pi, struct dxl_log_writer *wr, uint3
 				break;
 			}
 			p->append_ns[p->n] = dxl_now_ns();
+			p->due_ns[p->n] = dxlb_schedule_ns(t0, p->n, p->rate);
 			fifo[ft++ % fcap] = p->n;
 			p->n++;
 			if (p->n >= p->cap)
@@ -351,7 +365,8 @@ int bf_cmd_taillag(int argc, char **argv)
 		p->append_ns = calloc(p->cap, sizeof(uint64_t));
 		p->ack_ns = calloc(p->cap, sizeof(uint64_t));
 		p->deliver_ns = calloc(p->cap, sizeof(uint64_t));
-		if (!p->append_ns || !p->ack_ns || !p->deliver_ns)
+		p->due_ns = calloc(p->cap, sizeof(uint64_t));
+		if (!p->append_ns || !p->ack_ns || !p->deliver_ns || !p->due_ns)
 			goto out;
 	}
 	if (pthread_create(&th, NULL, tailer_main, &T))
@@ -403,15 +418,27 @@ int bf_cmd_taillag(int argc, char **argv)
 		uint64_t *a2d = malloc((p->n + 1) * sizeof(uint64_t));
 		uint64_t *p2d = malloc((p->n + 1) * sizeof(uint64_t));
 		uint64_t *p2a = malloc((p->n + 1) * sizeof(uint64_t));
-		size_t na = 0, np = 0, nk = 0, early = 0, undelivered = 0;
-		for (uint64_t n = 0; a2d && p2d && p2a && n < p->n; n++) {
-			if (p->ack_ns[n])
+		/* from the intended start (the rate's schedule): to the ack, to
+		 * the delivery; and how late each append was sent */
+		uint64_t *u2a = malloc((p->n + 1) * sizeof(uint64_t));
+		uint64_t *u2d = malloc((p->n + 1) * sizeof(uint64_t));
+		uint64_t *lag = malloc((p->n + 1) * sizeof(uint64_t));
+		size_t na = 0, np = 0, nk = 0, early = 0, undelivered = 0, nu = 0, nud = 0;
+		bool mem = a2d && p2d && p2a && u2a && u2d && lag;
+		for (uint64_t n = 0; mem && n < p->n; n++) {
+			/* the send is stamped after the append call returns: it
+			 * can be "before" its due time by less than a clock step */
+			lag[n] = p->append_ns[n] > p->due_ns[n] ? p->append_ns[n] - p->due_ns[n] : 0;
+			if (p->ack_ns[n]) {
 				p2a[nk++] = p->ack_ns[n] - p->append_ns[n];
+				u2a[nu++] = p->ack_ns[n] - p->due_ns[n];
+			}
 			if (!p->deliver_ns[n]) {
 				undelivered += p->ack_ns[n] != 0;
 				continue;
 			}
 			p2d[np++] = p->deliver_ns[n] - p->append_ns[n];
+			u2d[nud++] = p->deliver_ns[n] - p->due_ns[n];
 			if (!p->ack_ns[n])
 				continue;
 			if (p->deliver_ns[n] < p->ack_ns[n]) {
@@ -435,15 +462,28 @@ int bf_cmd_taillag(int argc, char **argv)
 		json_object_set_new(r, "ack_to_deliver_ms", dist_json(a2d, na, &a50, &a99));
 		json_object_set_new(r, "append_to_deliver_ms", dist_json(p2d, np, &d50, &d99));
 		json_object_set_new(r, "append_to_ack_ms", dist_json(p2a, nk, &k50, &k99));
+		double u50, u99, x50, x99, l50, l99;
+		json_object_set_new(r, "intended_to_ack_ms", dist_json(u2a, nu, &u50, &u99));
+		json_object_set_new(r, "intended_to_deliver_ms", dist_json(u2d, nud, &x50, &x99));
+		json_object_set_new(r, "send_lag_ms", dist_json(lag, mem ? p->n : 0, &l50, &l99));
+		(void)u50;
+		(void)u99;
+		(void)l50;
 		json_array_append_new(arr, r);
 		printf("  %8u %8" PRIu64 " %9zu %10.3f/%-10.3f %10.3f/%-10.3f %6.3f/%-7.3f%s\n",
 		       p->rate, p->n, np, a50, a99, d50, d99, k50, k99,
 		       undelivered || p->failed ? "  INCOMPLETE" : "");
 		if (undelivered || p->failed)
 			rc = 1;
+		if (mem)
+			printf("  %8s intended start->deliver p50/p99 %.3f/%.3f ms, send lag p99 %.3f ms "
+			       "(-1: too few samples)\n", "", x50, x99, l99);
 		free(a2d);
 		free(p2d);
 		free(p2a);
+		free(u2a);
+		free(u2d);
+		free(lag);
 	}
 	json_object_set_new(o, "rates", arr);
 	FILE *df = dump ? fopen(dump, "w") : NULL;
@@ -484,6 +524,7 @@ out:
 		free(T.ph[i].append_ns);
 		free(T.ph[i].ack_ns);
 		free(T.ph[i].deliver_ns);
+		free(T.ph[i].due_ns);
 	}
 	dxl_zk_delete(&zk);
 	return rc;

@@ -2,9 +2,13 @@
 #ifndef DXL_BENCH_LOG_H
 #define DXL_BENCH_LOG_H
 
+#include <sched.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <sys/types.h>
 
+#include "bench/lib/bench_lib.h"
+#include "common/common.h"
 #include "common/hist.h"
 #include "dxl/log.h"
 
@@ -29,13 +33,38 @@ void bl_replica_stop(struct bl_replica *r);
 struct bl_result {
 	uint64_t ops;
 	double secs;
-	struct dxl_hist lat; /* nanoseconds */
+	struct dxl_hist lat; /* nanoseconds: from the send (closed loop) or from
+				the intended start (open loop, offered > 0) */
+	struct dxl_hist svc; /* open loop: from the send (service time) */
+	double offered;      /* open loop: the offered rate (ops/s); 0 closed */
+	uint64_t late;       /* open loop: operations due before the end but
+				never sent (the window was full: behind schedule) */
 	char error[160];     /* non-empty if the cell failed */
 };
 
-/* ZooKeeper persistent-sequential creates, `inflight` outstanding */
+/*
+ * ZooKeeper persistent-sequential creates, at most `inflight` outstanding;
+ * rate > 0: open loop, create k due at t0 + k/rate (latency from then),
+ * inflight only caps what is outstanding
+ */
 int bl_zk_run(const char *connect, uint32_t payload, uint32_t inflight,
-	      uint32_t duration_ms, struct bl_result *out);
+	      uint32_t duration_ms, double rate, struct bl_result *out);
+
+/* bl_wait_until -- return at t (dxl_now_ns): sleep until 1 ms before it,
+ * then spin with sched_yield(), so an open-loop sender is on time without a
+ * sleeping thread's wake-up delay */
+static inline void bl_wait_until(uint64_t t)
+{
+	for (;;) {
+		uint64_t now = dxl_now_ns();
+		if (now >= t)
+			return;
+		if (t - now > 2000000)
+			usleep((useconds_t)((t - now - 1000000) / 1000));
+		else
+			sched_yield();
+	}
+}
 
 /* local persist cost: ns per (copy + persist) of size bytes */
 int bl_persist_cost(const char *dir, enum dxl_durability mode, uint32_t size,

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,26 @@ static const char usage[] =
 "    --ring-size BYTES    per ring (default 4M)\n"
 "    --no-zk              skip the ZooKeeper peer\n"
 "    --zk-script PATH     the script that starts ZooKeeper (default\n"
-"                         scripts/zk.sh)\n"
+"                         scripts/zk.sh); it runs with DXL_ZK_JVM=production\n"
+"                         (1 GiB heap, the default collector and JIT) unless\n"
+"                         DXL_ZK_JVM is set; the options used are in the JSON\n"
+"                         (zk_jvm)\n"
+"    --only KIND          only the append cells (append) or only the ZooKeeper\n"
+"                         cells (zk), nothing else: one side of a comparison\n"
+"                         run by dxl-bench-compare (docs/benchmarks.md). When\n"
+"                         exactly one cell is measured the JSON also has its\n"
+"                         summary (ops_per_s, latency from the send, errors)\n"
+"    --rate R             open loop: offer R appends (creates) per second on a\n"
+"                         fixed schedule, at most --outstanding in flight;\n"
+"                         latency from each one's intended start (a stall\n"
+"                         and the backlog behind it count), service time\n"
+"                         from its send; late: due but never sent. Applies\n"
+"                         to the append and zk cells (default: closed loop)\n"
+"    --zk-connect HOSTS   use this running ensemble (its forceSync and JVM are\n"
+"                         its starter's) instead of starting two of its own\n"
+"    --zk-warmup-ms N     creates run on each new ensemble before its cells\n"
+"                         are measured, not counted (default 5000; --quick\n"
+"                         1000)\n"
 "    --quick              a small matrix for CI and the main job (~30 s)\n"
 "    --dir DIR            scratch folder for regions (default a new /tmp dir)\n"
 "    --out FILE           JSON results (default results/log.json)\n"
@@ -75,6 +95,10 @@ struct opts {
 	enum dxl_durability dur[3];
 	uint32_t ndur;
 	uint32_t duration_ms;
+	uint32_t zk_warmup_ms;
+	int only;               /* 0 everything, 1 append cells, 2 zk cells */
+	double rate;            /* > 0: open loop at this offered rate (ops/s) */
+	const char *zk_connect; /* a running ensemble, or NULL */
 	uint64_t ring_size;
 	int zk;
 	const char *zk_script;
@@ -106,6 +130,7 @@ struct writer {
 	struct dxl_log_target t[BL_MAX_REPLICAS];
 	uint32_t ntargets;
 	uint32_t size, outstanding, duration_ms;
+	double rate; /* > 0: open loop, this writer's offered appends/s */
 	enum dxl_pwrite_mode mode;
 	pthread_barrier_t *start;
 	struct bl_result res;
@@ -116,6 +141,8 @@ static void *writer_main(void *arg)
 	struct writer *w = arg;
 	struct bl_result *r = &w->res;
 	dxl_hist_reset(&r->lat);
+	dxl_hist_reset(&r->svc);
+	r->offered = w->rate;
 	struct dxl_ctx *c = NULL;
 	struct dxl_appender *a = NULL;
 	struct dxl_appender_cfg cfg;
@@ -134,6 +161,8 @@ static void *writer_main(void *arg)
 		goto out;
 	uint8_t *payload = calloc(1, w->size);
 	uint64_t *start = calloc(w->outstanding, sizeof(uint64_t));
+	uint64_t *due = calloc(w->outstanding, sizeof(uint64_t)); /* open loop */
+	const int open = w->rate > 0;
 	struct dxl_hlc clock;
 	dxl_hlc_init(&clock);
 	struct dxl_append_result res[32];
@@ -144,6 +173,12 @@ static void *writer_main(void *arg)
 		if (!stop && dxl_now_ns() >= end)
 			stop = 1;
 		while (!stop && dxl_appender_inflight(a) < w->outstanding) {
+			/* open loop: append k is due at t0 + k / rate; none
+			 * is sent before it is due; a full window delays it
+			 * and the delay counts (latency from the due time) */
+			uint64_t due_k = open ? dxlb_schedule_ns(t0, txn, w->rate) : 0;
+			if (open && (due_k >= end || dxl_now_ns() < due_k))
+				break;
 			struct dxl_rec rec = {.txn_id = ++txn,
 					      .commit_ts = dxl_hlc_now(&clock),
 					      .payload = payload,
@@ -156,6 +191,7 @@ static void *writer_main(void *arg)
 				break;
 			}
 			start[tok % w->outstanding] = now;
+			due[tok % w->outstanding] = due_k;
 		}
 		int k = dxl_appender_poll(a, res, 32);
 		uint64_t now = dxl_now_ns();
@@ -167,17 +203,27 @@ static void *writer_main(void *arg)
 				stop = 1;
 				continue;
 			}
-			dxl_hist_record(&r->lat, now - start[res[i].token % w->outstanding]);
+			uint64_t slot = res[i].token % w->outstanding;
+			dxl_hist_record(&r->lat, now - (open ? due[slot] : start[slot]));
+			if (open)
+				dxl_hist_record(&r->svc, now - start[slot]);
 			r->ops++;
 		}
 		if (k < 0)
 			break;
+		if (k == 0 && open)
+			sched_yield(); /* spin, but let the replicas' threads in */
 		if (k == 0 && w->outstanding == 1 && dxl_appender_inflight(a))
 			continue; /* latency run: keep polling */
 	}
 	r->secs = (double)(dxl_now_ns() - t0) / 1e9;
+	if (open) {
+		uint64_t due_total = (uint64_t)((double)w->duration_ms / 1000.0 * w->rate);
+		r->late = due_total > txn ? due_total - txn : 0;
+	}
 	free(payload);
 	free(start);
+	free(due);
 out:
 	dxl_appender_delete(&a);
 	dxl_ctx_delete(&c);
@@ -187,7 +233,7 @@ out:
 /* run one append cell against running replicas */
 static void run_append(struct dxl_fabric *f, struct bl_replica *rep,
 		       uint32_t nrep, uint32_t writers, uint32_t size,
-		       uint32_t outstanding, uint32_t duration_ms,
+		       uint32_t outstanding, uint32_t duration_ms, double rate,
 		       enum dxl_pwrite_mode mode, struct bl_result *out)
 {
 	struct writer w[BL_MAX_WRITERS];
@@ -203,17 +249,22 @@ static void run_append(struct dxl_fabric *f, struct bl_replica *rep,
 		w[i].size = size;
 		w[i].outstanding = outstanding;
 		w[i].duration_ms = duration_ms;
+		w[i].rate = rate / writers; /* the offered rate, shared */
 		w[i].mode = mode;
 		w[i].start = &b;
 		pthread_create(&w[i].th, NULL, writer_main, &w[i]);
 	}
 	memset(out, 0, sizeof(*out));
 	dxl_hist_reset(&out->lat);
+	dxl_hist_reset(&out->svc);
+	out->offered = rate > 0 ? rate : 0;
 	for (uint32_t i = 0; i < writers; i++) {
 		pthread_join(w[i].th, NULL);
 		out->ops += w[i].res.ops;
+		out->late += w[i].res.late;
 		out->secs = DXL_MAX(out->secs, w[i].res.secs);
 		dxl_hist_merge(&out->lat, &w[i].res.lat);
+		dxl_hist_merge(&out->svc, &w[i].res.svc);
 		if (w[i].res.error[0] && !out->error[0])
 			snprintf(out->error, sizeof(out->error), "%s", w[i].res.error);
 	}
@@ -232,6 +283,12 @@ static json_t *lat_cell(const char *kind, const struct bl_result *r)
 	json_object_set_new(o, "p50_us", json_real((double)dxl_hist_pct(&r->lat, 50) / 1e3));
 	json_object_set_new(o, "p99_us", json_real((double)dxl_hist_pct(&r->lat, 99) / 1e3));
 	json_object_set_new(o, "mean_us", json_real(dxl_hist_mean(&r->lat) / 1e3));
+	if (r->offered > 0) {
+		/* open loop: p50/p99 above are from the intended start */
+		json_object_set_new(o, "offered_per_s", json_real(r->offered));
+		json_object_set_new(o, "late", json_integer((json_int_t)r->late));
+		json_object_set_new(o, "service", dxlb_lat_json(&r->svc));
+	}
 	if (r->error[0])
 		json_object_set_new(o, "error", json_string(r->error));
 	return o;
@@ -256,7 +313,10 @@ static int zk_start(const char *script, const char *dir, int force_sync,
 		return -1;
 	}
 	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "DXL_ZK_FORCESYNC=%s '%s' start '%s' --servers 3 2>&1",
+	/* the peer at its best: production JVM settings unless the caller chose */
+	snprintf(cmd, sizeof(cmd),
+		 "DXL_ZK_JVM=${DXL_ZK_JVM:-production} DXL_ZK_FORCESYNC=%s '%s' start '%s' "
+		 "--servers 3 2>&1",
 		 force_sync ? "yes" : "no", script, dir);
 	FILE *p = popen(cmd, "r");
 	if (!p) {
@@ -290,7 +350,7 @@ static void zk_stop(const char *script, const char *dir)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.duration_ms = 1000, .ring_size = 4u << 20, .zk = 1,
+	struct opts o = {.duration_ms = 1000, .zk_warmup_ms = 5000, .ring_size = 4u << 20, .zk = 1,
 			 .zk_script = "scripts/zk.sh", .out = "results/log.json"};
 	parse_list("1,3", o.replicas, 4, &o.nreplicas);
 	parse_list("64,256,1024,4096", o.sizes, 8, &o.nsizes);
@@ -304,10 +364,11 @@ int main(int argc, char **argv)
 		{"outstanding", 1, 0, 'o'}, {"writers", 1, 0, 'w'},
 		{"duration-ms", 1, 0, 'd'}, {"durability", 1, 0, 'D'},
 		{"ring-size", 1, 0, 'R'}, {"no-zk", 0, 0, 'Z'},
-		{"zk-script", 1, 0, 'z'}, {"quick", 0, 0, 'q'},
+		{"zk-script", 1, 0, 'z'}, {"quick", 0, 0, 'q'}, {"zk-warmup-ms", 1, 0, 'W'},
+		{"only", 1, 0, 'Y'}, {"zk-connect", 1, 0, 'C'}, {"rate", 1, 0, 'P'},
 		{"dir", 1, 0, 'T'}, {"out", 1, 0, 'O'}, {"help", 0, 0, 'h'},
 		{0, 0, 0, 0}};
-	int ch;
+	int ch, warm_set = 0;
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		uint64_t v;
 		switch (ch) {
@@ -360,12 +421,40 @@ int main(int argc, char **argv)
 		case 'z':
 			o.zk_script = optarg;
 			break;
+		case 'P': {
+			char *e = NULL;
+			o.rate = strtod(optarg, &e);
+			if (!*optarg || *e || !(o.rate > 0) || o.rate > 1e7)
+				goto bad;
+			break;
+		}
+		case 'Y':
+			if (!strcmp(optarg, "append"))
+				o.only = 1;
+			else if (!strcmp(optarg, "zk"))
+				o.only = 2;
+			else
+				goto bad;
+			break;
+		case 'C':
+			if (!*optarg || !strchr(optarg, ':') || strlen(optarg) >= 256)
+				goto bad;
+			o.zk_connect = optarg;
+			break;
+		case 'W':
+			if (dxl_parse_u64(optarg, &v) || v > 600000)
+				goto bad;
+			o.zk_warmup_ms = (uint32_t)v;
+			warm_set = 1;
+			break;
 		case 'q':
 			parse_list("1,3", o.replicas, 4, &o.nreplicas);
 			parse_list("64,1024", o.sizes, 8, &o.nsizes);
 			parse_list("1,16", o.outstanding, 8, &o.noutstanding);
 			parse_list("1", o.writers, 4, &o.nwriters);
 			o.duration_ms = 400;
+			if (!warm_set)
+				o.zk_warmup_ms = 1000;
 			break;
 		case 'T':
 			o.dir = optarg;
@@ -394,6 +483,8 @@ int main(int argc, char **argv)
 	}
 	json_t *root = json_object(), *cells = json_array(), *cmp = json_array();
 	json_object_set_new(root, "setup", dxlb_setup_json(argc, argv));
+	/* the replicas' regions (append cells) live in o.dir */
+	json_object_set_new(json_object_get(root, "setup"), "data_fs", dxlb_fs_json(o.dir));
 
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
@@ -414,7 +505,11 @@ int main(int argc, char **argv)
 	printf("%-8s %-8s %4s %6s %5s %4s %12s %10s %10s\n", "kind", "durab.",
 	       "reps", "size", "outst", "wrtr", "ops/s", "p50(us)", "p99(us)");
 	int run_no = 0;
-	for (uint32_t di = 0; di < o.ndur; di++) {
+	/* the cells measured (append, zk) and the last of them: a single one
+	 * gives the run's summary (dxl-bench-compare) */
+	static struct bl_result last;
+	int nmeasured = 0;
+	for (uint32_t di = 0; o.only != 2 && di < o.ndur; di++) {
 		for (uint32_t ri = 0; ri < o.nreplicas; ri++) {
 			uint32_t nrep = o.replicas[ri];
 			struct bl_replica rep[BL_MAX_REPLICAS];
@@ -435,7 +530,7 @@ int main(int argc, char **argv)
 					for (uint32_t wi = 0; wi < o.nwriters; wi++) {
 						struct bl_result r;
 						run_append(f, rep, nrep, o.writers[wi], o.sizes[si],
-							   o.outstanding[oi], o.duration_ms,
+							   o.outstanding[oi], o.duration_ms, o.rate,
 							   DXL_PWRITE_H9, &r);
 						json_t *c = lat_cell("append", &r);
 						json_object_set_new(c, "durability", json_string(dxl_durability_name(o.dur[di])));
@@ -444,6 +539,8 @@ int main(int argc, char **argv)
 						json_object_set_new(c, "outstanding", json_integer(o.outstanding[oi]));
 						json_object_set_new(c, "writers", json_integer(o.writers[wi]));
 						json_array_append_new(cells, c);
+						last = r;
+						nmeasured++;
 						printf("%-8s %-8s %4u %6u %5u %4u %12.0f %10.1f %10.1f %s\n",
 						       "append", dxl_durability_name(o.dur[di]), nrep,
 						       o.sizes[si], o.outstanding[oi], o.writers[wi],
@@ -462,7 +559,7 @@ int main(int argc, char **argv)
 
 	/* H9 against the strawman: 1 replica, 1 outstanding, same run */
 	json_t *pw = json_object();
-	{
+	if (!o.only) {
 		struct bl_replica rep;
 		char d[512];
 		snprintf(d, sizeof(d), "%s/pwrite", o.dir);
@@ -470,8 +567,9 @@ int main(int argc, char **argv)
 			const uint32_t sz[2] = {64, 1024};
 			for (int k = 0; k < 2; k++) {
 				struct bl_result h9, straw;
-				run_append(f, &rep, 1, 1, sz[k], 1, o.duration_ms, DXL_PWRITE_H9, &h9);
-				run_append(f, &rep, 1, 1, sz[k], 1, o.duration_ms,
+				run_append(f, &rep, 1, 1, sz[k], 1, o.duration_ms, 0, DXL_PWRITE_H9,
+					   &h9);
+				run_append(f, &rep, 1, 1, sz[k], 1, o.duration_ms, 0,
 					   DXL_PWRITE_STRAWMAN, &straw);
 				double ratio = cell_p50(&straw) > 0 ? cell_p50(&h9) / cell_p50(&straw) : 0;
 				printf("%-8s %-8s %4u %6u %5u %4u h9 p50 %.1f us, strawman p50 %.1f us, ratio %.2f (goal <= 0.6)\n",
@@ -494,7 +592,7 @@ int main(int argc, char **argv)
 
 	/* local persist cost per mode */
 	const enum dxl_durability modes[3] = {DXL_DUR_PMEM, DXL_DUR_MSYNC, DXL_DUR_PROCESS};
-	for (int m = 0; m < 3; m++) {
+	for (int m = 0; !o.only && m < 3; m++) {
 		for (uint32_t si = 0; si < o.nsizes; si++) {
 			double ns = 0;
 			char why[256] = "";
@@ -520,24 +618,51 @@ int main(int argc, char **argv)
 	}
 
 	/* ZooKeeper, forceSync yes and no, compared with dxl msync/process */
-	if (o.zk) {
-		for (int sync = 1; sync >= 0; sync--) {
+	if (o.zk && o.only != 1) {
+		/* with --zk-connect: one ensemble, the caller's (sync = 1 only
+		 * names the loop's one pass: its forceSync is the caller's) */
+		for (int sync = 1; sync >= (o.zk_connect ? 1 : 0); sync--) {
 			char zdir[512], connect[256], why[256] = "";
 			snprintf(zdir, sizeof(zdir), "%s/zk-%s", o.dir, sync ? "sync" : "nosync");
 			enum dxl_durability pair = sync ? DXL_DUR_MSYNC : DXL_DUR_PROCESS;
-			if (zk_start(o.zk_script, zdir, sync, connect, sizeof(connect), why,
+			if (o.zk_connect) {
+				snprintf(connect, sizeof(connect), "%s", o.zk_connect);
+				json_object_set_new(root, "zk_connect", json_string(connect));
+			} else if (zk_start(o.zk_script, zdir, sync, connect, sizeof(connect), why,
 				     sizeof(why))) {
 				printf("zk: skipped: %s\n", why);
 				json_object_set_new(root, "zk_skipped", json_string(why));
 				break;
 			}
+			char jpath[600], jvm[256] = "";
+			snprintf(jpath, sizeof(jpath), "%s/s1/jvm", zdir);
+			FILE *jf = fopen(jpath, "r");
+			if (jf) {
+				if (fgets(jvm, sizeof(jvm), jf))
+					jvm[strcspn(jvm, "\n")] = 0;
+				fclose(jf);
+			}
+			if (!o.zk_connect)
+				json_object_set_new(root, "zk_jvm", json_string(jvm));
+			if (o.zk_warmup_ms && o.nsizes && o.noutstanding) {
+				/* the JIT compiles, the heap settles: not counted */
+				struct bl_result w;
+				bl_zk_run(connect, o.sizes[0], o.outstanding[o.noutstanding - 1],
+					  o.zk_warmup_ms, 0, &w);
+				printf("zk %s: warm-up %u ms (%.0f creates/s, not counted)%s%s\n",
+				       sync ? "fsync" : "nosync", o.zk_warmup_ms, cell_ops(&w),
+				       w.error[0] ? ": " : "", w.error);
+			}
 			for (uint32_t si = 0; si < o.nsizes; si++)
 				for (uint32_t oi = 0; oi < o.noutstanding; oi++) {
 					struct bl_result z;
 					bl_zk_run(connect, o.sizes[si], o.outstanding[oi],
-						  o.duration_ms, &z);
+						  o.duration_ms, o.rate, &z);
 					json_t *c = lat_cell("zk", &z);
-					json_object_set_new(c, "force_sync", json_boolean(sync));
+					json_object_set_new(c, "force_sync",
+							    o.zk_connect ? json_null() : json_boolean(sync));
+					last = z;
+					nmeasured++;
 					json_object_set_new(c, "servers", json_integer(3));
 					json_object_set_new(c, "size", json_integer(o.sizes[si]));
 					json_object_set_new(c, "outstanding", json_integer(o.outstanding[oi]));
@@ -566,9 +691,18 @@ int main(int argc, char **argv)
 					json_object_set_new(e, "meets_goal", json_boolean(tr >= 10 && lr <= 0.1));
 					json_array_append_new(cmp, e);
 				}
-			zk_stop(o.zk_script, zdir);
+			if (!o.zk_connect)
+				zk_stop(o.zk_script, zdir);
 		}
 	}
+	if (nmeasured == 1) {
+		struct dxlb_summary sm = {.ops = last.ops, .seconds = last.secs, .lat = &last.lat,
+					  .offered_per_s = last.offered,
+					  .svc = last.offered > 0 ? &last.svc : NULL,
+					  .late = last.late, .errors = last.error[0] ? 1 : 0};
+		json_object_set_new(root, "summary", dxlb_summary_json(&sm));
+	}
+	dxlb_setup_end(json_object_get(root, "setup"));
 	json_object_set_new(root, "cells", cells);
 	json_object_set_new(root, "comparisons", cmp);
 

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -79,6 +80,11 @@ static const char usage[] =
 "                       then starts from the total read before the run\n"
 "    --json PATH        write the result as JSON to PATH\n"
 "    --out PATH         the same (the make bench convention)\n"
+"    --rate R           open loop: offer R transactions per second on a fixed\n"
+"                       schedule (transaction k due at start + k/R); a free\n"
+"                       session takes the next one and waits for its time;\n"
+"                       latency from when it was due, service time from its\n"
+"                       first read (default: closed loop)\n"
 "    --quick            the CI configuration: 10000 accounts, 5 s, 2 x 4\n"
 "                       sessions (options given explicitly still apply)\n"
 "    -h, --help         this text\n"
@@ -89,7 +95,9 @@ static const char usage[] =
 "    (per thread), sessions_total, duration_s, committed, aborts, abort_rate\n"
 "    (aborts / attempts), txn_per_s, p50_us, p99_us, mean_us, types {name:\n"
 "    {committed, aborts, p50_us, p99_us}}, read, load_s, total, expected,\n"
-"    check: \"ok\" or the error, setup}.\n"
+"    check: \"ok\" or the error, resends (requests sent again after \"too\n"
+"    many requests\" or a lost connection), summary (what dxl-bench-compare\n"
+"    reads: ops = committed, latency, retries = aborts + resends), setup}.\n"
 "\n"
 "EXIT STATUS\n"
 "    0 the run finished and the money check passed; 1 set-up failure (bad\n"
@@ -119,7 +127,12 @@ struct opts {
 	int quick;
 	const char *etcd_script;
 	char tmpdir[64];   /* the cluster this run started (if no --endpoints) */
+	double rate;       /* > 0: open loop, transactions/s offered */
 };
+
+/* the open loop's schedule: transaction k is due at g_sched_t0 + k / rate */
+static uint64_t g_sched_t0;
+static _Atomic uint64_t g_next_k;
 
 static atomic_int g_stop;
 static atomic_int g_failed;
@@ -142,6 +155,9 @@ struct session {
 	uint64_t type_commit[DXLB_SB_NTYPES], type_abort[DXLB_SB_NTYPES];
 	int64_t sum_delta;
 	struct dxl_hist lat, type_lat[DXLB_SB_NTYPES];
+	struct dxl_hist svc; /* open loop: from the start of the first read */
+	uint64_t started;    /* transactions begun */
+	uint64_t resends;    /* requests sent again (refused, lost connection) */
 	int err;
 	char errmsg[512];
 };
@@ -202,6 +218,7 @@ static int read_retrying(struct session *s, struct rw *r)
 			return ret;
 		if (tries == 50)
 			return ret;
+		s->resends++;
 		backoff_us(1000);
 	}
 }
@@ -232,6 +249,7 @@ static int run_txn(struct session *s, const struct dxlb_sb_txn *t, int64_t *delt
 					      r.ptables, r.paccts, r.pvals, &ok);
 			if (ret != DXL_E_AGAIN || tries == 50)
 				break;
+			s->resends++;
 			backoff_us(1000); /* refused before it was proposed: send again */
 		}
 		if (ret) {
@@ -251,9 +269,28 @@ static void *session_main(void *arg)
 {
 	struct session *s = arg;
 	while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
+		uint64_t due = 0;
+		if (s->o->rate > 0) {
+			/* open loop: the next transaction of the schedule, not
+			 * begun before it is due (sleep to 1 ms before, then spin:
+			 * a late wake-up must not count against etcd) */
+			uint64_t k = atomic_fetch_add_explicit(&g_next_k, 1, memory_order_relaxed);
+			due = dxlb_schedule_ns(g_sched_t0, k, s->o->rate);
+			for (uint64_t now = dxl_now_ns();
+			     now < due && !atomic_load_explicit(&g_stop, memory_order_relaxed);
+			     now = dxl_now_ns()) {
+				if (due - now > 2000000)
+					backoff_us(DXL_MIN((due - now - 1000000) / 1000, 100000u));
+				else
+					sched_yield();
+			}
+			if (atomic_load_explicit(&g_stop, memory_order_relaxed))
+				break;
+		}
 		struct dxlb_sb_txn t;
 		dxlb_sb_gen(&s->o->sb, &s->rng, &t);
 		uint64_t t0 = dxl_now_ns();
+		s->started++;
 		int64_t delta = 0;
 		int ret = run_txn(s, &t, &delta);
 		if (ret == 1)
@@ -266,8 +303,10 @@ static void *session_main(void *arg)
 			atomic_store(&g_stop, 1);
 			break;
 		}
-		uint64_t ns = dxl_now_ns() - t0;
+		uint64_t now = dxl_now_ns(), ns = now - (due ? due : t0);
 		dxl_hist_record(&s->lat, ns);
+		if (due)
+			dxl_hist_record(&s->svc, now - t0);
 		dxl_hist_record(&s->type_lat[t.type], ns);
 		s->type_commit[t.type]++;
 		s->sum_delta += delta;
@@ -391,7 +430,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_ENDPOINTS = 256, O_ACCOUNTS, O_DURATION, O_THREADS, O_SESSIONS, O_JSON,
 	       O_SEED, O_HOT_FRAC, O_HOT_PROB, O_NO_LOAD, O_SERIALIZABLE, O_OUT, O_QUICK,
-	       O_ETCD_SCRIPT };
+	       O_ETCD_SCRIPT, O_RATE };
 	static const struct option lo[] = {
 		{"endpoints", required_argument, NULL, O_ENDPOINTS},
 		{"accounts", required_argument, NULL, O_ACCOUNTS},
@@ -407,6 +446,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"out", required_argument, NULL, O_OUT},
 		{"quick", no_argument, NULL, O_QUICK},
 		{"etcd-script", required_argument, NULL, O_ETCD_SCRIPT},
+		{"rate", required_argument, NULL, O_RATE},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -452,6 +492,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_OUT: o->json = optarg; break;
 		case O_QUICK: o->quick = 1; break;
 		case O_ETCD_SCRIPT: o->etcd_script = optarg; break;
+		case O_RATE:
+			bad = parse_double(optarg, &o->rate) || !(o->rate > 0) || o->rate > 1e7;
+			break;
 		case O_SEED: bad = dxl_parse_u64(optarg, &o->seed); break;
 		case O_HOT_FRAC: bad = parse_double(optarg, &o->sb.hot_frac); break;
 		case O_HOT_PROB: bad = parse_double(optarg, &o->sb.hot_prob); break;
@@ -605,11 +648,13 @@ int main(int argc, char **argv)
 		s->o = &o;
 		s->rng = dxlb_sb_rand(&seed_rng) ^ i;
 		dxl_hist_reset(&s->lat);
+		dxl_hist_reset(&s->svc);
 		for (int t = 0; t < DXLB_SB_NTYPES; t++)
 			dxl_hist_reset(&s->type_lat[t]);
 		sbe_http_init(&s->h, o.endpoints[i % (uint32_t)o.nendpoints]);
 	}
 	uint64_t t0 = dxl_now_ns();
+	g_sched_t0 = t0;
 	for (uint32_t i = 0; i < ns; i++)
 		pthread_create(&ss[i].th, NULL, session_main, &ss[i]);
 	uint64_t last_c = 0, last_a = 0;
@@ -641,6 +686,9 @@ int main(int argc, char **argv)
 	for (int t = 0; t < DXLB_SB_NTYPES; t++)
 		dxl_hist_reset(&lat[1 + t]);
 	uint64_t committed = 0, aborts = 0, tc[DXLB_SB_NTYPES] = {0}, ta[DXLB_SB_NTYPES] = {0};
+	uint64_t started = 0, resends = 0;
+	static struct dxl_hist svc;
+	dxl_hist_reset(&svc);
 	int64_t sum_delta = 0;
 	const char *run_error = NULL;
 	for (uint32_t i = 0; i < ns; i++) {
@@ -649,6 +697,9 @@ int main(int argc, char **argv)
 		aborts += s->aborts;
 		sum_delta += s->sum_delta;
 		dxl_hist_merge(&lat[0], &s->lat);
+		dxl_hist_merge(&svc, &s->svc);
+		started += s->started;
+		resends += s->resends;
 		for (int t = 0; t < DXLB_SB_NTYPES; t++) {
 			tc[t] += s->type_commit[t];
 			ta[t] += s->type_abort[t];
@@ -736,7 +787,25 @@ int main(int argc, char **argv)
 		json_object_set_new(j, "check", json_string(check));
 		if (g_signal)
 			json_object_set_new(j, "interrupted_by_signal", json_integer(g_signal));
-		json_object_set_new(j, "setup", dxlb_setup_json(argc, argv));
+		/* the summary dxl-bench-compare reads: committed transactions,
+		 * latency from the first read to the commit (closed loop), a
+		 * failed run as an error, aborted attempts as retries */
+		/* open loop: due during the run but never begun (every session
+		 * busy: behind the schedule) */
+		uint64_t due_total = o.rate > 0 ? (uint64_t)((double)o.duration_s * o.rate) : 0;
+		struct dxlb_summary sm = {.ops = committed, .seconds = secs, .lat = &lat[0],
+					  .offered_per_s = o.rate, .svc = o.rate > 0 ? &svc : NULL,
+					  .late = due_total > started ? due_total - started : 0,
+					  .errors = run_error ? 1 : 0, .retries = aborts + resends};
+		json_object_set_new(j, "resends", json_integer((json_int_t)resends));
+		json_object_set_new(j, "summary", dxlb_summary_json(&sm));
+		json_t *setup = dxlb_setup_json(argc, argv);
+		json_object_set_new(setup, "peer", json_pack("{s:s, s:s, s:i}", "name", "etcd",
+							     "version", version, "members", members));
+		json_object_set_new(setup, "threads", json_integer(o.threads));
+		json_object_set_new(setup, "in_flight", json_integer((json_int_t)ns));
+		dxlb_setup_end(setup);
+		json_object_set_new(j, "setup", setup);
 		if (json_dump_file(j, o.json, JSON_INDENT(2))) {
 			fprintf(stderr, "cannot write %s\n", o.json);
 			ok = 0;

@@ -2,6 +2,7 @@
  * progress line per second, the result (JSON) and the ledger for 'check' */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,7 +24,10 @@ struct tstats {
 	uint64_t per_type[DXLB_SB_NTYPES];
 	uint64_t insufficient; /* send_payment with too little money: read-only */
 	int64_t sum_delta;
-	struct dxl_hist all, win; /* ns: the whole run, the current second */
+	struct dxl_hist all, win; /* ns: the whole run, the current second; from
+				     the intended start in an open-loop run */
+	struct dxl_hist svc;      /* open loop: from the first attempt's start */
+	uint64_t started;         /* transactions begun (open loop: late count) */
 	struct sb_maybe *maybes;
 	size_t nmaybe, maybe_cap;
 	char last_err[300];
@@ -34,6 +38,11 @@ struct run_shared {
 	struct sb_env *env;
 	atomic_bool stop;
 	uint32_t retry_ms;
+	/* open loop (rate > 0): transaction k is due at sched_t0 + k / rate;
+	 * a coroutine takes the next k, waits for its time, runs it */
+	double rate;
+	uint64_t sched_t0;
+	_Atomic uint64_t next_k;
 	uint32_t *writes[SB_NTABLES]; /* committed writes per key (atomic adds) */
 	uint64_t footprint_mismatch;  /* atomic: footprint writes != the puts made */
 	/* the longest time without a commit (a failover): atomics */
@@ -168,8 +177,22 @@ static void run_co_main(void *arg)
 	struct run_shared *sh = r->sh;
 	struct tstats *ts = &sh->ts[r->co.thread];
 	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		uint64_t due = 0;
+		if (sh->rate > 0) {
+			uint64_t k = atomic_fetch_add_explicit(&sh->next_k, 1, memory_order_relaxed);
+			due = dxlb_schedule_ns(sh->sched_t0, k, sh->rate);
+			/* not before it is due (the other coroutines run) */
+			while (dxl_now_ns() < due &&
+			       !atomic_load_explicit(&sh->stop, memory_order_relaxed))
+				dxl_co_yield();
+			if (atomic_load_explicit(&sh->stop, memory_order_relaxed))
+				break;
+		}
 		dxlb_sb_gen(&sh->cfg, &r->rng, &r->txn);
 		uint64_t t0 = dxl_now_ns();
+		pthread_mutex_lock(&ts->mu);
+		ts->started++;
+		pthread_mutex_unlock(&ts->mu);
 		for (;;) {
 			uint64_t a0 = r->attempts;
 			struct dxl_txn_info info;
@@ -179,7 +202,10 @@ static void run_co_main(void *arg)
 			pthread_mutex_lock(&ts->mu);
 			ts->attempts += r->attempts - a0;
 			if (!ret) {
-				record_commit(r, ts, now - t0);
+				/* open loop: latency from when it was due */
+				record_commit(r, ts, now - (due ? due : t0));
+				if (due)
+					dxl_hist_record(&ts->svc, now - t0);
 				pthread_mutex_unlock(&ts->mu);
 				break;
 			}
@@ -286,7 +312,7 @@ int sb_cmd_run(int argc, char **argv)
 {
 	const char *dir = NULL, *json_path = NULL, *ledger_path = NULL, *mode_s = "hybrid";
 	uint64_t accounts = 0, seed = 1;
-	double duration = 10, hot_frac = -1, hot_prob = -1, grace = 30, warmup = 0;
+	double duration = 10, hot_frac = -1, hot_prob = -1, grace = 30, warmup = 0, rate = 0;
 	uint32_t threads = 2, coroutines = 8;
 	bool progress = false, tamper = false;
 	static const struct option opts[] = {
@@ -305,6 +331,7 @@ int sb_cmd_run(int argc, char **argv)
 		{"tamper", no_argument, NULL, 'T'},
 		{"grace", required_argument, NULL, 'g'},
 		{"warmup", required_argument, NULL, 'w'},
+		{"rate", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -325,6 +352,13 @@ int sb_cmd_run(int argc, char **argv)
 			warmup = strtod(optarg, &end);
 			if (*end || !(warmup >= 0)) {
 				sb_errf("--warmup %s: a number of seconds >= 0", optarg);
+				return 2;
+			}
+			break;
+		case 'R':
+			rate = strtod(optarg, &end);
+			if (*end || !(rate > 0) || rate > 1e7) {
+				sb_errf("--rate %s: transactions per second > 0", optarg);
 				return 2;
 			}
 			break;
@@ -404,6 +438,7 @@ int sb_cmd_run(int argc, char **argv)
 		return 2;
 	}
 	sh.retry_ms = 20;
+	sh.rate = rate;
 
 	struct sb_env env;
 	int ret = sb_env_open(dir, mode, &env);
@@ -454,6 +489,7 @@ int sb_cmd_run(int argc, char **argv)
 		pthread_mutex_init(&sh.ts[i].mu, NULL);
 		dxl_hist_reset(&sh.ts[i].all);
 		dxl_hist_reset(&sh.ts[i].win);
+		dxl_hist_reset(&sh.ts[i].svc);
 	}
 	for (size_t i = 0; i < (size_t)threads * coroutines; i++) {
 		rn.cos[i].sh = &sh;
@@ -465,6 +501,7 @@ int sb_cmd_run(int argc, char **argv)
 	uint64_t measure_t0 = t0; /* the end of the warm-up */
 	bool measuring = warmup <= 0;
 	sh.gap_from_ns = t0 + 1000000000ull;
+	sh.sched_t0 = t0; /* the open loop's schedule: warm-up included */
 	pthread_t rth;
 	if (pthread_create(&rth, NULL, runner_main, &rn)) {
 		sb_errf("pthread_create failed");
@@ -501,6 +538,7 @@ int sb_cmd_run(int argc, char **argv)
 			if (warm_end) {
 				snap[i] = *ts; /* counters only: its mutex, hists unused */
 				dxl_hist_reset(&ts->all);
+				dxl_hist_reset(&ts->svc);
 			}
 			c += ts->committed;
 			a += ts->attempts;
@@ -568,8 +606,10 @@ int sb_cmd_run(int argc, char **argv)
 	}
 
 	/* totals */
-	struct dxl_hist all;
+	struct dxl_hist all, svc;
 	dxl_hist_reset(&all);
+	dxl_hist_reset(&svc);
+	uint64_t started = 0;
 	/* the result counts from the end of the warm-up; the ledger everything */
 	uint64_t committed = 0, attempts = 0, maybe = 0, unavail = 0, gave_up = 0, other = 0,
 		 unfinished = 0, insufficient = 0, per_type[DXLB_SB_NTYPES] = {0};
@@ -594,6 +634,8 @@ int sb_cmd_run(int argc, char **argv)
 		for (int k = 0; k < DXLB_SB_NTYPES; k++)
 			per_type[k] += ts->per_type[k] - z->per_type[k];
 		dxl_hist_merge(&all, &ts->all);
+		dxl_hist_merge(&svc, &ts->svc);
+		started += ts->started;
 		nmaybe += ts->nmaybe;
 		if (ts->last_err[0])
 			last_err = ts->last_err;
@@ -704,7 +746,30 @@ int sb_cmd_run(int argc, char **argv)
 		json_object_set_new(r, "coord_stats", cj);
 		json_object_set_new(r, "tamper", json_boolean(tamper));
 		json_object_set_new(r, "timeline", json_incref(timeline));
-		json_object_set_new(r, "setup", dxlb_setup_json(argc, argv));
+		/* the summary dxl-bench-compare reads: committed transactions,
+		 * latency from the first attempt to the commit (closed loop),
+		 * failed runs as errors, aborted attempts as retries */
+		/* open loop: due over the whole run (warm-up included) but never
+		 * begun: the coroutines were all busy (behind the schedule) */
+		uint64_t due_total = rate > 0 ? (uint64_t)((warmup + duration) * rate) : 0;
+		struct dxlb_summary sm = {.ops = committed, .seconds = el, .lat = &all,
+					  .offered_per_s = rate, .svc = rate > 0 ? &svc : NULL,
+					  .late = due_total > started ? due_total - started : 0,
+					  .errors = unavail + gave_up + other, .retries = aborts};
+		json_object_set_new(r, "summary", dxlb_summary_json(&sm));
+		json_t *setup = dxlb_setup_json(argc, argv);
+		/* the cluster as 'dxl cluster up' recorded it (provider,
+		 * durability, replicas, shards, options) and its data's filesystem */
+		char cpath[PATH_MAX];
+		snprintf(cpath, sizeof(cpath), "%s/cluster.json", dir);
+		json_t *cj2 = json_load_file(cpath, 0, NULL);
+		json_object_set_new(setup, "cluster", cj2 ? cj2 : json_null());
+		snprintf(cpath, sizeof(cpath), "%s/data", dir);
+		json_object_set_new(setup, "data_fs", dxlb_fs_json(cpath));
+		json_object_set_new(setup, "threads", json_integer(threads));
+		json_object_set_new(setup, "in_flight", json_integer((json_int_t)threads * coroutines));
+		dxlb_setup_end(setup);
+		json_object_set_new(r, "setup", setup);
 		if (json_dump_file(r, json_path, JSON_INDENT(2))) {
 			sb_errf("cannot write %s", json_path);
 			json_decref(r);

@@ -204,11 +204,19 @@ int dxl_record_wb_unlock_chain(const void *buf, uint32_t slot_size, uint32_t lke
 			       struct dxl_wr *wr, uint32_t nwr);
 
 /*
- * dxl_record_wb_onesided_ok -- 1 if the provider places the WRITEs of one
- * QP in posting order, so dxl_record_wb_chain is safe against concurrent
- * one-sided readers (tcp), else 0 (verbs: write back through the owner).
+ * dxl_record_wb_onesided_ok -- 1 if a coordinator may write records back
+ * one-sided (dxl_record_wb_unlock_chain) into a store served by provider
+ * p with durability d, else 0 (write back through the owner's CPU). Two
+ * conditions: the provider places the WRITEs of one QP in posting order
+ * (the chain is then safe against concurrent one-sided readers), and the
+ * chain's flush READ makes them durable. tcp: both, in every mode (it runs
+ * the region's persist function for the flush). verbs: no placement order
+ * is promised, so 0 today; and even with it, only a store in persistent
+ * memory (DXL_DUR_PMEM: the NIC's READ is the flush) could qualify -- the
+ * provider persists nothing else (fabric.h), and such a store registers
+ * its records without DXL_MR_REMOTE_WRITE (dxl_store_register).
  */
-int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p);
+int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p, enum dxl_durability d);
 
 /* ---- tables and the record store ------------------------------------------ */
 
@@ -510,13 +518,31 @@ void dxl_lock_agent_delete(struct dxl_lock_agent **a);
 /*
  * dxl_lock_agent_cas -- CAS the 8-byte word at raddr (rkey) from cmp to swp
  * with a fabric atomic; *old receives the word's old value (the CAS took
- * effect iff *old == cmp). Reconnects a failed loopback first.
- * Errors: DXL_E_ACCESS (rkey, bounds), DXL_E_UNREACHABLE, dxl_qp_connect's.
+ * effect iff *old == cmp). Reconnects a failed loopback first: a CAS that
+ * failed with its outcome unknown can no longer execute after the next
+ * call's (the reconnection fences it). Waits for the completion at most
+ * twice the fabric's timeout + 1 s (the fabric answers within its timeout;
+ * this is a safety net).
+ * Errors: DXL_E_ACCESS (rkey, bounds: not executed), DXL_E_UNREACHABLE or
+ * DXL_E_TIMEDOUT (the outcome is unknown: it may have executed),
+ * dxl_qp_connect's (not executed).
  */
 int dxl_lock_agent_cas(struct dxl_lock_agent *a, uint64_t raddr, uint32_t rkey,
 		       uint64_t cmp, uint64_t swp, uint64_t *old);
 /* dxl_lock_agent_ops -- CASes it has executed (for tests) */
 uint64_t dxl_lock_agent_ops(struct dxl_lock_agent *a);
+/*
+ * dxl_lock_agent_fail_next -- testing only: the next dxl_lock_agent_cas
+ * fails with DXL_E_UNREACHABLE and its QP is dropped, as when the loopback
+ * QP fails: LOST_BEFORE without executing the CAS, LOST_AFTER once it has
+ * executed (its answer lost): the outcome a caller cannot tell apart.
+ */
+enum dxl_lock_agent_fault {
+	DXL_LOCK_AGENT_OK = 0,
+	DXL_LOCK_AGENT_LOST_BEFORE = 1,
+	DXL_LOCK_AGENT_LOST_AFTER = 2,
+};
+void dxl_lock_agent_fail_next(struct dxl_lock_agent *a, enum dxl_lock_agent_fault f);
 /* dxl_store_set_lock_agent -- the agent of a DXL_LOCKS_NIC store (NULL:
  * none); set before the store serves. Ignored in DXL_LOCKS_CPU mode. */
 void dxl_store_set_lock_agent(struct dxl_store *s, struct dxl_lock_agent *a);
@@ -540,6 +566,26 @@ int dxl_store_lock_set(struct dxl_store *s, uint32_t table, uint64_t slot,
  * (NIC mode: see above) with the words released so far released.
  */
 int dxl_store_unlock_coord(struct dxl_store *s, uint32_t coord);
+/*
+ * dxl_store_unlock_owner -- release the lock word of slot if it holds
+ * owner: a CAS owner -> 0 (CPU mode: a CPU CAS; NIC mode: through the lock
+ * agent), never a store over whatever another holder put there (the
+ * resolution of a transaction that met its key still locked by it).
+ * Errors: DXL_E_STATE (the word is not owner: nothing changed),
+ * DXL_E_NOENT, DXL_E_INVAL (owner 0); NIC mode: see above.
+ */
+int dxl_store_unlock_owner(struct dxl_store *s, uint32_t table, uint64_t slot,
+			   uint64_t owner);
+/*
+ * dxl_store_persist -- persist the slot's bytes as they are now and report
+ * them durable to the fabric (dxl_mr_mark_durable), as every store write
+ * does. For whoever releases a lock after a one-sided write-back that may
+ * have been placed without its flush READ (the write-back RPC that finds
+ * the new version already there): the record must be durable before the
+ * lock word is free (docs/engine.md "When a write-back is durable").
+ * Errors: DXL_E_NOENT (table, slot).
+ */
+int dxl_store_persist(struct dxl_store *s, uint32_t table, uint64_t slot);
 /* the current lock word (an acquire load; any mode); 0 if out of range */
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot);
@@ -547,8 +593,11 @@ uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 /*
  * Registration for one-sided access. Records: the region's data area,
  * DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT, bound to
- * the region's durability (dxl_region_bind_mr). Locks: the DRAM lock array
- * of all tables, DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ.
+ * the region's durability (dxl_region_bind_mr) -- without REMOTE_WRITE
+ * where a one-sided write-back could not be made durable
+ * (!dxl_record_wb_onesided_ok for f's provider and the store's durability:
+ * verbs unless persistent memory), so none can land there. Locks: the DRAM
+ * lock array of all tables, DXL_MR_REMOTE_ATOMIC | DXL_MR_REMOTE_READ.
  * Errors: DXL_E_EXIST (already registered), dxl_mr_reg's errors.
  */
 int dxl_store_register(struct dxl_store *s, struct dxl_fabric *f);
@@ -667,7 +716,11 @@ int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
  * also for a key that is absent here: its older writes may still come) and
  * persisted (returns 1). A torn record (cut by a crash) is always
  * rewritten. No lock is checked: the applier is the only writer of a
- * backup's records.
+ * backup's records. A live record found at or past version while its lock
+ * word is held is persisted anyway (still returns 0): it may have been
+ * placed by a one-sided write-back whose flush READ never executed, and a
+ * roll-forward releases the lock next (recovery: RESOLVE, UNLOCK_COORD),
+ * after which the log's retention may pass the record.
  * Errors (nothing changed): DXL_E_NOENT (unknown table), DXL_E_TOOBIG,
  * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL, a hook's error.
  */

@@ -44,11 +44,18 @@ extern "C" {
  *    also means the WRITE is durable (H9, 000 L665-675) as far as placing
  *    makes it so: tcp runs the region's persist function first; verbs only
  *    where the NIC writes into the persistence domain (persistent memory),
- *    not into a file's page cache (docs/log.md: the log's persister).
+ *    not into a file's page cache (that needs the owner's CPU: for the
+ *    log, its persister, docs/log.md).
  *  - CAS and FAA are atomic against all other fabric atomics on the same
  *    8-byte word from any QP of any node. They are not atomic against CPU
  *    stores of the target: a word is owned by the NIC or by the CPU, never
  *    both (000 L1426).
+ *
+ * Hence one-sided write-back of records (engine.h dxl_record_wb_unlock_chain:
+ * WRITEs, flush READ, unlock CAS) is tcp-only (dxl_record_wb_onesided_ok);
+ * on verbs a record store that is not persistent memory (DXL_DUR_PMEM)
+ * registers its records without DXL_MR_REMOTE_WRITE, so that no one-sided
+ * write-back can land there without being durable.
  *
  * Errors: every function returns 0 / a count, or a negative DXL_E_* code with
  * dxl_errmsg() saying what failed. Failed remote operations are reported as
@@ -61,13 +68,21 @@ extern "C" {
  *  - After a remote error (REM_ACCESS_ERR, REM_OP_ERR first): the failed
  *    request and every FLUSHED one did not execute.
  *  - After a timeout or a lost connection (PEER_UNREACHABLE first): each
- *    request completed PEER_UNREACHABLE or FLUSHED may have executed before
- *    the failure was detected (its outcome is unknown, as with a peer that
- *    dies), but it does not execute after the target learns of the
- *    failure, and never after a request the same fabric posts on a QP it
- *    connects to that node afterwards. A caller retrying after a failure on
- *    a new QP therefore never races with the failed attempt; it must only
- *    allow for the attempt having taken effect.
+ *    request completed PEER_UNREACHABLE or FLUSHED may have executed
+ *    before the failure was detected (its outcome is unknown, as with a
+ *    peer that dies). It does not execute after the target learns of the
+ *    failure, nor after a request the same fabric posts on a QP it
+ *    connects afterwards to the same target address -- except a request
+ *    still in transit when the initiator gave up, which the target learns
+ *    of only when it arrives: on verbs a packet still in the network (its
+ *    life is bounded by the network's packet lifetime; none was seen over
+ *    rxe's loopback), on tcp none (the target's one NIC thread closes the
+ *    abandoned connection, named in the new connection's handshake, before
+ *    it reads a request of the new one). A caller retrying on a new QP
+ *    must allow for the failed attempt having taken effect; one that also
+ *    counts on it never taking effect later does so only on tcp or on a
+ *    loopback QP (docs/fabric.md "Failures"); beyond that, epochs
+ *    (re-registered regions, new rkeys) fence a stale packet.
  * A request still outstanding when its QP is deleted (dxl_qp_delete) may
  * or may not execute: the QP closes in order (tcp) / disconnects (verbs).
  */

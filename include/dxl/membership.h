@@ -100,6 +100,10 @@ struct dxl_zk_cfg {
 	/* how long a call waits for a (re)connection before DXL_E_UNAVAIL.
 	 * 0 (default) = the session timeout. */
 	uint32_t op_timeout_ms;
+	/* how many writer slots (dxl_writer_slot_lease) one session of this
+	 * zk may hold at once; a lease beyond is refused (DXL_E_FULL).
+	 * Default 4096; 1..1048576. */
+	uint32_t writer_slots_max;
 	/* session state changes; NULL = not interested */
 	dxl_zk_state_cb on_state;
 	void *arg;
@@ -113,8 +117,8 @@ struct dxl_config;
 /*
  * dxl_zk_cfg_load -- override cfg's fields from the "zk.*" keys of a config
  * file: zk.connect, zk.cluster, zk.session_timeout_ms, zk.connect_timeout_ms,
- * zk.retry_initial_ms, zk.retry_max_ms, zk.lease_pct, zk.op_timeout_ms.
- * Absent keys keep cfg's value. Returns 0, or DXL_E_CONFIG naming file, line
+ * zk.retry_initial_ms, zk.retry_max_ms, zk.lease_pct, zk.op_timeout_ms,
+ * zk.writer_slots_max. Absent keys keep cfg's value. Returns 0, or DXL_E_CONFIG naming file, line
  * and key (unknown "zk.*" key, bad value); cfg is unchanged on error.
  */
 int dxl_zk_cfg_load(const struct dxl_config *conf, struct dxl_zk_cfg *cfg);
@@ -231,7 +235,18 @@ int dxl_zk_inject_expiry(struct dxl_zk *zk);
  *                        as a connection loss (for writes: create, set,
  *                        delete): the caller cannot know it took effect;
  *   DXL_ZK_LOSE_REQUEST  reported as a connection loss, not applied (any
- *                        op, reads and listings included).
+ *                        op, reads and listings included);
+ *   DXL_ZK_LATE_APPLY    (writes) reported as a connection loss, not applied
+ *                        now, but applied just before the next write of this
+ *                        zk (any path): a request a lagging server commits
+ *                        after the caller's next read missed it.
+ *
+ * The op DXL_ZK_OP_ACQUIRE (with DXL_ZK_LOSE_REQUEST only) is not a znode
+ * call: it fails the module's wait for a connection (path_part is matched
+ * against what the call waits for, e.g. "joining the election") with
+ * DXL_E_UNAVAIL at once, as if the connection had stayed away for the whole
+ * operation timeout: the path a caller takes when a lost reply comes with a
+ * real disconnection.
  *
  * The session itself stays connected (the lease is not touched): what is
  * injected is the ambiguity of a lost reply, as the callers see it. Every
@@ -239,10 +254,11 @@ int dxl_zk_inject_expiry(struct dxl_zk *zk);
  * A process can also arm them for every zk it opens with the environment
  * variable DXL_ZK_FAULTS, read by dxl_zk_new, in the syntax of
  * dxl_zk_inject_faults: rules separated by ',', each
- *   op[+op]:path_part:reply|request[:skip[:count]]
- * with op one of create, set, delete, list, read (skip 0 and count 1 when
- * absent), e.g. "create:/cm/c-:reply" (the first CM candidacy create loses
- * its reply). Errors: DXL_E_INVAL (bad rule; a lost reply of a read), DXL_E_FULL.
+ *   op[+op]:path_part:reply|request|late[:skip[:count]]
+ * with op one of create, set, delete, list, read, acquire (skip 0 and count
+ * 1 when absent), e.g. "create:/cm/c-:reply" (the first CM candidacy create
+ * loses its reply). Errors: DXL_E_INVAL (bad rule; a lost reply or a late
+ * apply of a read, an acquire that is not "request"), DXL_E_FULL.
  */
 enum dxl_zk_fault_op {
 	DXL_ZK_OP_CREATE = 1,
@@ -250,11 +266,13 @@ enum dxl_zk_fault_op {
 	DXL_ZK_OP_DELETE = 4,
 	DXL_ZK_OP_LIST = 8,   /* get children */
 	DXL_ZK_OP_READ = 16,  /* get, exists */
-	DXL_ZK_OP_ALL = 31,
+	DXL_ZK_OP_ACQUIRE = 32, /* waiting for a connection (no znode) */
+	DXL_ZK_OP_ALL = 63,
 };
 enum dxl_zk_fault_kind {
 	DXL_ZK_LOSE_REPLY = 1,
 	DXL_ZK_LOSE_REQUEST = 2,
+	DXL_ZK_LATE_APPLY = 3,
 };
 int dxl_zk_inject_fault(struct dxl_zk *zk, unsigned ops, const char *path_part,
 			enum dxl_zk_fault_kind kind, uint32_t skip, uint32_t count);

@@ -663,8 +663,8 @@ struct dxl_replica_cfg {
 	uint32_t retention_check_ms; /* log.retention_check_ms (1000) */
 	uint32_t service_ms;     /* replica.service_ms: loop period (10) */
 	uint32_t exist_wait_ms;  /* replica.exist_wait_ms: retry a node id
-				    held by another session (default: the
-				    session timeout) ; UINT32_MAX = default */
+				    held by another session (default: twice
+				    the session timeout); UINT32_MAX = default */
 	bool cm;                 /* replica.cm: stand for the CM (true) */
 	struct dxl_cm_params cm_params; /* cm.min_replicas, cm.replication */
 	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (500); a
@@ -673,6 +673,12 @@ struct dxl_replica_cfg {
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */
+	uint32_t join_timeout_ms; /* replica.join_timeout_ms: a shard whose
+				    join pull has not succeeded this long
+				    after the configuration that made it
+				    join gives up: it says CATCHING_UP (the
+				    CM removes it, and adds it again once it
+				    has caught up); 0 = never (30000) */
 	/* engine.tables: the tables every hosted shard holds, "id:value_size:
 	 * capacity,..." (none); each shard's store is DATADIR/store-<s>.dat */
 	uint32_t ntables;

@@ -114,6 +114,19 @@ struct dxl_coord_cfg {
 	 * NULL (default): the system's. Testing: a coordinator on a host whose
 	 * clock is behind (docs/transactions.md "Commit timestamps"). */
 	uint64_t (*wall_ms)(void);
+	/* testing only: called in the transaction's coroutine at the points of
+	 * enum dxl_txn_hook (it may block, yield or sleep: a test pauses a
+	 * transaction there to inject a fault). Default NULL. */
+	void (*test_hook)(int where, uint64_t txn_id, void *arg);
+	void *test_hook_arg;
+};
+
+/* where dxl_coord_cfg.test_hook is called */
+enum dxl_txn_hook {
+	DXL_TXN_HOOK_VALIDATE = 1, /* after L (every write locked), before V */
+	DXL_TXN_HOOK_LOGGED = 2,   /* every log record acknowledged (the commit
+				      point), before it is decided and written
+				      back */
 };
 #define DXL_COORD_MAX_ID 65535 /* DXL_LOCK_OWNER keeps 16 bits of it */
 void dxl_coord_cfg_init(struct dxl_coord_cfg *cfg);
@@ -162,6 +175,10 @@ int dxl_coord_worker_run(struct dxl_coord_worker *w);
  * ms from a loop that has no transaction to run (dxl-coord's dispatcher).
  * Transactions do it themselves while they run. */
 void dxl_coord_worker_poll(struct dxl_coord_worker *w);
+/* dxl_coord_worker_writebacks_pending -- committed write-backs that failed
+ * at their primary and that the worker still has to finish (it tries them
+ * at each dxl_txn_begin; docs/transactions.md "Write-backs handed on") */
+uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w);
 /* the worker of the calling thread (NULL if none) */
 struct dxl_coord_worker *dxl_coord_worker_self(void);
 
@@ -262,6 +279,12 @@ struct dxl_coord_stats {
 	uint64_t view_refreshes;            /* configuration re-reads */
 	uint64_t resolved;                  /* dead coordinators' transactions
 					       this process resolved */
+	/* broken invariants: a one-sided write-back whose unlock CAS found
+	 * the lock word not the transaction's (its WRITEs overwrote a
+	 * record another holder may own); each also logged at error level
+	 * (event=invariant_violation). Always 0 unless a lock was freed
+	 * under its holder. */
+	uint64_t wb_lock_lost;
 };
 /* dxl_coord_stats -- the sum over the workers (any thread) */
 void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out);

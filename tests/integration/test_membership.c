@@ -1020,6 +1020,80 @@ static void test_election_lost_reply(void **state)
 }
 
 /*
+ * A candidacy's create is applied, its reply lost, and the connection does
+ * not come back while the candidate waits to learn the outcome (the shim's
+ * "acquire" fault: zk_acquire gives up). dxl_election_new fails; the znode
+ * that landed is a leftover of the session nobody owns. It stayed
+ * registered as a live candidacy of the process, so no sync ever deleted it:
+ * lower than every later candidacy of the session, nobody led.
+ */
+static void test_election_lost_reply_disconnected(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "elostd");
+	struct mt_rec rec;
+	mt_rec_init(&rec);
+	struct cand cand = {.rec = &rec, .idx = 0};
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	/* the create lands, its reply is lost; the wait for the connection
+	 * that follows gives up (the first acquire, of the create, passes) */
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/cm/c-:reply,"
+						  "acquire:joining the election:request:1:1"),
+			 0);
+	struct dxl_election *e = NULL;
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand, &e),
+			 DXL_E_UNAVAIL);
+	assert_null(e);
+	assert_int_equal(dxl_zk_faults_fired(zk), 2);
+	dxl_zk_clear_faults(zk);
+	assert_int_equal(count_children(cl, "cm"), 1); /* the leftover */
+	/* the next candidacy of the session deletes it and leads */
+	struct cand cand2 = {.rec = &rec, .idx = 1};
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand2, &e), 0);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected behind the leftover of a failed candidacy (%d candidates, "
+			 "predecessor %lld)", count_children(cl, "cm"),
+			 (long long)dxl_election_predecessor(e));
+	assert_int_equal(count_children(cl, "cm"), 1);
+	dxl_election_delete(&e);
+	dxl_zk_delete(&zk);
+}
+
+/*
+ * A candidacy's create is lost, and lands only after the listing that was
+ * to tell whether it landed (a lagging server; the shim's "late" fault):
+ * the candidate creates again, and two znodes of its own candidacy stand in
+ * the queue, the older one first. Both matched the candidacy's name prefix,
+ * so the older was taken for its own and never deleted: the candidacy
+ * watched it as its predecessor and never led.
+ */
+static void test_election_late_create(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "elate");
+	struct mt_rec rec;
+	mt_rec_init(&rec);
+	struct cand cand = {.rec = &rec, .idx = 0};
+	struct dxl_zk *zk = open_zk(cl, NULL);
+	assert_int_equal(dxl_zk_inject_faults(zk, "create:/cm/c-:late"), 0);
+	struct dxl_election *e = NULL;
+	assert_int_equal(dxl_election_new(zk, DXL_ELECTION_CM, "{}", on_elect, &cand, &e), 0);
+	assert_int_equal(dxl_zk_faults_fired(zk), 1);
+	dxl_zk_clear_faults(zk);
+	if (!mt_wait_true(is_leader, e, 5000))
+		fail_msg("not elected behind its own late create (%d candidates, predecessor %lld, "
+			 "seq %lld)", count_children(cl, "cm"),
+			 (long long)dxl_election_predecessor(e), (long long)dxl_election_seq(e));
+	assert_int_equal(count_children(cl, "cm"), 1);
+	/* the znode left is the candidacy's own (sequence 1: the late one
+	 * was 0) */
+	assert_int_equal(dxl_election_seq(e), 1);
+	dxl_election_delete(&e);
+	assert_int_equal(count_children(cl, "cm"), 0);
+	dxl_zk_delete(&zk);
+}
+
+/*
  * A writer slot's create is applied, its reply lost: the slot is held by
  * this session, but no writer has it -- it counted as a live writer (it
  * held back the backups' appliers and retention) until the session ended.
@@ -1067,6 +1141,85 @@ static void test_writer_slot_lost_reply(void **state)
 	dxl_zk_clear_faults(zk);
 	assert_int_equal(dxl_writer_slots_live(zk, 0, &mask), 0);
 	assert_int_equal(mask, 0);
+	dxl_zk_delete(&zk);
+}
+
+/*
+ * The registry of held writer slots. It was one table for the process,
+ * capped at 4096 entries that were never dropped when their session ended;
+ * once full, a lease went unrecorded and the next writer of the same
+ * session that met the znode ("ours", and held by nobody here) took the
+ * same slot: two writers on one ring. Now it is per zk and per session: a
+ * lease it cannot record is refused before anything is created, and a new
+ * session starts empty (the old one's znodes went with it).
+ */
+static void test_writer_registry(void **state)
+{
+	char cl[64];
+	mt_cluster_name(cl, sizeof(cl), "wreg");
+	/* the registry's size: 8 here (zk.writer_slots_max); with
+	 * DXL_TEST_WRITER_SLOTS=4096 the default and the old table's size
+	 * (4096 creates: about 17 s) */
+	const char *env = getenv("DXL_TEST_WRITER_SLOTS");
+	uint32_t n = env ? (uint32_t)atoi(env) : 8;
+	assert_true(n >= 8 && n <= 4096);
+	struct dxl_zk_cfg c;
+	cfg_for(&c, cl, NULL);
+	c.writer_slots_max = n;
+	struct dxl_zk *zk = NULL;
+	assert_int_equal(dxl_zk_new(&c, &zk), 0);
+	uint64_t t0 = dxl_now_ms();
+	/* n slots held by this session: shards 100.. x 64 slots */
+	for (uint32_t i = 0; i < n; i++) {
+		int ret = dxl_writer_slot_take(zk, 100 + i / 64, i % 64);
+		if (ret)
+			fail_msg("take %u/%u: %s", 100 + i / 64, i % 64, dxl_errmsg());
+	}
+	print_message("%u writer slots taken in %llu ms\n", n,
+		      (unsigned long long)(dxl_now_ms() - t0));
+	/* two writers of this session lease a slot of another shard: never
+	 * the same one (or one of them is refused) */
+	uint32_t a = 99, b = 99;
+	int ra = dxl_writer_slot_lease(zk, 7, 4, &a);
+	int rb = dxl_writer_slot_lease(zk, 7, 4, &b);
+	if (!ra && !rb && a == b)
+		fail_msg("two writers of one session leased slot %u of shard 7", a);
+	assert_int_equal(ra, DXL_E_FULL);
+	assert_int_equal(rb, DXL_E_FULL);
+	uint64_t mask = 1;
+	assert_int_equal(dxl_writer_slots_live(zk, 7, &mask), 0);
+	assert_int_equal(mask, 0); /* refused before anything was created */
+	/* a release makes room (a release of a slot not held changes
+	 * nothing) */
+	assert_int_equal(dxl_writer_slot_release(zk, 7, 2), DXL_E_NOENT);
+	assert_int_equal(dxl_writer_slot_lease(zk, 7, 4, &a), DXL_E_FULL);
+	assert_int_equal(dxl_writer_slot_release(zk, 100, 5), 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 7, 4, &a), 0);
+	assert_int_equal(a, 0);
+	assert_int_equal(dxl_writer_slot_lease(zk, 7, 4, &b), DXL_E_FULL);
+
+	/* the session ends (its slots with it), a new one starts: the
+	 * registry of the old one is gone too */
+	assert_int_equal(dxl_zk_inject_expiry(zk), 0);
+	uint64_t end = dxl_now_ms() + 10000;
+	while (dxl_zk_state(zk) != DXL_ZK_EXPIRED) {
+		if (dxl_now_ms() > end)
+			fail_msg("the session did not expire");
+		usleep(10000);
+	}
+	assert_int_equal(dxl_zk_reopen(zk), 0);
+	a = b = 99;
+	ra = dxl_writer_slot_lease(zk, 7, 4, &a);
+	rb = dxl_writer_slot_lease(zk, 7, 4, &b);
+	if (!ra && !rb && a == b)
+		fail_msg("two writers of the new session leased slot %u of shard 7", a);
+	if (ra || rb)
+		fail_msg("leases in a new session: %s / %s (the old session's registry "
+			 "was kept): %s", dxl_errname(ra), dxl_errname(rb), dxl_errmsg());
+	assert_int_equal(a, 0);
+	assert_int_equal(b, 1);
+	assert_int_equal(dxl_writer_slots_live(zk, 7, &mask), 0);
+	assert_int_equal(mask, 3);
 	dxl_zk_delete(&zk);
 }
 
@@ -1218,7 +1371,10 @@ int main(void)
 		cmocka_unit_test_setup(test_reopen_from_callback, test_setup),
 		cmocka_unit_test_setup(test_cursors, test_setup),
 		cmocka_unit_test_setup(test_election_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_election_lost_reply_disconnected, test_setup),
+		cmocka_unit_test_setup(test_election_late_create, test_setup),
 		cmocka_unit_test_setup(test_writer_slot_lost_reply, test_setup),
+		cmocka_unit_test_setup(test_writer_registry, test_setup),
 		cmocka_unit_test_setup(test_versioned_set_lost_reply, test_setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, group_setup,

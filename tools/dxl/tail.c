@@ -115,13 +115,16 @@ static void tail_usage(FILE *out)
 "  --format F         text | json [text]\n"
 "  --follow           keep printing new records until SIGINT/SIGTERM\n"
 "  --replica ID       start on this replica [the first registered one of the\n"
-"                     shard, primary first]\n"
+"                     shard, primary first]; only a replica that is a member\n"
+"                     of the shard with the data identity the configuration\n"
+"                     recorded is read (a joining or catching-up copy may\n"
+"                     lack records)\n"
 "  -h, --help         this text\n"
 "\n"
 "FAILOVER\n"
 "    When the replica being read fails (it dies, or re-registers its memory\n"
 "    after a configuration change) or leaves the shard's replica set, the\n"
-"    shard goes on where it was from another live replica of the current\n"
+"    shard goes on where it was from another live member of the current\n"
 "    configuration, without loss or repetition (a line on stderr says so).\n"
 "    After %d s without any usable replica: exit 1.\n"
 "\n" EXIT_CODES_HELP,
@@ -440,6 +443,27 @@ static int attach(struct tail *t, struct stail *st, const struct dxl_cluster_con
 			if (ret == DXL_E_NOENT)
 				snprintf(st->why, sizeof(st->why),
 					 "replica %u does not host shard %u", id, st->shard);
+			continue;
+		}
+		/* only a copy that holds every acknowledged record: one that
+		 * says MEMBER, with the data identity the configuration
+		 * recorded for it (a joining or catching-up copy, or one on a
+		 * new store, lacks records: tailing it would skip them) */
+		uint64_t rec = dxl_cluster_shard_data_id(cs, id);
+		if (sd->state != DXL_SHARD_MEMBER || (rec && sd->data_id != rec)) {
+			ret = DXL_E_UNAVAIL;
+			if (sd->state != DXL_SHARD_MEMBER)
+				snprintf(st->why, sizeof(st->why),
+					 "replica %u is not a member of shard %u yet (%s): it may "
+					 "lack records",
+					 id, st->shard, dxl_shard_state_name(sd->state));
+			else
+				snprintf(st->why, sizeof(st->why),
+					 "replica %u is on a new store for shard %u (data id "
+					 "0x%llx, the configuration records 0x%llx): it may lack "
+					 "records",
+					 id, st->shard, (unsigned long long)sd->data_id,
+					 (unsigned long long)rec);
 			continue;
 		}
 		struct dxl_log_target *tg = calloc(sd->nrings, sizeof(*tg));

@@ -185,6 +185,52 @@ static void test_hist_percentiles(void **state)
 	assert_int_equal(dxl_hist_pct(&h2, 100), UINT64_MAX);
 }
 
+/*
+ * Nearest rank (issue 18): the p-th percentile of n samples is the sample
+ * of rank ceil(p/100 * n). The old code rounded p/100 * n to the nearest
+ * integer instead, one rank low whenever the fraction was below one half
+ * (p99 of 60 samples: rank 59.4 -> 59 instead of 60). Values below 64 are
+ * stored exactly, so the ranks show as values.
+ */
+static void test_hist_nearest_rank(void **state)
+{
+	static struct dxl_hist h;
+	dxl_hist_reset(&h);
+	for (uint64_t v = 1; v <= 60; v++)
+		dxl_hist_record(&h, v);
+	assert_int_equal(dxl_hist_pct(&h, 99), 60);  /* ceil(59.4); rounding gave 59 */
+	assert_int_equal(dxl_hist_pct(&h, 2), 2);    /* ceil(1.2); rounding gave 1 */
+	assert_int_equal(dxl_hist_pct(&h, 50), 30);  /* exactly 30.0 */
+	assert_int_equal(dxl_hist_pct(&h, 95), 57);  /* 57.0: no float error -> 58 */
+	assert_int_equal(dxl_hist_pct(&h, 10), 6);   /* 6.0 */
+	assert_int_equal(dxl_hist_pct(&h, 0.1), 1);  /* 0.06 -> rank 1 */
+	assert_int_equal(dxl_hist_pct(&h, 99.9), 60);
+	/* the rank alone, exact in integers */
+	assert_int_equal(dxl_pct_rank(100, 99), 99);
+	assert_int_equal(dxl_pct_rank(160, 99), 159); /* 158.4 */
+	assert_int_equal(dxl_pct_rank(1000, 99.9), 999);
+	assert_int_equal(dxl_pct_rank(1001, 99.9), 1000); /* 999.999 */
+	assert_int_equal(dxl_pct_rank(3, 50), 2);
+	assert_int_equal(dxl_pct_rank(1, 1), 1);
+	assert_int_equal(dxl_pct_rank(7, 100), 7);
+	assert_int_equal(dxl_pct_rank(0, 50), 0);
+	assert_int_equal(dxl_pct_rank(UINT64_MAX, 50), UINT64_MAX / 2 + 1);
+	/* a percentile is reported only with 10 samples at or above it */
+	assert_int_equal(dxl_pct_min_samples(50), 20);
+	assert_int_equal(dxl_pct_min_samples(90), 100);
+	assert_int_equal(dxl_pct_min_samples(99), 1000);
+	assert_int_equal(dxl_pct_min_samples(99.9), 10000);
+	assert_int_equal(dxl_pct_min_samples(99.99), 100000);
+	assert_int_equal(dxl_pct_min_samples(100), 1);
+	assert_int_equal(dxl_pct_min_samples(0), 1);
+	assert_true(dxl_hist_pct_valid(&h, 50));
+	assert_false(dxl_hist_pct_valid(&h, 99)); /* 60 < 1000 */
+	for (int i = 0; i < 940; i++)
+		dxl_hist_record(&h, 5);
+	assert_true(dxl_hist_pct_valid(&h, 99));   /* 1000 */
+	assert_false(dxl_hist_pct_valid(&h, 99.9));
+}
+
 static char *write_tmp(const char *text)
 {
 	char *path = strdup("/tmp/dxl-test-config-XXXXXX");
@@ -352,6 +398,7 @@ int main(void)
 		cmocka_unit_test(test_parse_hex64),
 		cmocka_unit_test(test_testpoints),
 		cmocka_unit_test(test_hist_percentiles),
+		cmocka_unit_test(test_hist_nearest_rank),
 		cmocka_unit_test(test_config_file_and_getters),
 		cmocka_unit_test(test_config_errors_name_key_and_line),
 		cmocka_unit_test(test_config_bad_files),

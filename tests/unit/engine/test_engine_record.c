@@ -52,8 +52,14 @@ static void test_slot_sizes(void **state)
 	assert_int_equal(dxl_record_wb_bytes(192), 208);
 	assert_int_equal(dxl_record_wb_nwr(192), 7);
 	assert_int_equal(dxl_record_wb_nwr(100), 0);
-	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_TCP), 1);
-	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_VERBS), 0);
+	/* tcp: ordered placement, and its flush READ persists in every mode */
+	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_TCP, DXL_DUR_PMEM), 1);
+	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_TCP, DXL_DUR_MSYNC), 1);
+	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_TCP, DXL_DUR_PROCESS), 1);
+	/* verbs: no ordered placement; and never without persistent memory */
+	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_VERBS, DXL_DUR_PMEM), 0);
+	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_VERBS, DXL_DUR_MSYNC), 0);
+	assert_int_equal(dxl_record_wb_onesided_ok(DXL_FABRIC_VERBS, DXL_DUR_PROCESS), 0);
 }
 
 static void fill(uint8_t *v, uint32_t len, uint32_t seed)

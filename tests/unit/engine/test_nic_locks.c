@@ -42,6 +42,9 @@ struct env {
 	bool skipped;
 };
 
+static int (*g_insert_hook)(void *arg, uint32_t table, uint64_t key, uint64_t slot,
+			    uint32_t inc);
+
 static bool env_up(struct env *e, bool with_agent)
 {
 	memset(e, 0, sizeof(*e));
@@ -65,6 +68,8 @@ static bool env_up(struct env *e, bool with_agent)
 	struct dxl_store_cfg sc;
 	dxl_store_cfg_init(&sc);
 	sc.lock_mode = DXL_LOCKS_NIC;
+	sc.hooks.insert = g_insert_hook;
+	sc.hooks.arg = e;
 	struct dxl_table_schema t = {.id = TBL, .value_size = 32, .capacity = CAP};
 	assert_int_equal(dxl_store_create(e->path, DXL_DUR_PROCESS, &ID, 0, &t, 1, &sc,
 					  &e->s), 0);
@@ -186,6 +191,76 @@ static void test_no_agent_no_change(void **state)
 }
 
 /*
+ * The agent's CAS can fail with its outcome unknown (the loopback QP fails:
+ * the CAS executed or not, its answer lost). An owned insert that gets
+ * such a failure, or whose hook refuses the insert and whose undo CAS gets
+ * one, must not leave the slot's word holding the owner: the free slot
+ * would be passed over forever (and look locked to every peer). The store
+ * CASes owner -> 0 on the agent's new QP (which fences the failed one).
+ */
+static bool g_hook_refuses;
+
+static int refusing_hook(void *arg, uint32_t table, uint64_t key, uint64_t slot, uint32_t inc)
+{
+	struct env *e = arg;
+	(void)table;
+	(void)key;
+	(void)slot;
+	(void)inc;
+	if (!g_hook_refuses)
+		return 0;
+	/* the undo of the lock word will fail (not executed, as far as the
+	 * store can tell: outcome unknown) */
+	dxl_lock_agent_fail_next(e->agent, DXL_LOCK_AGENT_LOST_BEFORE);
+	return dxl_err_set(DXL_E_FULL, "the index refuses (test)");
+}
+
+static void test_agent_failure_leaves_no_lock(void **state)
+{
+	g_insert_hook = refusing_hook;
+	struct env e;
+	bool up = env_up(&e, true);
+	g_insert_hook = NULL;
+	if (!up)
+		skip();
+	uint64_t own = DXL_LOCK_OWNER(5, 1), slot = 99;
+	const enum dxl_lock_agent_fault faults[2] = {DXL_LOCK_AGENT_LOST_AFTER,
+						     DXL_LOCK_AGENT_LOST_BEFORE};
+	const char *names[2] = {"executed, answer lost", "not executed"};
+	for (int i = 0; i < 2; i++) {
+		dxl_lock_agent_fail_next(e.agent, faults[i]);
+		int r = dxl_store_insert_owned(e.s, TBL, 1, 1, "a", 1, own, &slot, NULL);
+		uint64_t held = 0;
+		for (uint64_t k = 0; k < CAP; k++)
+			held += dxl_store_lock_word(e.s, TBL, k) != 0;
+		print_message("  owned insert, its CAS failed (%s): %s; lock words held "
+			      "after it: %llu\n", names[i], dxl_errname(r),
+			      (unsigned long long)held);
+		assert_int_equal(r, DXL_E_UNREACHABLE);
+		assert_int_equal(dxl_store_find(e.s, TBL, 1, NULL), DXL_E_NOENT);
+		assert_int_equal(held, 0);
+	}
+	/* the insert works again, in the first free slot (not passed over) */
+	assert_int_equal(dxl_store_insert_owned(e.s, TBL, 1, 1, "a", 1, own, &slot, NULL), 0);
+	assert_int_equal(slot, 0);
+	assert_int_equal(dxl_store_lock_word(e.s, TBL, slot), own);
+	/* a refused insert (the hook) whose undo CAS fails, outcome unknown */
+	g_hook_refuses = true;
+	uint64_t own2 = DXL_LOCK_OWNER(5, 2), slot2 = 99;
+	int r = dxl_store_insert_owned(e.s, TBL, 2, 1, "b", 1, own2, &slot2, NULL);
+	g_hook_refuses = false;
+	uint64_t w1 = dxl_store_lock_word(e.s, TBL, 1);
+	print_message("  insert refused by its hook, the undo CAS failed (answer "
+		      "lost, not executed): %s; slot 1's lock word after it 0x%llx\n", dxl_errname(r),
+		      (unsigned long long)w1);
+	assert_int_equal(r, DXL_E_FULL);
+	assert_int_equal(w1, 0);
+	assert_int_equal(dxl_store_insert_owned(e.s, TBL, 2, 1, "b", 1, own2, &slot2, NULL), 0);
+	assert_int_equal(slot2, 1);
+	env_down(&e);
+}
+
+/*
  * Stress: the owner inserts (created locked by a transaction), a
  * coordinator unlocks and deletes, over and over on a 4-slot table, while
  * another coordinator with stale locations CASes the lock words of every
@@ -303,6 +378,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_owner_changes_go_through_the_nic),
 		cmocka_unit_test(test_no_agent_no_change),
+		cmocka_unit_test(test_agent_failure_leaves_no_lock),
 		cmocka_unit_test(test_stale_cas_against_insert_churn),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,6 +50,8 @@ enum {
 	H_DROPQP = 3, /* one-way: after 50 ms, delete the QP it came on */
 	H_NOP = 4,   /* one-way: nothing */
 	H_STOP = 5,
+	H_NAP = 6,   /* one-way: the server's thread sleeps until woken (no poll) */
+	H_ADD = 7,   /* one-way: count it (1 ms) */
 };
 
 struct counts {
@@ -72,6 +74,8 @@ struct srv {
 	struct dxl_mr_desc d;
 	struct dxl_qp *victim;
 	atomic_uint asleep; /* drop_victim rounds begun (the client waits) */
+	uint32_t poll_batch; /* of the server's scheduler; 0 = default */
+	atomic_uint napping, adds, wake;
 };
 
 static int h_echo(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
@@ -128,6 +132,29 @@ static int h_nop(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
 	return 0;
 }
 
+static int h_nap(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
+		 size_t cap, size_t *reply_len, void *arg)
+{
+	struct srv *sv = arg;
+	atomic_store(&sv->napping, 1);
+	/* until the test wakes it (a fixed nap was too short on a loaded
+	 * machine: the server woke before the client had closed), 10 s at most */
+	for (int i = 0; i < 1000 && !atomic_load(&sv->wake); i++)
+		usleep(10000);
+	atomic_store(&sv->napping, 0);
+	return 0;
+}
+
+static int h_add(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
+		 size_t cap, size_t *reply_len, void *arg)
+{
+	struct srv *sv = arg;
+	atomic_fetch_add(&sv->adds, 1);
+	usleep(1000); /* a slow handler: the rounds last longer than the
+			 rpc's 10 ms between looks at down QPs */
+	return 0;
+}
+
 static int h_stop(struct dxl_rpc *rpc, const void *req, size_t len, void *reply,
 		  size_t cap, size_t *reply_len, void *arg)
 {
@@ -142,9 +169,13 @@ static void *srv_main(void *arg)
 	struct dxl_rpc_cfg rc;
 	dxl_rpc_cfg_init(&rc);
 	rc.n_recv_bufs = sv->n_recv;
+	struct dxl_sched_cfg sc;
+	dxl_sched_cfg_init(&sc);
+	if (sv->poll_batch)
+		sc.poll_batch = sv->poll_batch;
 	int ret = dxl_ctx_new(sv->f, SRV_CTX, &sv->ctx);
 	if (!ret)
-		ret = dxl_sched_new(NULL, sv->ctx, &sv->s);
+		ret = dxl_sched_new(&sc, sv->ctx, &sv->s);
 	if (!ret)
 		ret = dxl_rpc_new(sv->s, &rc, &sv->rpc);
 	if (!ret)
@@ -152,7 +183,9 @@ static void *srv_main(void *arg)
 		      dxl_rpc_register(sv->rpc, H_COUNT, h_count, sv) ||
 		      dxl_rpc_register(sv->rpc, H_DROPQP, h_dropqp, sv) ||
 		      dxl_rpc_register(sv->rpc, H_NOP, h_nop, sv) ||
-		      dxl_rpc_register(sv->rpc, H_STOP, h_stop, sv);
+		      dxl_rpc_register(sv->rpc, H_STOP, h_stop, sv) ||
+		      dxl_rpc_register(sv->rpc, H_NAP, h_nap, sv) ||
+		      dxl_rpc_register(sv->rpc, H_ADD, h_add, sv);
 	if (ret) {
 		fprintf(stderr, "server: %s\n", dxl_errmsg());
 		atomic_store(&sv->state, 2);
@@ -178,9 +211,10 @@ struct env {
 	bool skipped;
 };
 
-static int env_up(struct env *e, uint32_t n_recv)
+static int env_up_batch(struct env *e, uint32_t n_recv, uint32_t poll_batch)
 {
 	memset(e, 0, sizeof(*e));
+	e->sv.poll_batch = poll_batch;
 	dxlt_watchdog_arm(300, "test_conn_churn");
 	struct dxl_fabric_cfg fc;
 	dxlt_fabric_cfg_from_env(&fc);
@@ -214,6 +248,11 @@ static int env_up(struct env *e, uint32_t n_recv)
 	e->buf = dxlt_alloc_pages(REGION);
 	assert_int_equal(dxl_mr_reg(e->f, e->buf, REGION, DXL_MR_LOCAL_WRITE, &e->lmr), 0);
 	return 1;
+}
+
+static int env_up(struct env *e, uint32_t n_recv)
+{
+	return env_up_batch(e, n_recv, 0);
 }
 
 struct call {
@@ -457,6 +496,57 @@ static void test_recv_buffers_come_back(void **state)
 	env_down(&e);
 }
 
+/*
+ * A client sends requests and closes its QP in order (dxl_qp_delete): the
+ * server must still serve every request it received, even when the QP is
+ * down (peer gone) while its requests wait in the completion queue beyond
+ * what one poll takes (poll batch 4 here, 40 requests). The rpc reclaims
+ * a down passive QP only after a poll found the CQ empty; deleting it
+ * earlier gave the waiting requests' buffers back unserved.
+ */
+static void test_requests_of_a_closed_qp_served(void **state)
+{
+	struct env e;
+	const uint32_t nreq = 40;
+	if (!env_up_batch(&e, 64, 4))
+		skip();
+	struct dxl_qp *qp = connect_srv(&e);
+	assert_int_equal(dxl_rpc_send_noreply(e.rpc, qp, H_NAP, NULL, 0), 0);
+	assert_int_equal(dxl_rpc_flush(e.rpc), 0);
+	uint64_t end = dxl_now_ms() + (uint64_t)dxlt_wait_ms();
+	while (!atomic_load(&e.sv.napping) && dxl_now_ms() < end)
+		dxl_sched_run_once(e.s, 1);
+	assert_int_equal(atomic_load(&e.sv.napping), 1);
+	/* while the server's thread sleeps: one SEND per request, then close */
+	for (uint32_t i = 0; i < nreq; i++) {
+		assert_int_equal(dxl_rpc_send_noreply(e.rpc, qp, H_ADD, NULL, 0), 0);
+		assert_int_equal(dxl_rpc_flush(e.rpc), 0);
+		for (int k = 0; k < 3; k++)
+			dxl_sched_run_once(e.s, 0);
+	}
+	/* their SENDs leave (the server's NIC takes them into its receive
+	 * buffers while its thread sleeps) */
+	end = dxl_now_ms() + 30;
+	while (dxl_now_ms() < end)
+		dxl_sched_run_once(e.s, 1);
+	assert_int_equal(atomic_load(&e.sv.napping), 1); /* still asleep */
+	dxl_rpc_forget_qp(e.rpc, qp);
+	dxl_qp_delete(&qp);
+	/* the server wakes up, serves, and reclaims the QP */
+	atomic_store(&e.sv.wake, 1);
+	end = dxl_now_ms() + 2000;
+	while (atomic_load(&e.sv.adds) < nreq && dxl_now_ms() < end)
+		usleep(10000);
+	usleep(50000);
+	struct counts c = counts(&e);
+	print_message("  %u requests sent before the client closed its QP: %u served, "
+		      "%llu receive buffers given back unserved (server poll batch 4)\n",
+		      nreq, atomic_load(&e.sv.adds), (unsigned long long)c.recv_flushed);
+	assert_int_equal(atomic_load(&e.sv.adds), nreq);
+	assert_int_equal(c.recv_flushed, 0);
+	env_down(&e);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -467,6 +557,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_onesided_churn),
 		cmocka_unit_test(test_rpc_churn),
 		cmocka_unit_test(test_recv_buffers_come_back),
+		cmocka_unit_test(test_requests_of_a_closed_qp_served),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

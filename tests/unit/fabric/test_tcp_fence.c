@@ -212,6 +212,56 @@ static void test_failed_qp_is_noted(void **state)
 	dxl_fabric_delete(&fb);
 }
 
+/*
+ * More abandoned connections to one target than a handshake names (64):
+ * every one must be closed there before the new connection exists, none
+ * forgotten (the list used to keep the newest 64 only: the older ones
+ * could still run their requests after the reconnection). The target
+ * holds 100 connections of the initiator's identity (raw ones here); the
+ * initiator notes all as abandoned and connects: all 100 are closed.
+ */
+#define NAB 100
+
+static void test_many_abandoned_all_fenced(void **state)
+{
+	struct dxl_fabric *fa = tt_fabric(1, 2000, 0), *fb = tt_fabric(2, 2000, 0);
+	struct dxl_ctx *ca, *cb;
+	assert_int_equal(dxl_ctx_new(fa, 0, &ca), 0);
+	assert_int_equal(dxl_ctx_new(fb, 0, &cb), 0);
+	char host[64];
+	uint16_t port;
+	assert_int_equal(dxl_parse_hostport(dxl_fabric_addr(fb), host, sizeof(host),
+					    &port), 0);
+	struct tcp_fab *tfa = fa->prov;
+	int s[NAB];
+	for (int i = 0; i < NAB; i++)
+		s[i] = raw_open(port, tfa->nonce, 5000 + (uint64_t)i, NULL, 0);
+	/* the key under which fa remembers connections to fb */
+	struct dxl_qp *probe;
+	assert_int_equal(dxl_qp_connect(ca, dxl_fabric_addr(fb), 0, &probe), 0);
+	char key[64];
+	snprintf(key, sizeof(key), "%s", ((struct tcp_qp *)probe)->conn->key);
+	dxl_qp_delete(&probe);
+	for (int i = 0; i < NAB; i++)
+		tcp_abandon_note(tfa, key, 5000 + (uint64_t)i);
+	uint32_t noted = tcp_abandon_count(tfa, key);
+	struct dxl_qp *qp;
+	assert_int_equal(dxl_qp_connect(ca, dxl_fabric_addr(fb), 0, &qp), 0);
+	int closed = 0;
+	for (int i = 0; i < NAB; i++) {
+		closed += closed_within(s[i], i ? 20 : 300);
+		close(s[i]);
+	}
+	print_message("  %d abandoned connections noted (%u kept), %d closed by the target "
+		      "before the new connection; %u left noted\n", NAB, noted, closed,
+		      tcp_abandon_count(tfa, key));
+	assert_int_equal(noted, NAB);
+	assert_int_equal(closed, NAB);
+	assert_int_equal(tcp_abandon_count(tfa, key), 0);
+	dxl_fabric_delete(&fa);
+	dxl_fabric_delete(&fb);
+}
+
 /* ---- persist callbacks and dxl_mr_dereg ------------------------------------ */
 
 #define PARG_LIVE 0x11FE11FEu
@@ -463,6 +513,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_handshake_fences_abandoned),
 		cmocka_unit_test(test_failed_qp_is_noted),
+		cmocka_unit_test(test_many_abandoned_all_fenced),
 		cmocka_unit_test(test_dereg_waits_for_persist),
 		cmocka_unit_test(test_persist_before_atomic),
 		cmocka_unit_test(test_dma_read_never_torn),

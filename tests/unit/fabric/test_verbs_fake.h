@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -49,6 +50,9 @@
 #define FK_MAX_MOD 64
 #define FK_MAX_EV 8
 #define FK_PORT 18515 /* the port rdma_bind_addr "picks" for port 0 */
+#define FK_LW_NOW 0
+#define FK_LW_NEVER 1
+#define FK_LW_LATER 2
 
 enum fk_outcome {
 	FK_ACCEPT = 0,  /* CONNECT_RESPONSE with the peer's hello */
@@ -97,6 +101,7 @@ struct fk_state {
 	unsigned mr_access;
 	struct ibv_pd *mr_pd;
 	int reg_errno, reg_calls, dereg_calls;
+	unsigned reg_access[16]; /* of the first 16 registrations */
 	/* ctx objects */
 	struct ibv_comp_channel ch;
 	struct ibv_cq cq;
@@ -125,6 +130,19 @@ struct fk_state {
 	uint32_t next_qpn; /* if set: the number of the next QP created */
 	struct fk_mod mod[FK_MAX_MOD];
 	int nmod;
+	/* the Last WQE Reached event of a QP moved to ERR (an SRQ's QP):
+	 * FK_LW_NOW delivered at once, FK_LW_NEVER not at all, FK_LW_LATER by
+	 * a thread lw_delay_ms later. The step at which each happened (a
+	 * counter over modify-to-ERR, event, destroy), 0 = not yet. held_recv:
+	 * a receive WQE (its provider wr_id) QP i took from the SRQ; the move
+	 * to ERR flushes it to the CQ (as a device gives it back). */
+	int lw_mode;
+	int lw_delay_ms;
+	atomic_int step;
+	atomic_int err_step[FK_MAX_QP], lw_step[FK_MAX_QP], destroy_step[FK_MAX_QP];
+	uint64_t held_recv[FK_MAX_QP];
+	pthread_t lw_thread;
+	bool lw_thread_started;
 	/* post / poll / recv */
 	int post_calls;
 	struct fk_posted posted[FK_MAX_WR];
@@ -507,6 +525,8 @@ struct ibv_mr *__wrap_ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
 	fk.mr_len = len;
 	fk.mr_iova = iova;
 	fk.mr_access = access;
+	if (fk.reg_calls <= 16)
+		fk.reg_access[fk.reg_calls - 1] = access;
 	fk.mr.lkey = 0x1000u + (uint32_t)fk.reg_calls;
 	fk.mr.rkey = 0x2000u + (uint32_t)fk.reg_calls;
 	return &fk.mr;
@@ -642,6 +662,26 @@ struct ibv_qp *__wrap_ibv_create_qp(struct ibv_pd *pd,
 	return q;
 }
 
+/* what the CM thread does with the device's Last WQE Reached event of qp */
+static void fk_last_wqe(struct ibv_qp *qp)
+{
+	struct dxl_vrb_qp *q = qp->qp_context;
+	int i = (int)(qp - fk.qp);
+	atomic_store(&fk.lw_step[i], atomic_fetch_add(&fk.step, 1) + 1);
+	struct ibv_async_event ev;
+	memset(&ev, 0, sizeof(ev));
+	ev.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+	ev.element.qp = qp;
+	dxl_vrb_async_handle(q->vc->vf, &ev);
+}
+
+static void *fk_lw_main(void *arg)
+{
+	usleep((useconds_t)fk.lw_delay_ms * 1000);
+	fk_last_wqe(arg);
+	return NULL;
+}
+
 int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 {
 	if (fk.recycle_qps && fk.nmod == FK_MAX_MOD)
@@ -651,6 +691,21 @@ int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 	m->qp = qp;
 	m->attr = *a;
 	m->mask = mask;
+	int i = (int)(qp - fk.qp);
+	if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_ERR && qp->srq && i >= 0 &&
+	    i < FK_MAX_QP) {
+		atomic_store(&fk.err_step[i], atomic_fetch_add(&fk.step, 1) + 1);
+		if (fk.held_recv[i]) { /* given back to the CQ, flushed */
+			fk_cqe(fk.held_recv[i], IBV_WC_WR_FLUSH_ERR, qp->qp_num, 0);
+			fk.held_recv[i] = 0;
+		}
+		if (fk.lw_mode == FK_LW_NOW) {
+			fk_last_wqe(qp);
+		} else if (fk.lw_mode == FK_LW_LATER) {
+			assert_int_equal(pthread_create(&fk.lw_thread, NULL, fk_lw_main, qp), 0);
+			fk.lw_thread_started = true;
+		}
+	}
 	return 0;
 }
 
@@ -659,6 +714,7 @@ int __wrap_ibv_destroy_qp(struct ibv_qp *qp)
 	int i = (int)(qp - fk.qp);
 	assert_true(i >= 0 && i < fk.nqp);
 	assert_false(fk.qp_destroyed[i]);
+	atomic_store(&fk.destroy_step[i], atomic_fetch_add(&fk.step, 1) + 1);
 	fk.qp_destroyed[i] = true;
 	return 0;
 }

@@ -394,6 +394,67 @@ static void test_delete_drops_stashed(void **state)
 	assert_ptr_equal(wc[0].qp, qp2);
 }
 
+/*
+ * IB spec 10.3.1: a QP attached to an SRQ may hold receive WQEs it took
+ * from the SRQ. Deleting it: move it to ERR (the device flushes what it
+ * holds to the CQ), wait for the Last WQE Reached event, then destroy and
+ * drain: the buffer comes back (FLUSHED, no QP) and the SRQ keeps its
+ * size. Here the QP holds one receive WQE and the event comes 50 ms after
+ * the move to ERR (from another thread, as the CM thread delivers it).
+ */
+static void test_delete_waits_for_last_wqe(void **state)
+{
+	char rb[64];
+	assert_int_equal(dxl_ctx_post_recv(env.c, rb, 64, 1, 77), 0);
+	int i = fk_qp_index(env.qp);
+	fk.held_recv[i] = fk.recv_wr.wr_id; /* the QP took it from the SRQ */
+	fk.lw_mode = FK_LW_LATER;
+	fk.lw_delay_ms = 50;
+	uint64_t t0 = dxl_now_ms();
+	dxl_qp_delete(&env.qp);
+	uint64_t took = dxl_now_ms() - t0;
+	if (fk.lw_thread_started)
+		pthread_join(fk.lw_thread, NULL);
+	int err = atomic_load(&fk.err_step[i]), lw = atomic_load(&fk.lw_step[i]),
+	    de = atomic_load(&fk.destroy_step[i]);
+	print_message("  steps: to ERR %d, Last WQE Reached %d, destroyed %d; delete took "
+		      "%llu ms\n", err, lw, de, (unsigned long long)took);
+	assert_true(err > 0);  /* moved to the error state */
+	assert_true(lw > err); /* (the fake sends the event only after it) */
+	assert_true(de > lw);  /* destroyed only after the event */
+	assert_true(took >= 40);
+	struct dxl_wc wc;
+	assert_int_equal(dxl_ctx_poll(env.c, &wc, 1), 1);
+	assert_int_equal(wc.wr_id, 77);
+	assert_int_equal(wc.opcode, DXL_WC_RECV);
+	assert_int_equal(wc.status, DXL_WC_FLUSHED);
+	assert_null(wc.qp);
+	/* the slot is free again: the SRQ did not shrink */
+	assert_int_equal(dxl_ctx_post_recv(env.c, rb, 64, 1, 78), 0);
+}
+
+/* a device that never sends the event: the delete is bounded by the
+ * fabric's timeout (at most 500 ms) once, then waits only a grace period
+ * (every fabric of the process: the device is remembered by name, so this
+ * test runs after every other one that waits for the event) */
+static void test_delete_without_last_wqe_is_bounded(void **state)
+{
+	fk.lw_mode = FK_LW_NEVER;
+	struct dxl_qp *q2 = fk_connect(env.c, 2);
+	uint32_t tmo = DXL_MIN(dxl_fabric_cfg(env.f)->timeout_ms, 500u);
+	uint64_t t0 = dxl_now_ms();
+	dxl_qp_delete(&env.qp);
+	uint64_t first = dxl_now_ms() - t0;
+	t0 = dxl_now_ms();
+	dxl_qp_delete(&q2);
+	uint64_t second = dxl_now_ms() - t0;
+	print_message("  no event: first delete %llu ms (timeout %u), second %llu ms\n",
+		      (unsigned long long)first, tmo, (unsigned long long)second);
+	assert_true(first >= tmo && first < tmo + 2000);
+	assert_true(second < 500);
+	assert_true(fk.qp_destroyed[0] && fk.qp_destroyed[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -420,6 +481,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_delete_drops_stashed, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_delete_waits_for_last_wqe, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_delete_without_last_wqe_is_bounded,
+						setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

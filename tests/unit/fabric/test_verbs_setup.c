@@ -1,4 +1,5 @@
 /* test_verbs_setup.c -- verbs provider: open, device/port/GID, MRs, ctx (mocks) */
+#include "dxl/engine.h"
 #include "test_verbs_fake.h"
 
 static int reset(void **state)
@@ -102,6 +103,41 @@ static void test_gid_index(void **state)
 	open_fails(&cfg, DXL_E_INVAL, "gid_index 1");
 	cfg.gid_index = 4; /* past the table */
 	open_fails(&cfg, DXL_E_INVAL, "has 4 GIDs");
+}
+
+/*
+ * A record store on verbs that is not persistent memory: the flush READ of
+ * a one-sided write-back would make nothing durable (the provider runs no
+ * persist function), so no peer may WRITE its records: registered without
+ * REMOTE_WRITE (dxl_record_wb_onesided_ok). Its lock words stay atomic.
+ */
+static void test_store_records_not_writable(void **state)
+{
+	struct dxl_fabric *f = fk_open(NULL);
+	char dir[] = "/tmp/dxl-vstore-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[64];
+	snprintf(path, sizeof(path), "%s/store", dir);
+	struct dxl_table_schema t = {.id = 1, .value_size = 32, .capacity = 8};
+	struct dxl_region_id id = {.cluster = "v", .node_id = 3};
+	const enum dxl_durability modes[2] = {DXL_DUR_PROCESS, DXL_DUR_MSYNC};
+	for (int m = 0; m < 2; m++) {
+		struct dxl_store *s = NULL;
+		assert_int_equal(dxl_store_create(path, modes[m], &id, 0, &t, 1, NULL, &s), 0);
+		int first = fk.reg_calls;
+		assert_int_equal(dxl_store_register(s, f), 0);
+		assert_int_equal(fk.reg_calls, first + 2);
+		unsigned rec = fk.reg_access[first], lk = fk.reg_access[first + 1];
+		print_message("  %s store on verbs: records registered with access %#x, "
+			      "lock words %#x\n", dxl_durability_name(modes[m]), rec, lk);
+		assert_int_equal(rec & IBV_ACCESS_REMOTE_WRITE, 0);
+		assert_true(rec & IBV_ACCESS_REMOTE_READ);
+		assert_true(lk & IBV_ACCESS_REMOTE_ATOMIC);
+		dxl_store_close(&s);
+		unlink(path);
+	}
+	rmdir(dir);
+	dxl_fabric_delete(&f);
 }
 
 static void test_mr_access_mapping(void **state)
@@ -306,6 +342,7 @@ int main(void)
 		cmocka_unit_test_setup(test_open_errors, reset),
 		cmocka_unit_test_setup(test_gid_index, reset),
 		cmocka_unit_test_setup(test_mr_access_mapping, reset),
+		cmocka_unit_test_setup(test_store_records_not_writable, reset),
 		cmocka_unit_test_setup(test_ctx_without_thread_domain, reset),
 		cmocka_unit_test_setup(test_ctx_with_thread_domain, reset),
 		cmocka_unit_test_setup(test_ctx_cq_grows_with_qps, reset),

@@ -383,7 +383,7 @@ static void test_below_min_rescued_by_synced(void **state)
 	assert_node_addr(&x->next, 4, true); /* the address it published */
 	assert_why_has(x, "primary 3 (promoted)");
 	assert_why_has(x, "added 4");
-	assert_why_has(x, "kept 1,2 (dead or on a new store, but below cm.min_replicas)");
+	assert_why_has(x, "kept 1,2 (dead, on a new store or no longer a member, but below cm.min_replicas)");
 	if (strstr(x->why, "removed"))
 		fail_msg("why \"%s\": a candidate counted for min_replicas", x->why);
 	assert_valid_roundtrip(&x->next);
@@ -454,6 +454,106 @@ static void test_only_members_in_sync_promoted(void **state)
 	assert_int_equal(plan(x), 1);
 	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
 	assert_why_has(x, "removed 4");
+}
+
+/* a dead primary, one member that counts, one that waits to join, below
+ * min_replicas: the joiner's pull copies from the primary, so without a
+ * change it waits for good (and the shard with it, until the dead primary
+ * returns). The member that counts is promoted; the dead primary stays
+ * listed (a backup: writers still wait for it), nothing is removed; once the
+ * joiner has joined from the new primary, it counts and the dead one goes */
+static void test_dead_primary_promoted_for_joiner(void **state)
+{
+	struct fx *x = *state;
+	std_cfg(x); /* 1 primary, 2 and 3; min_replicas 2, replication 3 */
+	live1(x, 2, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_JOINING);
+	assert_int_equal(plan(x), 1);
+	assert_int_equal(x->next.epoch, 8);
+	assert_shard(&x->next, 0, 2, 2, 1u, 3u);
+	assert_why_has(x, "primary 2 (promoted) for a member that waits to join from it");
+	assert_why_has(x, "kept 1");
+	if (strstr(x->why, "removed"))
+		fail_msg("why \"%s\": removed below min_replicas", x->why);
+	assert_valid_roundtrip(&x->next);
+
+	/* the next epoch: 3 still joining (from 2 now): no change */
+	struct dxl_cluster_config e8;
+	assert_int_equal(dxl_cluster_config_copy(&e8, &x->next), 0);
+	reset_next(x);
+	dxl_cluster_config_clear(&x->cur);
+	x->cur = e8;
+	x->live[0].cfg_epoch = 8;
+	n3->cfg_epoch = 8;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	/* 3 joined: two count, the dead primary goes */
+	n3->shards[0].state = DXL_SHARD_MEMBER;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 2, 1, 3u);
+	assert_why_has(x, "removed 1");
+	reset_next(x);
+
+	/* without a joiner a dead primary alone is still left as it is */
+	dxl_cluster_config_clear(&x->cur);
+	dxl_cluster_config_init(&x->cur);
+	std_cfg(x);
+	x->nlive = 0;
+	live1(x, 2, 0, DXL_SHARD_MEMBER);
+	live1(x, 3, 0, DXL_SHARD_CATCHING_UP)->cfg_epoch = 6; /* not through epoch 7 */
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	/* nor is a joiner helped when no member counts */
+	x->nlive = 0;
+	live1(x, 3, 0, DXL_SHARD_JOINING);
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "no member alive and in sync");
+}
+
+/* a member registered for the epoch that says it is not a member: it gave
+ * up its join (replica.join_timeout_ms) or its store is incomplete. It does
+ * not count, is removed like a dead one (min_replicas allowing), is never
+ * primary, and is added again once it has caught up */
+static void test_member_left(void **state)
+{
+	struct fx *x = *state;
+	std_cfg(x);
+	live1(x, 1, 0, DXL_SHARD_MEMBER);
+	live1(x, 2, 0, DXL_SHARD_MEMBER);
+	struct dxl_replica_desc *n3 = live1(x, 3, 0, DXL_SHARD_CATCHING_UP);
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 1, 2u);
+	assert_why_has(x, "removed 3");
+	reset_next(x);
+	/* caught up: added again at once (it joins again) */
+	n3->shards[0].state = DXL_SHARD_SYNCED;
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 1, 2, 2u, 3u);
+	assert_why_has(x, "added again 3 (caught up)");
+	reset_next(x);
+	/* below min_replicas it stays while catching up */
+	n3->shards[0].state = DXL_SHARD_CATCHING_UP;
+	x->p.min_replicas = 3;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	assert_why_has(x, "2 of 3 members alive and in sync, below cm.min_replicas 3");
+	/* still on an older epoch: it is applying the configuration, not
+	 * leaving: kept, as before */
+	x->p.min_replicas = 2;
+	n3->cfg_epoch = 6;
+	assert_int_equal(plan(x), 0);
+	assert_untouched(x);
+	n3->cfg_epoch = 7;
+	/* the primary no longer a member (its store incomplete): replaced */
+	x->nlive = 0;
+	live1(x, 1, 0, DXL_SHARD_CATCHING_UP);
+	live1(x, 2, 0, DXL_SHARD_MEMBER);
+	live1(x, 3, 0, DXL_SHARD_MEMBER);
+	assert_int_equal(plan(x), 1);
+	assert_shard(&x->next, 0, 2, 1, 3u);
+	assert_why_has(x, "primary 2 (promoted), removed 1");
+	assert_valid_roundtrip(&x->next);
 }
 
 static uint64_t data_id_of(const struct dxl_cluster_config *c, uint32_t shard,
@@ -536,7 +636,7 @@ static void test_member_on_new_store(void **state)
 	n1->shards[0].data_id = 0x98;
 	x->p.min_replicas = 1;
 	assert_int_equal(plan(x), 0);
-	assert_why_has(x, "no member alive and in sync (1 of 2 dead, 1 on a new store)");
+	assert_why_has(x, "no member alive and in sync (1 of 2 dead, 1 on a new store, 0 not members)");
 }
 
 /* the identities a change records: a candidate's (from its descriptor), and
@@ -927,6 +1027,8 @@ int main(void)
 		T(test_below_min_rescued_by_synced),
 		T(test_only_members_in_sync_promoted),
 		T(test_member_on_new_store),
+		T(test_dead_primary_promoted_for_joiner),
+		T(test_member_left),
 		T(test_data_ids_recorded),
 		T(test_below_min_even_with_synced),
 		T(test_all_members_dead),
