@@ -1359,6 +1359,68 @@ static void undo_fresh_dir(const char *path, int before)
 		rmdir(path);
 }
 
+/* the names in an existing data directory before a start (issue 21.4) */
+struct dir_names {
+	char **v;
+	size_t n;
+};
+
+static void dir_names_read(const char *path, struct dir_names *dn)
+{
+	memset(dn, 0, sizeof(*dn));
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	size_t cap = 0;
+	while ((e = readdir(d))) {
+		if (dn->n == cap) {
+			size_t nc = cap ? cap * 2 : 32;
+			char **nv = realloc(dn->v, nc * sizeof(*nv));
+			if (!nv)
+				break;
+			dn->v = nv;
+			cap = nc;
+		}
+		if (!(dn->v[dn->n] = strdup(e->d_name)))
+			break;
+		dn->n++;
+	}
+	closedir(d);
+}
+
+static void dir_names_free(struct dir_names *dn)
+{
+	for (size_t i = 0; i < dn->n; i++)
+		free(dn->v[i]);
+	free(dn->v);
+	memset(dn, 0, sizeof(*dn));
+}
+
+/* undo_new_files -- a start that failed on an existing data directory it
+ * had locked: remove the files it created there (e.g. store-<s>.dat for
+ * new engine.tables, shard-<s>.log for a new shard), so the refusal changes
+ * nothing and the normal start still works (docs/replica.md) */
+static void undo_new_files(const char *path, const struct dir_names *before)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		bool old = false;
+		for (size_t i = 0; !old && i < before->n; i++)
+			old = !strcmp(before->v[i], e->d_name);
+		if (old || e->d_type == DT_DIR)
+			continue;
+		char f[1024];
+		if (snprintf(f, sizeof(f), "%s/%s", path, e->d_name) < (int)sizeof(f) &&
+		    unlink(f) == 0)
+			DXL_WARN("event=start_undone removed=%s", f);
+	}
+	closedir(d);
+}
+
 int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			   struct dxl_replica_server **out)
 {
@@ -1391,6 +1453,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 	/* 1. the data directory: lock, identity, durability (nothing else
 	 *    happens before we own it) */
 	int before = dir_state(cfg->data_dir);
+	struct dir_names names;
+	dir_names_read(cfg->data_dir, &names);
 	int ret = dxl_datadir_open(cfg->data_dir, cluster, cfg->node_id,
 				   cfg->durability, cfg->create, &s->dd);
 	if (ret)
@@ -1491,6 +1555,7 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 		goto fail;
 	/* (the CM candidacy starts in the service loop) */
 	s->last_retain_ms = dxl_now_ms();
+	dir_names_free(&names);
 	*out = s;
 	return 0;
 fail:
@@ -1500,9 +1565,13 @@ fail:
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 		bool ours = s->dd != NULL && before < 2;
+		bool locked = s->dd != NULL; /* nobody else changed the directory */
 		dxl_replica_server_delete(&s);
 		if (ours)
 			undo_fresh_dir(cfg->data_dir, before);
+		else if (locked && names.n)
+			undo_new_files(cfg->data_dir, &names);
+		dir_names_free(&names);
 		dxl_err_set(ret, "%s", msg);
 	}
 	return ret;

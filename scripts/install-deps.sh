@@ -11,9 +11,8 @@ PKGS=(
 	build-essential pkg-config python3 procps
 	clang libclang-rt-14-dev                               # libFuzzer (make fuzz)
 	libibverbs-dev librdmacm-dev rdma-core ibverbs-utils  # RDMA verbs provider
-	libpmem2-dev libpmemobj-dev libpmem-dev                # persistent memory
+	libpmem2-dev                                           # persistent memory
 	libzookeeper-mt-dev zookeeper                          # membership (C client, server)
-	libnuma-dev                                            # NUMA placement
 	libcmocka-dev                                          # unit tests
 	libinih-dev                                            # config files
 	libjansson-dev                                         # JSON (bench results, CLI)

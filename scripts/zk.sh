@@ -17,6 +17,10 @@
 # (-Xms = -Xmx), the JVM's default collector and JIT; DXL_ZK_JVM_OPTS
 # replaces the options altogether. Ports: every client, quorum and election port
 # is a distinct port free at start (with --port P: client ports P, P+1, ..).
+# 'start' on a DIR whose server(s) still run reuses them: it starts any
+# server of the ensemble that is down on its saved ports, waits until every
+# one answers and prints the saved connect string (a server that runs but
+# does not answer within 30 s is an error: 'zk.sh stop DIR' first).
 set -euo pipefail
 
 die() { echo "zk.sh: $*" >&2; exit 1; }
@@ -63,10 +67,20 @@ except Exception:
 PY
 }
 
+alive() { # N: server N of DIR runs (its pid is a ZooKeeper server started
+	   # on an s<N>/zoo.cfg, not a pid reused by another program)
+	local sd="$dir/s$1" pid
+	[ -f "$sd/pid" ] || return 1
+	pid=$(cat "$sd/pid")
+	[ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
+		tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null |
+		grep -q "QuorumPeerMain .*s$1/zoo.cfg"
+}
+
 start_one() { # N
 	local n=$1 sd="$dir/s$1"
 	local port; port=$(cat "$sd/port")
-	[ -f "$sd/pid" ] && kill -0 "$(cat "$sd/pid")" 2>/dev/null && return 0
+	alive "$n" && return 0
 	local jvm
 	case "${DXL_ZK_JVM:-small}" in
 	small) jvm="-Xmx128m -Xms16m -XX:+UseSerialGC -XX:TieredStopAtLevel=1" ;;
@@ -88,7 +102,7 @@ wait_ready() { # N [seconds]
 	local port; port=$(cat "$sd/port")
 	for ((i = 0; i < t * 10; i++)); do
 		if four "$port" srvr 2>/dev/null | grep -q '^Mode:'; then return 0; fi
-		kill -0 "$(cat "$sd/pid")" 2>/dev/null || break
+		alive "$1" || break
 		sleep 0.1
 	done
 	echo "zk.sh: server $1 did not become ready; its log:" >&2
@@ -110,6 +124,34 @@ start)
 	[ -f "$JAR" ] || die "$JAR not found: run scripts/install-deps.sh (Debian package zookeeper)"
 	command -v java >/dev/null || die "java not found: apt-get install default-jre-headless"
 	mkdir -p "$dir"
+	# an earlier start of DIR still runs: reuse it (never a second server
+	# on new ports while the old one holds the data directory)
+	running=0 configured=0
+	for sd in "$dir"/s*; do
+		[ -f "$sd/port" ] || continue
+		configured=$((configured + 1))
+		alive "${sd##*/s}" && running=$((running + 1))
+	done
+	if [ "$running" -gt 0 ]; then
+		[ "$configured" = "$servers" ] ||
+			die "$dir has $configured server(s) configured, $running running; asked for $servers: 'zk.sh stop $dir' first"
+		if [ -n "$port" ] && [ "$(cat "$dir/s1/port")" != "$port" ]; then
+			die "$dir runs on client port $(cat "$dir/s1/port"), not $port: 'zk.sh stop $dir' first"
+		fi
+		connect=""
+		for ((n = 1; n <= servers; n++)); do
+			start_one "$n"
+			connect="${connect:+$connect,}127.0.0.1:$(cat "$dir/s$n/port")"
+		done
+		for ((n = 1; n <= servers; n++)); do
+			wait_ready "$n" 30 ||
+				die "server $n of $dir runs but does not answer: 'zk.sh stop $dir' first"
+		done
+		echo "zk.sh: reusing the ZooKeeper already running in $dir" >&2
+		echo "$connect" > "$dir/connect"
+		echo "$connect"
+		exit 0
+	fi
 	# every port distinct and free when chosen (client ports P, P+1, ... if
 	# --port is given); each server keeps its ports in its folder, so a
 	# restart reuses them
@@ -151,10 +193,13 @@ CFG
 stop)
 	for pf in "$dir"/s*/pid; do
 		[ -f "$pf" ] || continue
-		pid=$(cat "$pf")
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
+		sd=${pf%/pid}
+		if alive "${sd##*/s}"; then # (not a pid reused by another program)
+			pid=$(cat "$pf")
+			kill -TERM "$pid" 2>/dev/null || true
+			for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
 		rm -f "$pf"
 	done
 	;;
@@ -172,7 +217,7 @@ status)
 	;;
 kill)
 	n=${1:?server number}; pf="$dir/s$n/pid"
-	[ -f "$pf" ] && kill -KILL "$(cat "$pf")" 2>/dev/null || true
+	if alive "$n"; then kill -KILL "$(cat "$pf")" 2>/dev/null || true; fi
 	rm -f "$pf"
 	;;
 restart)

@@ -151,7 +151,7 @@ static void usage(FILE *out)
 "EXAMPLE\n"
 "    dxl cluster up --replicas 3 -o engine.tables=1:8:1000 --zk 127.0.0.1:2181\n"
 "    dxl-coord --zk 127.0.0.1:2181 --listen 127.0.0.1:7400 --threads 2 &\n"
-"    dxl put 1 42 hello --zk 127.0.0.1:2181; dxl get 1 42 --zk 127.0.0.1:2181\n"
+"    dxl insert 1 42 hello --zk 127.0.0.1:2181; dxl get 1 42 --zk 127.0.0.1:2181\n"
 "\n"
 "SEE ALSO\n"
 "    docs/coord.md (protocol), docs/transactions.md, docs/cli.md\n");

@@ -129,7 +129,8 @@ static void usage(FILE *out)
 "       cluster, node or durability mode, or damaged (nothing was changed)\n"
 "    4  the node id is registered by another live process\n"
 "    5  ZooKeeper unreachable (after zk.connect_timeout_ms of retries)\n"
-"    6  other start-up failure (fabric, memory, I/O)\n"
+"    6  other start-up failure (fabric, a listen address in use included;\n"
+"       memory, I/O)\n"
 "\n"
 "SEE ALSO\n"
 "    docs/operations.md, docs/replica.md, docs/membership.md, docs/log.md,\n"
@@ -258,6 +259,11 @@ int main(int argc, char **argv)
 	ret = dxl_replica_server_new(&cfg, &srv);
 	if (ret) {
 		int code = start_exit_code(ret);
+		/* a listen address in use is the fabric's failure, not the data
+		 * directory's (both are DXL_E_BUSY; the providers' message names
+		 * the listen address) */
+		if (ret == DXL_E_BUSY && strstr(dxl_errmsg(), "listen address"))
+			code = EX_START;
 		rlog("error", "event=start_failed code=%s exit=%d msg=\"%s\"",
 		     dxl_strerror(ret), code, dxl_errmsg());
 		return code;

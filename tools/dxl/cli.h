@@ -44,11 +44,17 @@ int mkdir_p(const char *path);
 int parse_u32(const char *s, uint32_t *out);
 bool pid_alive(pid_t pid);
 bool is_replica(pid_t pid);
+bool is_prog(pid_t pid, const char *prog); /* pid runs build/bin/<prog> */
+int check_cluster_name(const char *name); /* 0 or EX_USAGE with a message */
+int rm_tree(const char *path);             /* rm -rf path (no symlinks followed) */
 
 struct conn {
 	char zk[DXL_ZK_CONNECT_MAX];
 	char cluster[DXL_ZK_CLUSTER_MAX];
 };
+
+#define STATE_MAX_OPTS 32
+#define STATE_MAX_COORDS 8
 
 struct state {                  /* DIR/cluster.json */
 	struct conn c;
@@ -60,9 +66,10 @@ struct state {                  /* DIR/cluster.json */
 	char provider[16], durability[16];
 	uint32_t nopts;
 	char opts[32][160]; /* -o key=value for every replica */
+	/* the dxl-coord processes 'cluster up --coordinators' started */
+	uint32_t ncoords;
+	pid_t coord_pids[STATE_MAX_COORDS];
 };
-
-#define STATE_MAX_OPTS 32
 
 int state_write(const char *dir, const struct state *s);
 int state_read(const char *dir, struct state *s);
@@ -78,6 +85,10 @@ struct shard_view {
 void shard_list(const struct dxl_cluster_config *cfg, char *buf, size_t cap);
 int shard_view(struct dxl_zk *zk, const struct conn *c, uint32_t shard, struct shard_view *v);
 int get_desc(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *d);
+/* cluster.c: start replica id of s (log DIR/logs/replica-<id>.log), -1 with
+ * a message on failure; the last lines of its log to stderr */
+pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id);
+void log_tail(const char *dir, uint32_t id);
 
 /* subcommands */
 int cmd_cluster_up(int argc, char **argv);

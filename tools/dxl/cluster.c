@@ -1,4 +1,5 @@
-/* cluster.c -- dxl cluster up|status|down (docs/cli.md) */
+/* cluster.c -- dxl cluster status|kill|restart|add (docs/cli.md); up and
+ * down are in up.c */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -23,47 +24,9 @@
 #include "cli.h"
 
 
-/* ---- dxl cluster up ------------------------------------------------------- */
+/* ---- starting replicas (cluster up, restart, add) ---------------------- */
 
-static void up_usage(FILE *out)
-{
-	fprintf(out,
-"Usage: dxl cluster up [--dir DIR] [--replicas N] [--shards S] [--zk CONNECT]\n"
-"                      [--cluster NAME] [--provider tcp] [--durability MODE]\n"
-"                      [--ring-size BYTES] [--writer-slots W]\n"
-"                      [--session-timeout MS] [--min-replicas M] [-o KEY=VALUE]...\n"
-"\n"
-"Start a local cluster: N dxl-replica processes (node ids 1..N) each hosting\n"
-"shards 0..S-1 (every shard on every replica, replica 1 primary), registered\n"
-"in ZooKeeper, and the cluster configuration in /dxl/NAME/config (created, or\n"
-"replaced with the next epoch). From then on the configuration manager (one\n"
-"of the replicas, elected) changes it on failures: see docs/operations.md.\n"
-"\n"
-"  --dir DIR          state directory [./dxl-cluster]: DIR/cluster.json (pids,\n"
-"                     connect string), DIR/logs/replica-<id>.log, DIR/data/<id>,\n"
-"                     DIR/zk (the ZooKeeper started here, if any)\n"
-"  --replicas N       replicas, 1..%d [3]\n"
-"  --shards S         shards, 1..%d [2]\n"
-"  --zk CONNECT       use this ZooKeeper; without it a standalone one is started\n"
-"                     with scripts/zk.sh (found at ../../scripts from the dxl\n"
-"                     binary, or in $DXL_SCRIPTS)\n"
-"  --cluster NAME     cluster name in ZooKeeper [default]\n"
-"  --provider P       fabric provider of the replicas [tcp]\n"
-"  --durability MODE  pmem | msync | process [process]\n"
-"  --ring-size BYTES  log.ring_size of new shards (e.g. 256K) [1M]\n"
-"  --writer-slots W   log.writer_slots of new shards [16]\n"
-"  --session-timeout MS  ZooKeeper session timeout of the replicas = failure\n"
-"                     detection time [2000]\n"
-"  --min-replicas M   cm.min_replicas: the CM never shrinks a shard below M\n"
-"                     live members (it reports it unavailable instead)\n"
-"                     [2 with 3+ replicas, else 1]\n"
-"  -o KEY=VALUE       any dxl-replica config key, for every replica\n"
-"                     (dxl-replica --help lists them); repeatable\n"
-"  -h, --help         this text\n"
-"\n" EXIT_CODES_HELP, MAX_REPLICAS, DXL_REPLICA_MAX_SHARDS);
-}
-
-static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id)
+pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id)
 {
 	char bin[PATH_MAX + 16], data[PATH_MAX + 32], log[PATH_MAX + 64], nid[16],
 		shards[32];
@@ -131,43 +94,7 @@ static pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id)
 	return p;
 }
 
-/* start_zk -- scripts/zk.sh start DIR/zk; the connect string into c->zk */
-static int start_zk(struct state *s, const char *dir)
-{
-	char script[PATH_MAX + 32];
-	const char *sd = getenv("DXL_SCRIPTS");
-	if (sd)
-		snprintf(script, sizeof(script), "%s/zk.sh", sd);
-	else
-		snprintf(script, sizeof(script), "%s/../../scripts/zk.sh", g_self_dir);
-	if (access(script, X_OK) != 0) {
-		errf("cannot start ZooKeeper: %s: %s (set DXL_SCRIPTS to the scripts "
-		     "directory, or give --zk CONNECT)", script, strerror(errno));
-		return EX_FAIL;
-	}
-	snprintf(s->zk_dir, sizeof(s->zk_dir), "%s/zk", dir);
-	char cmd[4 * PATH_MAX + 64];
-	snprintf(cmd, sizeof(cmd), "'%s' start '%s' 2>>'%s/logs/zk.log'", script,
-		 s->zk_dir, dir);
-	FILE *p = popen(cmd, "r");
-	if (!p) {
-		errf("popen %s: %s", script, strerror(errno));
-		return EX_FAIL;
-	}
-	char line[DXL_ZK_CONNECT_MAX] = "";
-	while (fgets(line, sizeof(line), p))
-		snprintf(s->c.zk, sizeof(s->c.zk), "%s", line);
-	int st = pclose(p);
-	s->c.zk[strcspn(s->c.zk, "\n")] = 0;
-	if (st != 0 || !s->c.zk[0]) {
-		errf("ZooKeeper did not start (%s start %s); see %s/logs/zk.log", script,
-		     s->zk_dir, dir);
-		return EX_FAIL;
-	}
-	return 0;
-}
-
-static void log_tail(const char *dir, uint32_t id)
+void log_tail(const char *dir, uint32_t id)
 {
 	char path[PATH_MAX + 64], cmd[PATH_MAX + 96];
 	snprintf(path, sizeof(path), "%s/logs/replica-%u.log", dir, id);
@@ -177,291 +104,13 @@ static void log_tail(const char *dir, uint32_t id)
 		fprintf(stderr, "(unreadable)\n");
 }
 
-static int write_config(struct dxl_zk *zk, const struct state *s,
-			const struct dxl_replica_desc *d, uint64_t *epoch)
-{
-	for (int attempt = 0; attempt < 3; attempt++) {
-		struct dxl_cluster_config old, cfg;
-		int32_t ver = DXL_ZK_VERSION_NONE;
-		uint64_t e = 1;
-		int ret = dxl_cluster_config_read(zk, &old, &ver);
-		if (ret == 0) {
-			e = old.epoch + 1;
-			dxl_cluster_config_clear(&old);
-		} else if (ret == DXL_E_NOENT) {
-			ver = DXL_ZK_VERSION_NONE;
-			ret = 0;
-		} else {
-			return ret;
-		}
-		dxl_cluster_config_init(&cfg);
-		cfg.epoch = e;
-		for (uint32_t i = 0; !ret && i < s->nreplicas; i++)
-			ret = dxl_cluster_config_set_node(&cfg, s->ids[i], d[i].addr);
-		for (uint32_t sh = 0; !ret && sh < s->nshards; sh++) {
-			ret = dxl_cluster_config_set_shard(&cfg, sh, s->ids[0], s->ids + 1,
-							   s->nreplicas - 1);
-			/* each member's data identity, as the CM records it
-			 * (docs/replica.md): a member restarted on an empty
-			 * data directory is then not taken for this one */
-			for (uint32_t i = 0; !ret && i < s->nreplicas; i++) {
-				const struct dxl_shard_desc *sd = dxl_replica_desc_shard(&d[i], sh);
-				if (sd && sd->data_id)
-					ret = dxl_cluster_config_set_data_id(&cfg, sh, s->ids[i],
-									     sd->data_id);
-			}
-		}
-		if (!ret)
-			ret = dxl_cluster_config_cas(zk, &cfg, ver, NULL);
-		dxl_cluster_config_clear(&cfg);
-		if (ret != DXL_E_STALE) {
-			*epoch = e;
-			return ret;
-		}
-	}
-	return DXL_E_STALE;
-}
-
-int cmd_cluster_up(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{"dir", required_argument, NULL, 'd'},
-		{"replicas", required_argument, NULL, 'r'},
-		{"shards", required_argument, NULL, 's'},
-		{"zk", required_argument, NULL, 'z'},
-		{"cluster", required_argument, NULL, 'C'},
-		{"provider", required_argument, NULL, 'p'},
-		{"durability", required_argument, NULL, 'D'},
-		{"ring-size", required_argument, NULL, 'R'},
-		{"writer-slots", required_argument, NULL, 'W'},
-		{"session-timeout", required_argument, NULL, 'T'},
-		{"min-replicas", required_argument, NULL, 'm'},
-		{"option", required_argument, NULL, 'o'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *dir0 = "./dxl-cluster", *zkc = NULL, *cluster = "default";
-	const char *session_timeout = "2000", *min_replicas = NULL;
-	const char *extra[STATE_MAX_OPTS];
-	uint32_t nextra = 0;
-	const char *provider = "tcp", *durability = "process", *ring_size = NULL,
-		   *slots = NULL;
-	uint32_t n = 3, ns = 2;
-	int c;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd': dir0 = optarg; break;
-		case 'T': {
-			uint32_t v;
-			if (parse_u32(optarg, &v) || v < 100) {
-				errf("--session-timeout '%s': milliseconds, >= 100", optarg);
-				return EX_USAGE;
-			}
-			session_timeout = optarg;
-			break;
-		}
-		case 'm': {
-			uint32_t v;
-			if (parse_u32(optarg, &v) || v < 1 || v > MAX_REPLICAS) {
-				errf("--min-replicas '%s': want 1..%d", optarg, MAX_REPLICAS);
-				return EX_USAGE;
-			}
-			min_replicas = optarg;
-			break;
-		}
-		case 'o':
-			if (!strchr(optarg, '=') || strlen(optarg) >= sizeof(((struct state *)0)->opts[0])) {
-				errf("-o '%s': want key=value (a dxl-replica config key)", optarg);
-				return EX_USAGE;
-			}
-			if (nextra + 4 >= STATE_MAX_OPTS) {
-				errf("-o: at most %d options", STATE_MAX_OPTS - 4);
-				return EX_USAGE;
-			}
-			extra[nextra++] = optarg;
-			break;
-		case 'r':
-			if (parse_u32(optarg, &n) || n < 1 || n > MAX_REPLICAS) {
-				errf("--replicas '%s': want 1..%d", optarg, MAX_REPLICAS);
-				return EX_USAGE;
-			}
-			break;
-		case 's':
-			if (parse_u32(optarg, &ns) || ns < 1 || ns > DXL_REPLICA_MAX_SHARDS) {
-				errf("--shards '%s': want 1..%d", optarg, DXL_REPLICA_MAX_SHARDS);
-				return EX_USAGE;
-			}
-			break;
-		case 'z': zkc = optarg; break;
-		case 'C': cluster = optarg; break;
-		case 'p': {
-			enum dxl_fabric_provider p;
-			if (dxl_fabric_provider_parse(optarg, &p)) {
-				errf("--provider '%s': %s", optarg, dxl_errmsg());
-				return EX_USAGE;
-			}
-			provider = optarg;
-			break;
-		}
-		case 'D': {
-			enum dxl_durability dm;
-			if (dxl_durability_parse(optarg, &dm)) {
-				errf("--durability '%s': want pmem, msync or process", optarg);
-				return EX_USAGE;
-			}
-			durability = optarg;
-			break;
-		}
-		case 'R': {
-			uint64_t v;
-			if (dxl_parse_size(optarg, &v)) {
-				errf("--ring-size '%s': not a size (e.g. 256K, 1M)", optarg);
-				return EX_USAGE;
-			}
-			ring_size = optarg;
-			break;
-		}
-		case 'W': {
-			uint32_t v;
-			if (parse_u32(optarg, &v) || !v || v > DXL_SHARD_MAX_RINGS) {
-				errf("--writer-slots '%s': want 1..%d", optarg, DXL_SHARD_MAX_RINGS);
-				return EX_USAGE;
-			}
-			slots = optarg;
-			break;
-		}
-		case 'h': up_usage(stdout); return EX_OK;
-		default: up_usage(stderr); return EX_USAGE;
-		}
-	}
-	if (optind < argc) {
-		errf("unexpected argument '%s' (see --help)", argv[optind]);
-		return EX_USAGE;
-	}
-	char dir[PATH_MAX], sub[PATH_MAX + 16];
-	if (mkdir_p(dir0) || !realpath(dir0, dir)) {
-		errf("cannot create %s: %s", dir0, strerror(errno));
-		return EX_FAIL;
-	}
-	struct state s;
-	{
-		char path[PATH_MAX + 32];
-		snprintf(path, sizeof(path), "%s/cluster.json", dir);
-		if (access(path, F_OK) == 0 && state_read(dir, &s) == 0)
-			for (uint32_t i = 0; i < s.nreplicas; i++)
-				if (pid_alive(s.pids[i]) && is_replica(s.pids[i])) {
-					errf("a cluster is already running from %s (replica %u, pid %d); "
-					     "run 'dxl cluster down --dir %s' first", dir, s.ids[i],
-					     (int)s.pids[i], dir);
-					return EX_FAIL;
-				}
-	}
-	snprintf(sub, sizeof(sub), "%s/logs", dir);
-	mkdir_p(sub);
-	snprintf(sub, sizeof(sub), "%s/data", dir);
-	mkdir_p(sub);
-	memset(&s, 0, sizeof(s));
-	snprintf(s.c.cluster, sizeof(s.c.cluster), "%s", cluster);
-	s.nshards = ns;
-	s.nreplicas = n;
-	snprintf(s.provider, sizeof(s.provider), "%s", provider);
-	snprintf(s.durability, sizeof(s.durability), "%s", durability);
-	snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "zk.session_timeout_ms=%s", session_timeout);
-	snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "cm.replication=%u", n);
-	snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "cm.min_replicas=%s",
-		 min_replicas ? min_replicas : (n >= 3 ? "2" : "1"));
-	if (ring_size)
-		snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "log.ring_size=%s", ring_size);
-	if (slots)
-		snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "log.writer_slots=%s", slots);
-	for (uint32_t i = 0; i < nextra; i++)
-		snprintf(s.opts[s.nopts++], sizeof(s.opts[0]), "%s", extra[i]);
-	int ret;
-	if (zkc)
-		snprintf(s.c.zk, sizeof(s.c.zk), "%s", zkc);
-	else if ((ret = start_zk(&s, dir)))
-		return ret;
-	for (uint32_t i = 0; i < n; i++) {
-		s.ids[i] = i + 1;
-		s.pids[i] = spawn_replica(dir, &s, i + 1);
-		if (s.pids[i] < 0) {
-			s.nreplicas = i;
-			state_write(dir, &s);
-			return EX_FAIL;
-		}
-	}
-	if (state_write(dir, &s))
-		return EX_FAIL;
-
-	struct dxl_zk *zk = NULL;
-	if ((ret = zk_connect(&s.c, &zk)))
-		return ret;
-	/* wait (bounded) until every replica is registered */
-	static struct dxl_replica_desc d[MAX_REPLICAS];
-	bool have[MAX_REPLICAS] = {false};
-	uint32_t got = 0;
-	uint64_t end = dxl_now_ms() + 30000;
-	ret = EX_OK;
-	while (got < n) {
-		for (uint32_t i = 0; i < n; i++) {
-			if (have[i])
-				continue;
-			int r = get_desc(zk, s.ids[i], &d[i]);
-			if (r == 0) {
-				have[i] = true;
-				got++;
-			} else if (r < 0) {
-				ret = EX_FAIL;
-			} else if (waitpid(s.pids[i], NULL, WNOHANG) == s.pids[i]) {
-				errf("replica %u (pid %d) exited during start-up", s.ids[i],
-				     (int)s.pids[i]);
-				log_tail(dir, s.ids[i]);
-				ret = EX_FAIL;
-			}
-		}
-		if (ret || got == n)
-			break;
-		if (dxl_now_ms() > end) {
-			for (uint32_t i = 0; i < n; i++)
-				if (!have[i]) {
-					errf("replica %u did not register in 30 s", s.ids[i]);
-					log_tail(dir, s.ids[i]);
-				}
-			ret = EX_FAIL;
-			break;
-		}
-		usleep(50000);
-	}
-	uint64_t epoch = 0;
-	if (!ret) {
-		int r = write_config(zk, &s, d, &epoch);
-		if (r) {
-			errf("writing the configuration of cluster %s: %s", s.c.cluster, dxl_errmsg());
-			ret = r == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
-		}
-	}
-	dxl_zk_delete(&zk);
-	if (ret) {
-		fprintf(stderr, "%s: the cluster is not complete; 'dxl cluster down --dir %s' stops "
-			"what was started\n", g_cmd, dir);
-		return ret;
-	}
-	printf("cluster %s is up: %u replicas, %u shards, config epoch %llu\n", s.c.cluster, n,
-	       ns, (unsigned long long)epoch);
-	printf("zookeeper: %s%s\n", s.c.zk, s.zk_dir[0] ? " (started here)" : "");
-	for (uint32_t i = 0; i < n; i++)
-		printf("replica %u: pid %d addr %s\n", s.ids[i], (int)s.pids[i], d[i].addr);
-	printf("state: %s/cluster.json\nlogs:  %s/logs/replica-<id>.log\ndata:  %s/data/<id>\n",
-	       dir, dir, dir);
-	return EX_OK;
-}
-
 /* ---- dxl cluster status ----------------------------------------------------- */
 
 static void status_usage(FILE *out)
 {
 	fprintf(out,
-"Usage: dxl cluster status [--dir DIR | --zk CONNECT --cluster NAME]\n"
+"Usage: dxl cluster status [--dir DIR | --zk CONNECT [--cluster NAME]\n"
+"                          [--replication N]] [--json]\n"
 "\n"
 "Show, from ZooKeeper: the configuration manager (the elected replica); the\n"
 "cluster configuration (epoch; per shard its members, primary first, each up\n"
@@ -469,49 +118,87 @@ static void status_usage(FILE *out)
 "retains and, for backups, how far its newest record is behind the\n"
 "primary's -- statistics the replicas refresh every ~2 s); the registered\n"
 "nodes (address, pid, the configuration epoch their regions are registered\n"
-"for, and per hosted shard: member, catching_up, synced or unassigned).\n"
+"for, and per hosted shard: member, catching_up, synced, joining or\n"
+"unassigned); then what is MISSING: a shard with fewer members than the\n"
+"replication it was started with (cm.replication of DIR/cluster.json, or\n"
+"--replication), a replica of DIR/cluster.json that is not registered (a\n"
+"removed member disappears from the configuration: it is named here).\n"
 "\n"
 "  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
 "  --zk CONNECT       ZooKeeper connect string (instead of DIR/cluster.json)\n"
 "  --cluster NAME     cluster name with --zk [default]\n"
+"  --replication N    with --zk: the members every shard should have\n"
+"                     [not checked]\n"
+"  --json             the same as one JSON object on stdout\n"
 "  -h, --help         this text\n"
 "\n" EXIT_CODES_HELP
-"    (status exits 1 when a replica of a shard is down)\n");
+"    (status exits 1 when something is missing: a member of a shard down, a\n"
+"    shard below its replication, a replica of cluster.json not registered;\n"
+"    3 when there is no configuration)\n");
 }
 
-static int conn_opts(int argc, char **argv, void (*usage)(FILE *), struct conn *cn)
+/* status_expect -- from DIR/cluster.json: the replicas it lists and the
+ * replication they were started with (the last cm.replication=) */
+static void status_expect(const struct state *st, uint32_t *replication)
+{
+	*replication = st->nreplicas;
+	for (uint32_t i = 0; i < st->nopts; i++) {
+		uint32_t v;
+		if (!strncmp(st->opts[i], "cm.replication=", 15) &&
+		    !parse_u32(st->opts[i] + 15, &v))
+			*replication = v;
+	}
+}
+
+int cmd_cluster_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, 'd'},
 		{"zk", required_argument, NULL, 'z'},
 		{"cluster", required_argument, NULL, 'C'},
+		{"replication", required_argument, NULL, 'r'},
+		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *dir = "./dxl-cluster", *zk = NULL, *cl = NULL;
+	const char *dir = "./dxl-cluster", *zkc = NULL, *cl = NULL;
+	uint32_t want_rep = 0;
+	bool as_json = false, rep_given = false;
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
-		case 'z': zk = optarg; break;
+		case 'z': zkc = optarg; break;
 		case 'C': cl = optarg; break;
-		case 'h': usage(stdout); return -1;
-		default: usage(stderr); return EX_USAGE;
+		case 'r':
+			if (parse_u32(optarg, &want_rep) || !want_rep || want_rep > MAX_REPLICAS) {
+				errf("--replication '%s': want 1..%d", optarg, MAX_REPLICAS);
+				return EX_USAGE;
+			}
+			rep_given = true;
+			break;
+		case 'j': as_json = true; break;
+		case 'h': status_usage(stdout); return EX_OK;
+		default: status_usage(stderr); return EX_USAGE;
 		}
 	}
 	if (optind < argc) {
 		errf("unexpected argument '%s' (see --help)", argv[optind]);
 		return EX_USAGE;
 	}
-	return resolve_conn(dir, zk, cl, cn);
-}
-
-int cmd_cluster_status(int argc, char **argv)
-{
+	if (rep_given && !zkc) {
+		errf("--replication goes with --zk (with --dir it is read from DIR/cluster.json)");
+		return EX_USAGE;
+	}
 	struct conn cn;
-	int ret = conn_opts(argc, argv, status_usage, &cn);
+	int ret = resolve_conn(dir, zkc, cl, &cn);
 	if (ret)
-		return ret < 0 ? EX_OK : ret;
+		return ret;
+	static struct state st;
+	memset(&st, 0, sizeof(st));
+	bool have_state = !zkc && state_read(dir, &st) == 0;
+	if (have_state)
+		status_expect(&st, &want_rep);
 	struct dxl_zk *zk = NULL;
 	if ((ret = zk_connect(&cn, &zk)))
 		return ret;
@@ -522,7 +209,11 @@ int cmd_cluster_status(int argc, char **argv)
 		dxl_zk_delete(&zk);
 		return r == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
 	}
-	printf("cluster %s (zookeeper %s)\n", cn.cluster, cn.zk);
+	json_t *jo = json_object(), *jmissing = json_array();
+	json_object_set_new(jo, "cluster", json_string(cn.cluster));
+	json_object_set_new(jo, "zk", json_string(cn.zk));
+	if (!as_json)
+		printf("cluster %s (zookeeper %s)\n", cn.cluster, cn.zk);
 	/* the descriptors of the live nodes */
 	static struct dxl_replica_desc ds[64];
 	bool dok[64] = {false};
@@ -537,27 +228,40 @@ int cmd_cluster_status(int argc, char **argv)
 		json_int_t id = 0;
 		json_unpack(o, "{s?I}", "node_id", &id);
 		json_decref(o);
-		printf("configuration manager: node %lld\n", (long long)id);
+		json_object_set_new(jo, "cm", json_integer(id));
+		if (!as_json)
+			printf("configuration manager: node %lld\n", (long long)id);
 	} else {
-		printf("configuration manager: none elected\n");
+		json_object_set_new(jo, "cm", json_null());
+		if (!as_json)
+			printf("configuration manager: none elected\n");
 	}
 	free(cmdata);
 	struct dxl_cluster_config cfg;
 	r = dxl_cluster_config_read(zk, &cfg, NULL);
-	bool all_up = true;
+	char miss[128][160];
+	uint32_t nmiss = 0;
+#define MISS(...) do { if (nmiss < 128) snprintf(miss[nmiss++], sizeof(miss[0]), __VA_ARGS__); } while (0)
 	if (r == DXL_E_NOENT) {
-		printf("config: none\n");
+		if (!as_json)
+			printf("config: none\n");
+		json_object_set_new(jo, "config", json_null());
 		ret = EX_CLUSTER;
 	} else if (r) {
 		errf("reading the configuration: %s", dxl_errmsg());
 		ret = EX_FAIL;
 	} else {
-		printf("config: epoch %llu, shards: %u, nodes: %u\n",
-		       (unsigned long long)cfg.epoch, cfg.nshards, cfg.nnodes);
+		json_t *jshards = json_array();
+		if (!as_json)
+			printf("config: epoch %llu, shards: %u, nodes: %u\n",
+			       (unsigned long long)cfg.epoch, cfg.nshards, cfg.nnodes);
 		for (uint32_t i = 0; i < cfg.nshards; i++) {
 			const struct dxl_cluster_shard *sh = &cfg.shards[i];
-			printf("  shard %u:", sh->id);
+			json_t *jmem = json_array();
+			if (!as_json)
+				printf("  shard %u:", sh->id);
 			uint64_t pts = 0;
+			uint32_t nup = 0;
 			for (uint32_t j = 0; j <= sh->nbackups; j++) {
 				uint32_t id = j ? sh->backups[j - 1] : sh->primary;
 				const struct dxl_shard_desc *sd = NULL;
@@ -567,14 +271,29 @@ int cmd_cluster_status(int argc, char **argv)
 				bool up = false;
 				for (size_t k = 0; k < ml.n; k++)
 					up |= ml.v[k].node_id == id;
-				all_up &= up;
+				nup += up;
+				if (!up)
+					MISS("shard %u: member %u (%s) is DOWN (not registered)", sh->id,
+					     id, j ? "backup" : "primary");
 				char lag[48] = "";
-				if (sd && j == 0)
+				json_t *jm = json_pack("{s:i,s:s,s:b}", "id", (json_int_t)id, "role",
+						       j ? "backup" : "primary", "up", up);
+				if (sd && j == 0) {
 					pts = sd->last_ts;
-				else if (sd && pts && sd->last_ts && DXL_HLC_PHYS(pts) >= DXL_HLC_PHYS(sd->last_ts))
-					snprintf(lag, sizeof(lag), ",lag %llums",
-						 (unsigned long long)(DXL_HLC_PHYS(pts) -
-								      DXL_HLC_PHYS(sd->last_ts)));
+				} else if (sd && pts && sd->last_ts &&
+					   DXL_HLC_PHYS(pts) >= DXL_HLC_PHYS(sd->last_ts)) {
+					uint64_t l = DXL_HLC_PHYS(pts) - DXL_HLC_PHYS(sd->last_ts);
+					snprintf(lag, sizeof(lag), ",lag %llums", (unsigned long long)l);
+					json_object_set_new(jm, "lag_ms", json_integer((json_int_t)l));
+				}
+				if (sd) {
+					json_object_set_new(jm, "fill_pct", json_integer(sd->fill_pct));
+					json_object_set_new(jm, "records",
+							    json_integer((json_int_t)sd->records));
+				}
+				json_array_append_new(jmem, jm);
+				if (as_json)
+					continue;
 				if (sd)
 					printf(" %u(%s%s,fill %u%%,%llu rec%s)", id, j ? "backup," : "primary,",
 					       up ? "up" : "DOWN", sd->fill_pct,
@@ -582,130 +301,101 @@ int cmd_cluster_status(int argc, char **argv)
 				else
 					printf(" %u(%s%s)", id, j ? "backup," : "primary,", up ? "up" : "DOWN");
 			}
-			printf("\n");
+			uint32_t nmem = sh->nbackups + 1;
+			if (want_rep && nmem < want_rep)
+				MISS("shard %u: %u of %u members (below its replication)", sh->id, nmem,
+				     want_rep);
+			if (!as_json)
+				printf("%s\n", want_rep && nmem < want_rep ? "  <- UNDER-REPLICATED" : "");
+			json_array_append_new(jshards,
+					      json_pack("{s:i,s:o,s:i,s:i}", "id", (json_int_t)sh->id,
+							"members", jmem, "live", (json_int_t)nup,
+							"replication", (json_int_t)want_rep));
 		}
+		json_object_set_new(jo, "config",
+				    json_pack("{s:I,s:o}", "epoch", (json_int_t)cfg.epoch,
+					      "shards", jshards));
 		dxl_cluster_config_clear(&cfg);
 	}
-	printf("nodes: %zu registered\n", ml.n);
+	json_t *jnodes = json_array();
+	if (!as_json)
+		printf("nodes: %zu registered\n", ml.n);
 	for (size_t k = 0; k < ml.n; k++) {
 		json_t *o = json_loads(ml.v[k].payload, 0, NULL);
 		json_int_t pid = 0;
 		json_unpack(o, "{s?I}", "pid", &pid);
 		json_decref(o);
+		json_t *jn = json_pack("{s:i,s:I}", "id", (json_int_t)ml.v[k].node_id, "pid", pid);
 		if (k < nd && dok[k]) {
 			const struct dxl_replica_desc *d = &ds[k];
-			printf("  node %u: addr %s provider %s pid %lld config epoch %llu reg_epoch %llu shards",
-			       ml.v[k].node_id, d->addr, dxl_fabric_provider_name(d->provider),
-			       (long long)pid, (unsigned long long)d->cfg_epoch,
-			       (unsigned long long)d->reg_epoch);
-			for (uint32_t j = 0; j < d->nshards; j++)
-				printf(" %u=%s", d->shards[j].shard,
-				       dxl_shard_state_name(d->shards[j].state));
-			printf("\n");
-		} else {
+			json_t *jsh = json_object();
+			for (uint32_t j = 0; j < d->nshards; j++) {
+				char key[16];
+				snprintf(key, sizeof(key), "%u", d->shards[j].shard);
+				json_object_set_new(jsh, key,
+						    json_string(dxl_shard_state_name(d->shards[j].state)));
+			}
+			json_object_set_new(jn, "addr", json_string(d->addr));
+			json_object_set_new(jn, "provider",
+					    json_string(dxl_fabric_provider_name(d->provider)));
+			json_object_set_new(jn, "config_epoch", json_integer((json_int_t)d->cfg_epoch));
+			json_object_set_new(jn, "reg_epoch", json_integer((json_int_t)d->reg_epoch));
+			json_object_set_new(jn, "shards", jsh);
+			if (!as_json) {
+				printf("  node %u: addr %s provider %s pid %lld config epoch %llu reg_epoch %llu shards",
+				       ml.v[k].node_id, d->addr, dxl_fabric_provider_name(d->provider),
+				       (long long)pid, (unsigned long long)d->cfg_epoch,
+				       (unsigned long long)d->reg_epoch);
+				for (uint32_t j = 0; j < d->nshards; j++)
+					printf(" %u=%s", d->shards[j].shard,
+					       dxl_shard_state_name(d->shards[j].state));
+				printf("\n");
+			}
+		} else if (!as_json) {
 			printf("  node %u: (not a replica) pid %lld\n", ml.v[k].node_id,
 			       (long long)pid);
 		}
+		json_array_append_new(jnodes, jn);
 	}
+	json_object_set_new(jo, "nodes", jnodes);
+	/* the replicas cluster.json lists that are not registered */
+	json_t *jabsent = json_array();
+	for (uint32_t i = 0; have_state && i < st.nreplicas; i++) {
+		bool reg = false;
+		for (size_t k = 0; k < ml.n; k++)
+			reg |= ml.v[k].node_id == st.ids[i];
+		if (reg)
+			continue;
+		bool running = pid_alive(st.pids[i]) && is_replica(st.pids[i]);
+		MISS("replica %u of %s/cluster.json is not registered (process %d %s)", st.ids[i],
+		     dir, (int)st.pids[i], running ? "running" : "not running");
+		json_array_append_new(jabsent, json_pack("{s:i,s:i,s:b}", "id",
+							 (json_int_t)st.ids[i], "pid",
+							 (json_int_t)st.pids[i], "running", running));
+	}
+#undef MISS
+	json_object_set_new(jo, "absent", jabsent);
+	for (uint32_t i = 0; i < nmiss; i++)
+		json_array_append_new(jmissing, json_string(miss[i]));
+	json_object_set_new(jo, "missing", jmissing);
+	json_object_set_new(jo, "ok", json_boolean(!ret && !nmiss));
+	if (as_json) {
+		char *txt = json_dumps(jo, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (txt)
+			printf("%s\n", txt);
+		free(txt);
+	} else if (nmiss) {
+		printf("MISSING (%u):\n", nmiss);
+		for (uint32_t i = 0; i < nmiss; i++)
+			printf("  %s\n", miss[i]);
+	}
+	json_decref(jo);
 	dxl_member_list_free(&ml);
 	dxl_zk_delete(&zk);
-	if (!ret && !all_up)
+	if (!ret && nmiss)
 		ret = EX_FAIL;
 	return ret;
 }
-
-/* ---- dxl cluster down ------------------------------------------------------- */
-
-static void down_usage(FILE *out)
-{
-	fprintf(out,
-"Usage: dxl cluster down [--dir DIR]\n"
-"\n"
-"Stop the cluster started by 'dxl cluster up --dir DIR': SIGTERM every\n"
-"replica listed in DIR/cluster.json (a clean shutdown), SIGKILL those still\n"
-"running after 10 s, then stop the ZooKeeper 'cluster up' started (if any).\n"
-"Data and logs stay in DIR.\n"
-"\n"
-"  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
-"  -h, --help         this text\n"
-"\n" EXIT_CODES_HELP);
-}
-
-int cmd_cluster_down(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{"dir", required_argument, NULL, 'd'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *dir = "./dxl-cluster";
-	int c;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd': dir = optarg; break;
-		case 'h': down_usage(stdout); return EX_OK;
-		default: down_usage(stderr); return EX_USAGE;
-		}
-	}
-	if (optind < argc) {
-		errf("unexpected argument '%s' (see --help)", argv[optind]);
-		return EX_USAGE;
-	}
-	struct state s;
-	int ret = state_read(dir, &s);
-	if (ret)
-		return ret;
-	bool term[MAX_REPLICAS] = {false};
-	for (uint32_t i = 0; i < s.nreplicas; i++)
-		if (pid_alive(s.pids[i]) && is_replica(s.pids[i]) && kill(s.pids[i], SIGTERM) == 0)
-			term[i] = true;
-		else
-			printf("replica %u (pid %d): not running\n", s.ids[i], (int)s.pids[i]);
-	uint64_t end = dxl_now_ms() + 10000;
-	for (;;) {
-		bool any = false;
-		for (uint32_t i = 0; i < s.nreplicas; i++)
-			any |= term[i] && pid_alive(s.pids[i]);
-		if (!any || dxl_now_ms() > end)
-			break;
-		usleep(20000);
-	}
-	for (uint32_t i = 0; i < s.nreplicas; i++) {
-		if (!term[i])
-			continue;
-		if (pid_alive(s.pids[i])) {
-			kill(s.pids[i], SIGKILL);
-			uint64_t e2 = dxl_now_ms() + 2000;
-			while (pid_alive(s.pids[i]) && dxl_now_ms() < e2)
-				usleep(10000);
-			printf("replica %u (pid %d): killed (did not stop in 10 s)%s\n", s.ids[i],
-			       (int)s.pids[i], pid_alive(s.pids[i]) ? " -- STILL RUNNING" : "");
-			if (pid_alive(s.pids[i]))
-				ret = EX_FAIL;
-		} else {
-			printf("replica %u (pid %d): stopped\n", s.ids[i], (int)s.pids[i]);
-		}
-	}
-	if (s.zk_dir[0]) {
-		char script[PATH_MAX + 32], cmd[4 * PATH_MAX + 64];
-		const char *sd = getenv("DXL_SCRIPTS");
-		if (sd)
-			snprintf(script, sizeof(script), "%s/zk.sh", sd);
-		else
-			snprintf(script, sizeof(script), "%s/../../scripts/zk.sh", g_self_dir);
-		snprintf(cmd, sizeof(cmd), "'%s' stop '%s'", script, s.zk_dir);
-		if (system(cmd) != 0) {
-			errf("stopping ZooKeeper in %s failed (%s)", s.zk_dir, cmd);
-			ret = EX_FAIL;
-		} else {
-			printf("zookeeper %s: stopped\n", s.c.zk);
-		}
-	}
-	printf("cluster %s is down; data and logs remain in %s\n", s.c.cluster, dir);
-	return ret;
-}
-
-/* ---- dxl log append --------------------------------------------------------- */
 
 /* ---- dxl cluster kill / restart --------------------------------------------- */
 
@@ -799,6 +489,11 @@ int cmd_cluster_kill(int argc, char **argv)
 		errf(optind >= argc ? "which NODE? (see --help)" : "one NODE only (see --help)");
 		return EX_USAGE;
 	}
+	uint32_t node_arg;
+	if (parse_u32(argv[optind], &node_arg)) { /* before any file is read */
+		errf("'%s' is not a node id", argv[optind]);
+		return EX_USAGE;
+	}
 	if (pf && have_sig) {
 		errf("--power-fail and --signal exclude each other");
 		return EX_USAGE;
@@ -863,9 +558,25 @@ static int wait_registered(const char *dir, const struct state *s, uint32_t i, p
 			int r = dxl_replica_desc_decode(json, strlen(json), &d);
 			free(json);
 			if (r == 0 && p == pid) {
-				printf("replica %u: registered after %.1f s, addr %s, config epoch %llu\n",
-				       s->ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr,
-				       (unsigned long long)d.cfg_epoch);
+				/* a replica registers before it applies a configuration
+				 * (cfg_epoch 0 then, e.g. after a power failure): the
+				 * cluster's epoch, and whether the replica has it yet */
+				struct dxl_cluster_config cc;
+				unsigned long long ce = 0;
+				if (dxl_cluster_config_read(zk, &cc, NULL) == 0) {
+					ce = (unsigned long long)cc.epoch;
+					dxl_cluster_config_clear(&cc);
+				}
+				char applied[96];
+				if (d.cfg_epoch)
+					snprintf(applied, sizeof(applied), "applied epoch %llu",
+						 (unsigned long long)d.cfg_epoch);
+				else
+					snprintf(applied, sizeof(applied), "no configuration applied yet");
+				printf("replica %u: registered after %.1f s, addr %s; cluster config epoch "
+				       "%llu, %s\n",
+				       s->ids[i], (double)(dxl_now_ms() - start) / 1000, d.addr, ce,
+				       applied);
 				ret = EX_OK;
 				break;
 			}
@@ -924,6 +635,11 @@ int cmd_cluster_restart(int argc, char **argv)
 	}
 	if (optind + 1 != argc) {
 		errf(optind >= argc ? "which NODE? (see --help)" : "one NODE only (see --help)");
+		return EX_USAGE;
+	}
+	uint32_t node_arg;
+	if (parse_u32(argv[optind], &node_arg)) { /* before any file is read */
+		errf("'%s' is not a node id", argv[optind]);
 		return EX_USAGE;
 	}
 	char dir[PATH_MAX];

@@ -73,6 +73,24 @@ struct outage {
 	uint32_t primary_from, primary_to;
 };
 
+/* outage_line -- "failover: ..." when the primary changed, else a
+ * configuration change of the shard's backups (removed or re-added) */
+static void outage_line(char *buf, size_t cap, const struct outage *x, const char *note)
+{
+	if (x->primary_from != x->primary_to)
+		snprintf(buf, cap,
+			 "failover: shard %u: no acknowledged append for %.2f s%s; primary %u -> %u, "
+			 "epoch %" PRIu64 " -> %" PRIu64,
+			 x->shard, (double)x->gap_ms / 1000, note, x->primary_from, x->primary_to,
+			 x->epoch_from, x->epoch_to);
+	else
+		snprintf(buf, cap,
+			 "configuration change: shard %u: no acknowledged append for %.2f s%s; "
+			 "primary %u (unchanged), epoch %" PRIu64 " -> %" PRIu64,
+			 x->shard, (double)x->gap_ms / 1000, note, x->primary_from, x->epoch_from,
+			 x->epoch_to);
+}
+
 struct acked {
 	uint64_t ts;
 	uint64_t n;
@@ -591,10 +609,17 @@ int cmd_log_load(int argc, char **argv)
 			break;
 		}
 	}
+	char rate_txt[32], dur_txt[32];
+	if (rate)
+		snprintf(rate_txt, sizeof(rate_txt), "%u", rate);
+	else
+		snprintf(rate_txt, sizeof(rate_txt), "unthrottled");
+	if (dur)
+		snprintf(dur_txt, sizeof(dur_txt), "for %u s", dur);
+	else
+		snprintf(dur_txt, sizeof(dur_txt), "until interrupted");
 	printf("load: %u shard(s), %s appends/s, %u-byte records, %s (run %" PRIu64 ")\n", n,
-	       rate ? "" : "unthrottled", size, dur ? "" : "until interrupted", L.run);
-	if (rate || dur)
-		printf("load: rate %u/s, duration %u s\n", rate, dur);
+	       rate_txt, size, dur_txt, L.run);
 	fflush(stdout);
 	bool tty = isatty(1);
 	uint32_t reported = 0;
@@ -641,11 +666,7 @@ int cmd_log_load(int argc, char **argv)
 		uint32_t nev = 0;
 		while (reported < L.nout && L.out[reported].gap_ms) {
 			struct outage *x = &L.out[reported++];
-			snprintf(ev[nev++], sizeof(ev[0]),
-				 "failover: shard %u: no acknowledged append for %.2f s; primary %u -> %u, epoch %" PRIu64
-				 " -> %" PRIu64,
-				 x->shard, (double)x->gap_ms / 1000, x->primary_from, x->primary_to,
-				 x->epoch_from, x->epoch_to);
+			outage_line(ev[nev++], sizeof(ev[0]), x, "");
 		}
 		pthread_mutex_unlock(&L.mu);
 		char p50[32], p99[32];
@@ -691,11 +712,12 @@ int cmd_log_load(int argc, char **argv)
 	       ok, failed, secs, p50, p99);
 	for (uint32_t i = 0; i < L.nout; i++)
 		if (i >= reported)
-			printf("failover: shard %u: no acknowledged append for %.2f s%s; primary %u -> %u, epoch %" PRIu64
-			       " -> %" PRIu64 "\n",
-			       L.out[i].shard, (double)L.out[i].gap_ms / 1000,
-			       L.out[i].gap_ms ? "" : " (no append after it)", L.out[i].primary_from,
-			       L.out[i].primary_to, L.out[i].epoch_from, L.out[i].epoch_to);
+		{
+			char line[256];
+			outage_line(line, sizeof(line), &L.out[i],
+				    L.out[i].gap_ms ? "" : " (no append after it)");
+			printf("%s\n", line);
+		}
 	if (failed && rc == EX_OK)
 		rc = EX_FAIL;
 	if (acked_path) {

@@ -61,7 +61,10 @@ struct topts {
 	"                     written and printed in decimal (SmallBank balances)\n" \
 	"  --tries N          runs of the transaction when conflicts abort it\n" \
 	"                     (0: the coordinator's default, 1000) [0]\n"        \
-	"  --timeout MS       give up waiting for the reply after MS [30000]\n" \
+	"  --timeout MS       give up after MS: waiting for the reply, and sending\n" \
+	"                     again a transaction aborted while the shard's\n" \
+	"                     configuration changes (a failover; then\n" \
+	"                     DXL_E_UNAVAIL, exit 1) [30000]\n" \
 	"  -h, --help         this text\n"
 
 static void kv_usage(FILE *out)
@@ -406,21 +409,58 @@ static int run_ops(const struct topts *o, const struct dxl_cproto_op *ops, uint3
 	int ret = find_coord(o, addr, sizeof(addr));
 	if (ret)
 		return ret;
-	struct dxl_cproto_buf req = {0};
-	uint64_t req_id = ((uint64_t)getpid() << 32) ^ dxl_now_ns();
-	if (dxl_cproto_encode_txn(&req, req_id, o->tries, ops, nops)) {
-		errf("cannot encode the request (out of memory or too big)");
-		free(req.p);
-		return TX_FAIL;
-	}
+	/* a transaction aborted because the configuration was changing (a
+	 * failover: the coordinator reports it as a conflict, "configuration
+	 * changing: retry") is the shard being unavailable, not contention: it
+	 * is sent again (it was aborted before its commit point: nothing of it
+	 * happened) until --timeout has passed since the first send, then
+	 * reported as DXL_E_UNAVAIL, exit 1 */
+	uint64_t deadline = dxl_now_ms() + o->timeout_ms, first = dxl_now_ms();
+	uint32_t resent = 0;
 	uint8_t *rbuf = NULL;
 	struct dxl_cproto_msg *m = calloc(1, sizeof(*m));
-	if (!m || call(addr, &req, req_id, o->timeout_ms, &rbuf, m)) {
-		free(req.p);
-		free(m);
+	if (!m)
 		return TX_FAIL;
+	for (;;) {
+		struct dxl_cproto_buf req = {0};
+		uint64_t req_id = ((uint64_t)getpid() << 32) ^ dxl_now_ns();
+		if (dxl_cproto_encode_txn(&req, req_id, o->tries, ops, nops)) {
+			errf("cannot encode the request (out of memory or too big)");
+			free(req.p);
+			free(m);
+			return TX_FAIL;
+		}
+		uint64_t now = dxl_now_ms();
+		uint32_t left = now < deadline ? (uint32_t)(deadline - now) : 1;
+		int cr = call(addr, &req, req_id, left, &rbuf, m);
+		free(req.p);
+		if (cr) {
+			free(m);
+			return TX_FAIL;
+		}
+		bool changing = m->kind == DXL_CPROTO_TXN_REPLY && m->status == DXL_E_CONFLICT &&
+				memmem(m->msg, m->msg_len, "configuration changing",
+				       strlen("configuration changing"));
+		if (!changing)
+			break;
+		if (dxl_now_ms() + 100 >= deadline) {
+			errf("DXL_E_UNAVAIL: the shard's configuration kept changing for %.1f s "
+			     "(%u request(s), --timeout %u ms); last: %.*s",
+			     (double)(dxl_now_ms() - first) / 1000, resent + 1, o->timeout_ms,
+			     (int)m->msg_len, m->msg);
+			free(rbuf);
+			free(m);
+			return TX_FAIL;
+		}
+		resent++;
+		free(rbuf);
+		rbuf = NULL;
+		memset(m, 0, sizeof(*m));
+		usleep(100000);
 	}
-	free(req.p);
+	if (resent)
+		fprintf(stderr, "%s: the configuration was changing: sent %u more time(s), %.1f s\n",
+			g_cmd, resent, (double)(dxl_now_ms() - first) / 1000);
 	if (m->kind == DXL_CPROTO_ERROR) {
 		errf("the coordinator refused the request: %s: %.*s", dxl_errname(m->status),
 		     (int)m->msg_len, m->msg);
@@ -521,7 +561,17 @@ static int parse_common(int argc, char **argv, struct topts *o, void (*usage)(FI
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'A': o->coord = optarg; break;
+		case 'A': {
+			char host[256];
+			uint16_t port;
+			if (dxl_parse_hostport(optarg, host, sizeof(host), &port) || !port) {
+				errf("--coord '%s': want HOST:PORT (the address dxl-coord prints)",
+				     optarg);
+				return TX_USAGE;
+			}
+			o->coord = optarg;
+			break;
+		}
 		case 'd': o->dir = optarg; break;
 		case 'z': o->zk = optarg; break;
 		case 'C': o->cluster = optarg; break;

@@ -2,6 +2,7 @@
  * connection, a shard's replicas (cli.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <libgen.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "common/config.h"
 #include "dxl/log.h"
 #include "dxl/membership.h"
 #include "dxl/replica.h"
@@ -96,6 +98,11 @@ bool pid_alive(pid_t pid)
 /* is_replica -- pid runs dxl-replica (guards against pid reuse) */
 bool is_replica(pid_t pid)
 {
+	return is_prog(pid, "dxl-replica");
+}
+
+bool is_prog(pid_t pid, const char *prog)
+{
 	char path[64], buf[PATH_MAX];
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
 	FILE *f = fopen(path, "r");
@@ -105,7 +112,41 @@ bool is_replica(pid_t pid)
 	fclose(f);
 	buf[n] = 0;
 	const char *b = strrchr(buf, '/');
-	return strcmp(b ? b + 1 : buf, "dxl-replica") == 0;
+	return strcmp(b ? b + 1 : buf, prog) == 0;
+}
+
+/* check_cluster_name -- the rule of zk.cluster (membership's own check) */
+int check_cluster_name(const char *name)
+{
+	struct dxl_config *conf = NULL;
+	struct dxl_zk_cfg zc;
+	dxl_zk_cfg_init(&zc);
+	int ret = dxl_config_new(&conf);
+	if (!ret)
+		ret = dxl_config_set(conf, "zk.cluster", name);
+	if (!ret)
+		ret = dxl_zk_cfg_load(conf, &zc);
+	dxl_config_delete(&conf);
+	if (ret) {
+		errf("--cluster '%s': not a cluster name (letters, digits, '_', '-', '.'; "
+		     "1..%d characters)", name, DXL_ZK_CLUSTER_MAX - 1);
+		return EX_USAGE;
+	}
+	return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)f;
+	return (flag == FTW_DP ? rmdir(path) : unlink(path)) && errno != ENOENT ? -1 : 0;
+}
+
+int rm_tree(const char *path)
+{
+	if (access(path, F_OK) != 0)
+		return 0;
+	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ---- where the cluster is -------------------------------------------------- */
@@ -127,12 +168,20 @@ int state_write(const char *dir, const struct state *s)
 	}
 	for (uint32_t i = 0; i < s->nopts; i++)
 		json_array_append_new(opts, json_string(s->opts[i]));
-	json_t *o = json_pack("{s:i,s:s,s:s,s:s?,s:i,s:o,s:s,s:s,s:o}", "format", 1, "cluster",
+	json_t *coords = json_array();
+	for (uint32_t i = 0; i < s->ncoords; i++) {
+		char log[PATH_MAX + 64];
+		snprintf(log, sizeof(log), "%s/logs/coord-%u.log", dir, i + 1);
+		json_array_append_new(coords, json_pack("{s:i,s:s}", "pid",
+							(json_int_t)s->coord_pids[i], "log", log));
+	}
+	json_t *o = json_pack("{s:i,s:s,s:s,s:s?,s:i,s:o,s:s,s:s,s:o,s:o}", "format", 1, "cluster",
 			      s->c.cluster, "zk", s->c.zk, "zk_dir",
 			      s->zk_dir[0] ? s->zk_dir : NULL, "shards",
 			      (json_int_t)s->nshards, "replicas", reps, "provider",
 			      s->provider[0] ? s->provider : "tcp", "durability",
-			      s->durability[0] ? s->durability : "process", "replica_opts", opts);
+			      s->durability[0] ? s->durability : "process", "replica_opts", opts,
+			      "coordinators", coords);
 	char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
 	snprintf(path, sizeof(path), "%s/cluster.json", dir);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -187,9 +236,13 @@ int state_read(const char *dir, struct state *s)
 	}
 	s->nreplicas = (uint32_t)json_array_size(reps);
 	const char *pv = NULL, *du = NULL;
-	json_t *opts = NULL;
-	json_unpack(o, "{s?s,s?s,s?o}", "provider", &pv, "durability", &du, "replica_opts",
-		    &opts);
+	json_t *opts = NULL, *coords = NULL;
+	json_unpack(o, "{s?s,s?s,s?o,s?o}", "provider", &pv, "durability", &du, "replica_opts",
+		    &opts, "coordinators", &coords);
+	if (json_is_array(coords))
+		for (size_t k = 0; k < json_array_size(coords) && s->ncoords < STATE_MAX_COORDS; k++)
+			s->coord_pids[s->ncoords++] = (pid_t)json_integer_value(
+				json_object_get(json_array_get(coords, k), "pid"));
 	snprintf(s->provider, sizeof(s->provider), "%s", pv ? pv : "tcp");
 	snprintf(s->durability, sizeof(s->durability), "%s", du ? du : "process");
 	if (json_is_array(opts))
@@ -207,6 +260,8 @@ int resolve_conn(const char *dir, const char *zk, const char *cluster,
 			struct conn *c)
 {
 	if (zk) {
+		if (cluster && check_cluster_name(cluster))
+			return EX_USAGE;
 		snprintf(c->zk, sizeof(c->zk), "%s", zk);
 		snprintf(c->cluster, sizeof(c->cluster), "%s", cluster ? cluster : "default");
 		return 0;
@@ -230,10 +285,14 @@ int zk_connect(const struct conn *c, struct dxl_zk **zk)
 	snprintf(zc.cluster, sizeof(zc.cluster), "%s", c->cluster);
 	zc.connect_timeout_ms = 5000;
 	int ret = dxl_zk_new(&zc, zk);
+	if (ret == DXL_E_INVAL) { /* the connect string or cluster name, not the network */
+		errf("%s", dxl_errmsg());
+		return EX_USAGE;
+	}
 	if (ret) {
 		errf("cannot connect to ZooKeeper %s (cluster %s): %s", c->zk, c->cluster,
 		     dxl_errmsg());
-		return ret == DXL_E_UNAVAIL ? EX_ZK : (ret == DXL_E_INVAL ? EX_USAGE : EX_FAIL);
+		return ret == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
 	}
 	return 0;
 }
