@@ -26,8 +26,9 @@
 #define CAT_ENT 32
 #define CAT_CRC_OFF 20
 
-_Static_assert(CAT_HDR + CAT_ENT * DXL_STORE_MAX_TABLES <= CAT_SIZE,
-	       "the catalog holds every table");
+_Static_assert(CAT_HDR + CAT_ENT * DXL_STORE_MAX_TABLES <= DXL_STORE_FLOOR_OFF &&
+		       DXL_STORE_FLOOR_OFF + 8 * DXL_STORE_MAX_TABLES <= CAT_SIZE,
+	       "the catalog holds every table, then the reclaim floors");
 
 enum slot_state {
 	ST_FREE = 0,
@@ -62,6 +63,12 @@ struct table {
 	 * floor_ts is at least the timestamp of every tombstone reclaimed
 	 * (what a miss without a tombstone reports) */
 	uint64_t reclaim_ts, floor_ts;
+	/* the reclaim floor (engine.h): every tombstone this table gave
+	 * away had a timestamp below it; persisted in the catalog page
+	 * (rfloor_p) before the slot of a tombstone at or above it is
+	 * reused */
+	uint64_t rfloor;
+	uint8_t *rfloor_p;
 };
 
 struct dxl_store {
@@ -291,6 +298,22 @@ static void state_set(struct table *t, uint64_t slot, uint8_t st);
 static void *slot_at(const struct table *t, uint64_t slot);
 
 /*
+ * The reclaim floor goes above ts (a tombstone's timestamp) before that
+ * tombstone's slot is reused: written and persisted first, so after a
+ * crash the floor still covers every tombstone whose slot a later write
+ * took. Table mutex held.
+ */
+static void rfloor_raise(struct dxl_store *s, struct table *t, uint64_t ts)
+{
+	if (ts < t->rfloor)
+		return;
+	t->rfloor = ts == UINT64_MAX ? ts : ts + 1;
+	uint8_t le[8];
+	dxl_put_le64(le, t->rfloor);
+	dxl_region_memcpy_persist(s->r, t->rfloor_p, le, 8);
+}
+
+/*
  * The oldest free slot whose lock word is 0 (a deleter may still hold the
  * lock of the slot it freed) and that is not a tombstone still needed (its
  * commit timestamp at or above reclaim_ts); the others go to the back. A
@@ -298,33 +321,34 @@ static void *slot_at(const struct table *t, uint64_t slot);
  * timestamp folded into floor_ts. May move key map entries (map_del): a
  * caller re-finds its own after this.
  */
-static int fq_pop(struct table *t, uint64_t *slot)
+static int fq_pop(struct dxl_store *s, struct table *t, uint64_t *slot)
 {
 	uint64_t kept = 0;
 	for (uint64_t n = t->fq_len; n; n--) {
-		uint64_t s = t->fq[t->fq_head];
+		uint64_t si = t->fq[t->fq_head];
 		t->fq_head = (t->fq_head + 1) % t->sc.capacity;
 		t->fq_len--;
-		if (__atomic_load_n(&t->locks[s], __ATOMIC_ACQUIRE) != 0) {
-			fq_push(t, s);
+		if (__atomic_load_n(&t->locks[si], __ATOMIC_ACQUIRE) != 0) {
+			fq_push(t, si);
 			continue;
 		}
-		if (state_get(t, s) == ST_TOMB) {
+		if (state_get(t, si) == ST_TOMB) {
 			struct dxl_record r;
-			dxl_record_peek(slot_at(t, s), &r);
+			dxl_record_peek(slot_at(t, si), &r);
 			if (r.ts >= t->reclaim_ts) {
 				kept++;
-				fq_push(t, s);
+				fq_push(t, si);
 				continue;
 			}
 			struct kent *e = map_find(t, r.key);
-			if (e && e->slot1 == s + 1)
+			if (e && e->slot1 == si + 1)
 				map_del(t, e);
-			state_set(t, s, ST_FREE);
+			state_set(t, si, ST_FREE);
 			t->ntomb--;
 			t->floor_ts = DXL_MAX(t->floor_ts, r.ts);
+			rfloor_raise(s, t, r.ts);
 		}
-		*slot = s;
+		*slot = si;
 		return 0;
 	}
 	return dxl_err_set(DXL_E_FULL, "table %u: all %llu slots are in use%s%s",
@@ -567,6 +591,8 @@ static int setup(struct dxl_region *r, const struct dxl_store_cfg *cfg,
 		/* without keep_tombstones a tombstone lasts until its slot is
 		 * the oldest free one (first in, first out) */
 		t->reclaim_ts = s->cfg.keep_tombstones ? 0 : UINT64_MAX;
+		t->rfloor_p = (uint8_t *)dxl_region_data(r) + DXL_STORE_FLOOR_OFF + 8 * i;
+		t->rfloor = dxl_get_le64(t->rfloor_p);
 		t->map = calloc(msize, sizeof(*t->map));
 		t->fq = calloc(sc[i].capacity, sizeof(*t->fq));
 		t->state = calloc(sc[i].capacity, 1);
@@ -744,6 +770,7 @@ static int get_slot(const struct dxl_store *s, uint32_t table, uint64_t slot,
 		    struct table **tp)
 {
 	struct table *t = find_table(s, table);
+	*tp = t;
 	if (!t)
 		return DXL_E_NOENT;
 	if (slot >= t->sc.capacity)
@@ -921,7 +948,7 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 			 uint64_t *version)
 {
 	uint64_t si = 0;
-	int ret = fq_pop(t, &si);
+	int ret = fq_pop(s, t, &si);
 	if (ret)
 		return ret;
 	/* an owned insert: the lock word is taken before the index can name
@@ -940,7 +967,7 @@ static int insert_locked(struct dxl_store *s, struct table *t, uint64_t key,
 		if (was == 0)
 			break;
 		fq_push(t, si);
-		if (!tries || (ret = fq_pop(t, &si)))
+		if (!tries || (ret = fq_pop(s, t, &si)))
 			return ret ? ret : dxl_err_set(DXL_E_FULL,
 						       "table %u: every free slot is locked",
 						       t->sc.id);
@@ -1145,7 +1172,7 @@ static int tomb_make(struct dxl_store *s, struct table *t, uint64_t key,
 		     uint64_t v, uint64_t ts)
 {
 	uint64_t si;
-	int ret = fq_pop(t, &si);
+	int ret = fq_pop(s, t, &si);
 	if (ret)
 		return ret;
 	struct dxl_record r;
@@ -1243,6 +1270,11 @@ int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
 	return ret;
 }
 
+bool dxl_store_keeps_tombstones(const struct dxl_store *s)
+{
+	return s->cfg.keep_tombstones;
+}
+
 void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
 {
 	if (!s->cfg.keep_tombstones)
@@ -1252,6 +1284,31 @@ void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts)
 		s->t[i].reclaim_ts = ts;
 		pthread_mutex_unlock(&s->t[i].mu);
 	}
+}
+
+uint64_t dxl_store_reclaim_floor(struct dxl_store *s, uint32_t table)
+{
+	struct table *t = find_table(s, table);
+	if (!t) {
+		dxl_err_clear();
+		return 0;
+	}
+	pthread_mutex_lock(&t->mu);
+	uint64_t f = t->rfloor;
+	pthread_mutex_unlock(&t->mu);
+	return f;
+}
+
+int dxl_store_raise_reclaim_floor(struct dxl_store *s, uint32_t table, uint64_t floor)
+{
+	struct table *t = find_table(s, table);
+	if (!t)
+		return DXL_E_NOENT;
+	pthread_mutex_lock(&t->mu);
+	if (floor > t->rfloor)
+		rfloor_raise(s, t, floor - 1);
+	pthread_mutex_unlock(&t->mu);
+	return 0;
 }
 
 void *dxl_store_slot_ptr(const struct dxl_store *s, uint32_t table,
@@ -1379,7 +1436,7 @@ int dxl_store_unlock(struct dxl_store *s, uint32_t table, uint64_t slot,
 uint64_t dxl_store_lock_word(const struct dxl_store *s, uint32_t table,
 			     uint64_t slot)
 {
-	struct table *t;
+	struct table *t = NULL;
 	if (get_slot(s, table, slot, &t))
 		return 0;
 	return __atomic_load_n(&t->locks[slot], __ATOMIC_ACQUIRE);
@@ -1531,78 +1588,18 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 }
 
 /*
- * The last write of each key in a log window: replay applies only those, so
- * a key that the window deletes later is never put back for a while (which
- * would write, and could need a free slot a full table does not have).
- */
-struct wkey {
-	uint64_t key;
-	uint64_t version; /* 0 = empty entry (versions are >= 2) */
-	uint32_t table;
-};
-
-struct wmap {
-	struct wkey *e;
-	uint64_t mask, n;
-};
-
-static uint64_t wmix(uint32_t table, uint64_t key)
-{
-	return mix(key ^ ((uint64_t)table << 32 | table));
-}
-
-static struct wkey *wmap_get(struct wmap *m, uint32_t table, uint64_t key,
-			     bool add)
-{
-	if (add && 2 * (m->n + 1) > m->mask + 1) {
-		uint64_t size = m->e ? 2 * (m->mask + 1) : 1024;
-		struct wkey *ne = calloc(size, sizeof(*ne));
-		if (!ne)
-			return NULL;
-		for (uint64_t i = 0; m->e && i <= m->mask; i++) {
-			if (!m->e[i].version)
-				continue;
-			uint64_t j = wmix(m->e[i].table, m->e[i].key) & (size - 1);
-			while (ne[j].version)
-				j = (j + 1) & (size - 1);
-			ne[j] = m->e[i];
-		}
-		free(m->e);
-		m->e = ne;
-		m->mask = size - 1;
-	}
-	if (!m->e)
-		return NULL;
-	for (uint64_t i = wmix(table, key) & m->mask;; i = (i + 1) & m->mask) {
-		struct wkey *w = &m->e[i];
-		if (!w->version) {
-			if (!add)
-				return NULL;
-			w->table = table;
-			w->key = key;
-			m->n++;
-			return w;
-		}
-		if (w->table == table && w->key == key)
-			return w;
-	}
-}
-
-/*
- * Apply (or, with pass1, only check and note) the entries of one write
- * set. pass1: every entry's table and length are checked and the largest
- * version per key is noted in wm; nothing is written. Later, with wm: an
- * entry below its key's largest version is superseded.
+ * Apply (or, with check, only check) the entries of one write set: with
+ * check every entry's table and length are checked and nothing is written.
  */
 static int apply_entries(struct dxl_store *s, const void *payload, uint32_t len,
 			 uint64_t ts, dxl_store_filter_fn filter, void *arg,
-			 struct dxl_replay_stats *st, struct wmap *wm, bool pass1)
+			 struct dxl_replay_stats *st, bool check)
 {
 	struct dxl_ws_iter it;
 	int ret = dxl_ws_iter_init(&it, payload, len);
 	if (ret < 0)
 		return ret;
-	if (!pass1) {
+	if (!check) {
 		st->records++;
 		st->last_ts = ts;
 	}
@@ -1610,38 +1607,23 @@ static int apply_entries(struct dxl_store *s, const void *payload, uint32_t len,
 	int applied = 0;
 	for (uint32_t i = 0; dxl_ws_iter_next(&it, &e); i++) {
 		if (filter && !filter(arg, e.table, e.key)) {
-			if (!pass1) {
+			if (!check) {
 				st->entries++;
 				st->filtered++;
 			}
 			continue;
 		}
-		if (pass1) {
+		if (check) {
 			struct table *t = find_table(s, e.table);
-			if (t)
-				ret = check_value(t, e.value, e.len);
-			else
-				ret = DXL_E_NOENT;
-			struct wkey *w = NULL;
-			if (!ret && wm && !(w = wmap_get(wm, e.table, e.key, true)))
-				ret = dxl_err_set(DXL_E_NOMEM, "replay: out of memory");
+			ret = t ? check_value(t, e.value, e.len) : DXL_E_NOENT;
 			if (ret) {
 				dxl_err_prefix("write set entry %u (table %u, key %llu)",
 					       i, e.table, (unsigned long long)e.key);
 				return ret;
 			}
-			if (w)
-				w->version = DXL_MAX(w->version, e.version);
 			continue;
 		}
 		st->entries++;
-		if (wm) {
-			struct wkey *w = wmap_get(wm, e.table, e.key, false);
-			if (w && e.version < w->version) {
-				st->superseded++;
-				continue;
-			}
-		}
 		ret = dxl_store_apply(s, e.table, e.key, e.op, e.version, ts,
 				      e.value, e.len);
 		if (ret < 0) {
@@ -1668,108 +1650,8 @@ int dxl_store_apply_writeset(struct dxl_store *s, const void *payload,
 	if (!st)
 		st = memset(&dummy, 0, sizeof(dummy));
 	/* check every entry before the first is applied */
-	int ret = apply_entries(s, payload, len, ts, filter, arg, st, NULL, true);
+	int ret = apply_entries(s, payload, len, ts, filter, arg, st, true);
 	if (ret < 0)
 		return ret;
-	return apply_entries(s, payload, len, ts, filter, arg, st, NULL, false);
-}
-
-struct aborted {
-	uint32_t writer;
-	uint64_t txn;
-};
-
-struct replay {
-	struct dxl_store *s;
-	dxl_store_filter_fn filter;
-	void *arg;
-	struct dxl_replay_stats *st;
-	struct wmap wm;
-	bool pass1;
-	int err;
-	struct aborted *ab; /* the rings' abort markers */
-	size_t nab, abcap;
-};
-
-/* pass 0: every abort marker of every ring (whatever its timestamp) */
-static int collect_marker(uint32_t ring, const struct dxl_rec *rec, uint64_t pos, void *arg)
-{
-	(void)ring;
-	(void)pos;
-	struct replay *rp = arg;
-	uint64_t txn;
-	if (dxl_abort_marker_decode(rec->payload, rec->payload_len, &txn) != 1)
-		return 0;
-	if (rp->nab == rp->abcap) {
-		size_t ncap = rp->abcap ? 2 * rp->abcap : 64;
-		struct aborted *n = realloc(rp->ab, ncap * sizeof(*n));
-		if (!n) {
-			rp->err = dxl_err_set(DXL_E_NOMEM, "replay: abort markers");
-			return 1;
-		}
-		rp->ab = n;
-		rp->abcap = ncap;
-	}
-	rp->ab[rp->nab++] = (struct aborted){.writer = rec->writer, .txn = txn};
-	return 0;
-}
-
-static bool is_aborted(const struct replay *rp, const struct dxl_rec *rec)
-{
-	for (size_t i = 0; i < rp->nab; i++)
-		if (rp->ab[i].writer == rec->writer && rp->ab[i].txn == rec->txn_id)
-			return true;
-	return false;
-}
-
-static int replay_one(uint32_t ring, const struct dxl_rec *rec, uint64_t pos,
-		      void *arg)
-{
-	struct replay *rp = arg;
-	int m = dxl_abort_marker_decode(rec->payload, rec->payload_len, NULL);
-	if (m == 1 || (m == 0 && is_aborted(rp, rec)))
-		return 0; /* a marker, or a record it cancels */
-	int ret = m < 0 ? m : apply_entries(rp->s, rec->payload, rec->payload_len,
-				rec->commit_ts, rp->filter, rp->arg, rp->st,
-				&rp->wm, rp->pass1);
-	if (ret < 0) {
-		dxl_err_prefix("replay: ring %u record seq %llu (ts %llu, position %llu)",
-			       ring, (unsigned long long)rec->seq,
-			       (unsigned long long)rec->commit_ts,
-			       (unsigned long long)pos);
-		rp->err = ret;
-		return 1;
-	}
-	return 0;
-}
-
-/*
- * Two passes over the window: the first checks every record and notes each
- * key's last version (an error there changes nothing); the second applies
- * each key's last write only.
- */
-int dxl_store_replay(struct dxl_store *s, const struct dxl_logstore *ls,
-		     uint64_t resolved_ts, dxl_store_filter_fn filter,
-		     void *arg, struct dxl_replay_stats *st)
-{
-	struct dxl_replay_stats dummy;
-	if (!st)
-		st = &dummy;
-	memset(st, 0, sizeof(*st));
-	if (!s || !ls)
-		return dxl_err_set(DXL_E_INVAL, "replay: NULL store or log");
-	struct replay rp = {.s = s, .filter = filter, .arg = arg, .st = st,
-			    .pass1 = true};
-	int n = dxl_log_scan_merged(ls, UINT64_MAX, collect_marker, &rp);
-	if (!rp.err && n >= 0)
-		n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
-	if (!rp.err && n >= 0) {
-		rp.pass1 = false;
-		n = dxl_log_scan_merged(ls, resolved_ts, replay_one, &rp);
-	}
-	free(rp.wm.e);
-	free(rp.ab);
-	if (rp.err)
-		return rp.err;
-	return n;
+	return apply_entries(s, payload, len, ts, filter, arg, st, false);
 }

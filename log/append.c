@@ -346,7 +346,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 	p->drop_min_ts = UINT64_MAX;
 	if (tv->end_pos < rv->head.pos)
 		return dxl_err_set(DXL_E_STALE,
-				   "replica at %s is too far behind (ends at %llu, the reference's head is at %llu): it must be caught up first (dxl_logstore_pull)",
+				   "replica at %s is too far behind (ends at %llu, the reference's head is at %llu): it must be caught up first (dxl_xfer_pull)",
 				   t->t.addr, (unsigned long long)tv->end_pos,
 				   (unsigned long long)rv->head.pos);
 	if (tv->head.pos > rv->end_pos)
@@ -354,7 +354,7 @@ static int plan_repair(const struct dxl_appender *a, const struct target *t,
 				"its head is past the reference's end");
 	if (tv->end_pos < rv->end_pos && rv->end_pos - tv->head.pos > size)
 		return dxl_err_set(DXL_E_STALE,
-				   "replica at %s is too far behind (ends at %llu, its head is at %llu: copying up to the reference's end %llu would overwrite records it has not reclaimed): it must be caught up first (dxl_logstore_pull)",
+				   "replica at %s is too far behind (ends at %llu, its head is at %llu: copying up to the reference's end %llu would overwrite records it has not reclaimed): it must be caught up first (dxl_xfer_pull)",
 				   t->t.addr, (unsigned long long)tv->end_pos,
 				   (unsigned long long)tv->head.pos,
 				   (unsigned long long)rv->end_pos);
@@ -749,7 +749,7 @@ static int find_tail(struct dxl_appender *a, struct dxl_fabric *f)
 		if (p->action != REPAIR_TRUNCATE || p->drop_min_ts >= wmax)
 			continue;
 		ret = dxl_err_set(DXL_E_STALE,
-				  "appender (writer %u, repair): the reference %s is behind: it lacks acknowledged records of ring %u that %s holds past the reference's end (txn %llu, commit ts %llu at position %llu, below the watermark %llu of %s); repair it from a member that holds them (promote it or dxl_logstore_pull)",
+				  "appender (writer %u, repair): the reference %s is behind: it lacks acknowledged records of ring %u that %s holds past the reference's end (txn %llu, commit ts %llu at position %llu, below the watermark %llu of %s); repair it from a member that holds them (promote it or dxl_xfer_pull)",
 				  a->cfg.writer_id, t0->addr, t0->ring,
 				  a->tg[i].t.addr,
 				  (unsigned long long)p->drop_min_txn,

@@ -43,16 +43,6 @@ int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		       uint64_t *at);
 
 /*
- * dxl_pull_set_test_hook -- fault injection for tests: dxl_logstore_pull
- * calls fn(attempt, arg) after each attempt's READ of the ring buffer and
- * before it READs the control block again (attempt counts from 1), so a
- * test can move the source's head at that exact moment. NULL = none. Set
- * and clear it from the thread that pulls.
- */
-typedef void (*dxl_pull_hook_fn)(uint32_t attempt, void *arg);
-void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg);
-
-/*
  * dxl_persist_set_test_hook -- for tests of the persister's ordering: after
  * each dxl_region_persist a persister pass makes while serving a request of
  * ring `ring`, fn(ring, addr, len, arg) is called (the confirmation must not
@@ -76,15 +66,6 @@ enum dxl_tail_stage {
 };
 typedef void (*dxl_tail_hook_fn)(enum dxl_tail_stage stage, uint32_t ring, void *arg);
 void dxl_tail_set_test_hook(dxl_tail_hook_fn fn, void *arg);
-
-/*
- * dxl_pull_set_crash_hook -- fault injection for tests: dxl_logstore_pull
- * calls fn(arg) once the ring buffer is written and persisted, before it
- * writes the control block; non-zero stands for a crash right there (the
- * pull returns DXL_E_IO, the control block untouched). NULL = none.
- */
-typedef int (*dxl_pull_crash_fn)(void *arg);
-void dxl_pull_set_crash_hook(dxl_pull_crash_fn fn, void *arg);
 
 /*
  * dxl_ring_set_head_test_hook -- fault injection for tests:

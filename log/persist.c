@@ -172,7 +172,7 @@ static int serve(struct dxl_logstore *ls, uint32_t ring, uint64_t *last,
 		return 0;
 	}
 	/* what this ring says is confirmed, not what we remember: a state
-	 * transfer (dxl_logstore_pull) or a restart may have changed the
+	 * transfer (dxl_xfer_pull) or a restart may have changed the
 	 * line. Serving a request again is harmless; never serving one (a
 	 * remembered id above the writers' ids) would stall them. The mark
 	 * is re-asserted too. */

@@ -230,3 +230,69 @@ int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
 				  "cursor, taken as 0 (%s)", shard, nbad, bad);
 	return ret;
 }
+
+int dxl_cursor_list(struct dxl_zk *zk, uint32_t shard, struct dxl_cursor_info **out,
+		    uint32_t *n)
+{
+	if (!zk || !out || !n)
+		return dxl_err_set(DXL_E_INVAL, "dxl_cursor_list: NULL argument");
+	*out = NULL;
+	*n = 0;
+	char dir[ZK_PATH_MAX];
+	int ret = zk_path(zk, dir, "cursors");
+	if (ret)
+		return ret;
+	struct zk_conn *c;
+	if ((ret = zk_acquire(zk, &c, "listing consumer groups")))
+		return ret;
+	struct String_vector kids;
+	int rc = zk_children(c, dir, false, &kids);
+	if (rc == ZNONODE) {
+		zk_conn_put(c);
+		return 0;
+	}
+	if (rc != ZOK) {
+		zk_conn_put(c);
+		return zk_err(rc, "get_children", dir);
+	}
+	struct dxl_cursor_info *v = calloc(kids.count ? (size_t)kids.count : 1, sizeof(*v));
+	if (!v)
+		ret = dxl_err_set(DXL_E_NOMEM, "cursors of shard %u", shard);
+	for (int32_t i = 0; !ret && i < kids.count; i++) {
+		char gdir[ZK_PATH_MAX], path[ZK_PATH_MAX];
+		if (cursor_path(zk, kids.data[i], shard, gdir, path)) {
+			dxl_err_clear(); /* not a group name of ours */
+			continue;
+		}
+		char *data;
+		int len;
+		struct Stat st;
+		rc = zk_get(c, path, false, &data, &len, &st);
+		if (rc == ZNONODE)
+			continue;
+		if (rc != ZOK) {
+			ret = zk_err(rc, "get", path);
+			break;
+		}
+		uint64_t ts;
+		int r = decode(data, len, path, &ts);
+		free(data);
+		if (r) {
+			dxl_err_clear();
+			continue;
+		}
+		struct dxl_cursor_info *x = &v[(*n)++];
+		snprintf(x->group, sizeof(x->group), "%s", kids.data[i]);
+		x->next_ts = ts;
+		x->mtime_ms = (uint64_t)st.mtime;
+	}
+	zk_conn_put(c);
+	deallocate_String_vector(&kids);
+	if (ret) {
+		free(v);
+		*n = 0;
+		return ret;
+	}
+	*out = v;
+	return 0;
+}

@@ -17,9 +17,9 @@
  * endian:
  *
  *    0 magic "DXLCKPT\0"     56 entries u64        104 entries' CRC u32
- *    8 format u32 (1)        64 tombstones u64     108 manifest CRC u32
- *   12 shard u32             72 start_ts u64       112 zero up to 128
- *   16 seq u64               80 digest records u64
+ *    8 format u32 (2)        64 tombstones u64     108 manifest CRC u32
+ *   12 shard u32             72 start_ts u64       112 tombstone digest t0
+ *   16 seq u64               80 digest records u64 120 tombstone digest t1
  *   24 ntables u32           88 digest h0 u64
  *   28 nrings u32            96 digest h1 u64
  *   32 ring_size u64
@@ -32,22 +32,36 @@
  *               count u64, CRC32C u32 of its count * entry_size bytes,
  *               zero u32}
  *   3200 + 16 r: ring r's start {pos u64, seq u64}
+ *   19584 + 8 t: table t's reclaim floor u64 (format 2; engine.h
+ *               dxl_store_reclaim_floor: the source lacked its tombstones
+ *               below it)
  *
  * The manifest CRC covers bytes [0, 3200 + 16 nrings) with its own field
- * zeroed; the entries' CRC is the CRC32C of the tables' CRCs (le32, in
- * table order). Everything after the last ring and up to the first area is
- * zero.
+ * zeroed, then (format 2) [19584, 19584 + 8 ntables); the entries' CRC is
+ * the CRC32C of the tables' CRCs (le32, in table order). Everything else
+ * up to the first area is zero. Format 1 (no floors, no tombstone digest,
+ * live entries only) is still read.
  */
 #define MAN_MAGIC "DXLCKPT"
-#define MAN_FORMAT 1
+#define MAN_FORMAT 2
 #define MAN_HDR 128
 #define MAN_TAB 48
 #define MAN_RINGS_OFF (MAN_HDR + MAN_TAB * DXL_STORE_MAX_TABLES)
+#define MAN_FLOOR_OFF (MAN_RINGS_OFF + 16 * DXL_CKPT_MAX_RINGS)
 #define MAN_CRC_OFF 108
 #define ADD_CRASH_EVERY 64 /* test hook: a crash point every n entries */
 
-_Static_assert(MAN_RINGS_OFF + 16 * DXL_CKPT_MAX_RINGS <= DXL_CKPT_MAN_SIZE,
-	       "the manifest holds every ring's start");
+_Static_assert(MAN_FLOOR_OFF + 8 * DXL_STORE_MAX_TABLES <= DXL_CKPT_MAN_SIZE,
+	       "the manifest holds every ring's start and every table's floor");
+
+/* the manifest's CRC: its header, tables and rings, then its floors */
+static uint32_t man_crc(const uint8_t *m, uint32_t format, uint32_t ntables, uint32_t nrings)
+{
+	uint32_t crc = dxl_crc32c(0, m, MAN_RINGS_OFF + 16 * (size_t)nrings);
+	if (format >= 2)
+		crc = dxl_crc32c(crc, m + MAN_FLOOR_OFF, 8 * (size_t)ntables);
+	return crc;
+}
 
 static dxl_ckpt_test_fn g_hook;
 static void *g_hook_arg;
@@ -183,6 +197,8 @@ static void man_encode(uint8_t *m, const struct dxl_ckpt_info *in,
 	dxl_put_le64(m + 80, in->digest.records);
 	dxl_put_le64(m + 88, in->digest.h[0]);
 	dxl_put_le64(m + 96, in->digest.h[1]);
+	dxl_put_le64(m + 112, in->digest.t[0]);
+	dxl_put_le64(m + 120, in->digest.t[1]);
 	uint8_t crcs[4 * DXL_STORE_MAX_TABLES];
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		uint8_t *e = m + MAN_HDR + MAN_TAB * t;
@@ -194,14 +210,14 @@ static void man_encode(uint8_t *m, const struct dxl_ckpt_info *in,
 		dxl_put_le64(e + 32, a[t].count);
 		dxl_put_le32(e + 40, a[t].crc);
 		dxl_put_le32(crcs + 4 * t, a[t].crc);
+		dxl_put_le64(m + MAN_FLOOR_OFF + 8 * t, in->floors[t]);
 	}
 	for (uint32_t r = 0; r < in->nrings; r++) {
 		dxl_put_le64(m + MAN_RINGS_OFF + 16 * r, start[r].pos);
 		dxl_put_le64(m + MAN_RINGS_OFF + 16 * r + 8, start[r].seq);
 	}
 	dxl_put_le32(m + 104, dxl_crc32c(0, crcs, 4 * (size_t)in->ntables));
-	dxl_put_le32(m + MAN_CRC_OFF,
-		     dxl_crc32c(0, m, MAN_RINGS_OFF + 16 * (size_t)in->nrings));
+	dxl_put_le32(m + MAN_CRC_OFF, man_crc(m, MAN_FORMAT, in->ntables, in->nrings));
 }
 
 /* the layout of the areas for these tables; returns the data size */
@@ -236,18 +252,18 @@ static int man_decode(const uint8_t *m, uint64_t data_size, const char *path,
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "%s: manifest claims %u tables and %u rings", path,
 				   ntables, nrings);
-	static __thread uint8_t tmp[MAN_RINGS_OFF + 16 * DXL_CKPT_MAX_RINGS];
-	size_t clen = MAN_RINGS_OFF + 16 * (size_t)nrings;
-	memcpy(tmp, m, clen);
+	static __thread uint8_t tmp[DXL_CKPT_MAN_SIZE];
+	memcpy(tmp, m, DXL_CKPT_MAN_SIZE);
 	memset(tmp + MAN_CRC_OFF, 0, 4);
-	uint32_t crc = dxl_crc32c(0, tmp, clen);
+	uint32_t format = dxl_get_le32(m + 8);
+	uint32_t crc = man_crc(tmp, format, ntables, nrings);
 	if (crc != dxl_get_le32(m + MAN_CRC_OFF))
 		return dxl_err_set(DXL_E_CORRUPT,
 				   "%s: manifest checksum 0x%08x, computed 0x%08x (a cut or damaged checkpoint)",
 				   path, dxl_get_le32(m + MAN_CRC_OFF), crc);
-	if (dxl_get_le32(m + 8) != MAN_FORMAT)
-		return dxl_err_set(DXL_E_VERSION, "%s: checkpoint format %u, this build reads %d",
-				   path, dxl_get_le32(m + 8), MAN_FORMAT);
+	if (format != 1 && format != MAN_FORMAT)
+		return dxl_err_set(DXL_E_VERSION, "%s: checkpoint format %u, this build reads 1..%d",
+				   path, format, MAN_FORMAT);
 	memset(out, 0, sizeof(*out));
 	out->shard = dxl_get_le32(m + 12);
 	out->seq = dxl_get_le64(m + 16);
@@ -262,6 +278,11 @@ static int man_decode(const uint8_t *m, uint64_t data_size, const char *path,
 	out->digest.records = dxl_get_le64(m + 80);
 	out->digest.h[0] = dxl_get_le64(m + 88);
 	out->digest.h[1] = dxl_get_le64(m + 96);
+	if (format >= 2) {
+		out->digest.t[0] = dxl_get_le64(m + 112);
+		out->digest.t[1] = dxl_get_le64(m + 120);
+		out->digest.tombstones = out->tombstones;
+	}
 	struct dxl_table_schema sc[DXL_STORE_MAX_TABLES];
 	for (uint32_t t = 0; t < ntables; t++) {
 		const uint8_t *e = m + MAN_HDR + MAN_TAB * t;
@@ -297,6 +318,7 @@ static int man_decode(const uint8_t *m, uint64_t data_size, const char *path,
 		total += x->count;
 		out->tables[t] = x->sc;
 		out->counts[t] = x->count;
+		out->floors[t] = format >= 2 ? dxl_get_le64(m + MAN_FLOOR_OFF + 8 * t) : 0;
 	}
 	if (off != data_size)
 		return dxl_err_set(DXL_E_CORRUPT,
@@ -414,6 +436,17 @@ void dxl_rcv_writer_set_start_ts(struct dxl_ckpt_writer *w, uint64_t ts)
 	w->info.start_ts = ts;
 }
 
+int dxl_ckpt_writer_set_floor(struct dxl_ckpt_writer *w, uint32_t table, uint64_t floor)
+{
+	for (uint32_t t = 0; t < w->info.ntables; t++)
+		if (w->info.tables[t].id == table) {
+			w->info.floors[t] = floor;
+			return 0;
+		}
+	return dxl_err_set(DXL_E_NOENT, "checkpoint of shard %u: no table %u", w->info.shard,
+			   table);
+}
+
 const char *dxl_ckpt_writer_path(const struct dxl_ckpt_writer *w)
 {
 	return w->path;
@@ -459,10 +492,12 @@ int dxl_ckpt_writer_add(struct dxl_ckpt_writer *w, uint32_t table, uint64_t key,
 	a->crc = dxl_crc32c(a->crc, e, a->entry_size);
 	a->count++;
 	w->info.entries++;
-	if (flags == DXL_CKPT_TOMBSTONE)
+	if (flags == DXL_CKPT_TOMBSTONE) {
 		w->info.tombstones++;
-	else
+		dxl_digest_add_tombstone(&w->info.digest, table, key, version);
+	} else {
 		dxl_digest_add(&w->info.digest, table, key, version, value, len);
+	}
 	if (++w->adds % ADD_CRASH_EVERY == 0)
 		return hook_crash(w);
 	return 0;
@@ -738,6 +773,55 @@ int dxl_ckpt_prune(const char *dir, enum dxl_durability mode,
 
 /* ---- the fuzzy checkpoint of a local store ---------------------------------------- */
 
+enum { SLOT_TAKEN = 0, SLOT_LOCKED = 1, SLOT_BUSY = 2 };
+#define LOCKED_TRIES 5000 /* rounds of 1 ms */
+
+/*
+ * One slot of s into w: a live record, or a tombstone at or above the
+ * table's floor (below it, every write older than it had left the log
+ * before the image's start position was read: the floor rose only once
+ * the log's oldest record was past it). The same rule as a transfer's
+ * (transfer.c): the slot read consistent, then its lock word 0, then the
+ * slot still at that version -- an insert is locked from before it is
+ * live until its transaction decides (an abort deletes it, unlogged,
+ * before it unlocks), a write-back happens under the lock. SLOT_LOCKED:
+ * read it again later. SLOT_BUSY: it stays inconsistent (torn by a
+ * crash, awaiting the replay; or written right now): whatever is being
+ * written there is a record at or above the start position, which the
+ * replay applies -- left out.
+ */
+static int take_slot(struct dxl_store *s, struct dxl_ckpt_writer *w, uint32_t table,
+		     uint64_t slot, uint64_t floor, uint8_t *val)
+{
+	struct dxl_record r;
+	int ret;
+	for (int k = 0;; k++) {
+		ret = dxl_store_read(s, table, slot, &r, val, DXL_ENGINE_MAX_VALUE);
+		if (ret != DXL_E_AGAIN || k == 20)
+			break;
+		usleep(50);
+	}
+	if (ret == DXL_E_AGAIN) {
+		dxl_err_clear();
+		return SLOT_BUSY;
+	}
+	if (ret)
+		return ret;
+	bool tomb = !r.live && r.version >= 2 && r.ts >= floor;
+	if (!r.live && !tomb)
+		return SLOT_TAKEN; /* free, never used, or below the floor */
+	if (dxl_store_lock_word(s, table, slot) != 0 ||
+	    dxl_record_version(dxl_store_slot_ptr(s, table, slot)) != r.version)
+		return SLOT_LOCKED;
+	if (r.live)
+		return dxl_ckpt_writer_add(w, table, r.key, r.version, r.ts, val, r.len,
+					   DXL_CKPT_LIVE);
+	if (!dxl_rcv_is_tombstone(s, table, slot, &r))
+		return SLOT_TAKEN; /* a superseded one */
+	return dxl_ckpt_writer_add(w, table, r.key, r.version, r.ts, NULL, 0, DXL_CKPT_TOMBSTONE);
+}
+
+
 int dxl_ckpt_write(const char *dir, const struct dxl_region_id *id,
 		   struct dxl_store *s, const struct dxl_logstore *ls,
 		   struct dxl_ckpt_info *info)
@@ -792,35 +876,76 @@ int dxl_ckpt_write_from(const char *dir, const struct dxl_region_id *id,
 	/* 2. every slot, as it is now (writers go on). A slot that stays
 	 * inconsistent (torn by a crash, awaiting the replay; or a writer in
 	 * the middle of it) is left out: whatever is being written there is
-	 * a record at or above the heads, which the replay applies */
+	 * a record at or above the heads, which the replay applies. A
+	 * tombstone is kept (an older write of its key may still be in the
+	 * log from the start position: the replay must pass over it), unless
+	 * it is below the table's reclaim floor, read now: then every write
+	 * older than it left the log before this started (the floor rose
+	 * only once the log's oldest record was past it) */
 	static __thread uint8_t val[DXL_ENGINE_MAX_VALUE];
-	uint64_t busy = 0;
+	uint64_t busy = 0, locked = 0, floors[DXL_STORE_MAX_TABLES];
+	for (unsigned t = 0; t < nt; t++) {
+		floors[t] = dxl_store_reclaim_floor(s, sc[t].id);
+		dxl_ckpt_writer_set_floor(w, sc[t].id, floors[t]);
+	}
+	struct again {
+		unsigned t;
+		uint64_t slot;
+	} *again = NULL;
+	size_t nagain = 0, cagain = 0;
 	for (unsigned t = 0; !ret && t < nt; t++)
 		for (uint64_t slot = 0; !ret && slot < sc[t].capacity; slot++) {
-			struct dxl_record r;
-			for (int k = 0;; k++) {
-				ret = dxl_store_read(s, sc[t].id, slot, &r, val, sizeof(val));
-				if (ret != DXL_E_AGAIN || k == 20)
-					break;
-				usleep(50);
-			}
-			if (ret == DXL_E_AGAIN) {
+			int k = take_slot(s, w, sc[t].id, slot, floors[t], val);
+			if (k == SLOT_LOCKED) {
+				if (nagain == cagain) {
+					cagain = cagain ? 2 * cagain : 256;
+					struct again *na = realloc(again, cagain * sizeof(*na));
+					if (!na) {
+						ret = dxl_err_set(DXL_E_NOMEM, "checkpoint");
+						break;
+					}
+					again = na;
+				}
+				again[nagain++] = (struct again){t, slot};
+			} else if (k == SLOT_BUSY) {
 				busy++;
-				ret = 0;
-				dxl_err_clear();
-				continue;
+			} else if (k < 0) {
+				ret = k;
 			}
-			if (!ret && r.live)
-				ret = dxl_ckpt_writer_add(w, sc[t].id, r.key, r.version, r.ts,
-							  val, r.len, DXL_CKPT_LIVE);
 		}
+	/* the slots that were locked (a transaction holds them: an insert
+	 * not decided yet, a write-back coming): again, one at a time, until
+	 * free -- an uncommitted insert must never be imaged (an abort
+	 * deletes it, unlogged) */
+	for (size_t a = 0; !ret && a < nagain; a++) {
+		locked++;
+		for (unsigned round = 0;; round++) {
+			int k = take_slot(s, w, sc[again[a].t].id, again[a].slot, floors[again[a].t],
+					  val);
+			if (k == SLOT_BUSY)
+				busy++;
+			if (k != SLOT_LOCKED) {
+				ret = k < 0 ? k : 0;
+				break;
+			}
+			if (round >= LOCKED_TRIES) {
+				ret = dxl_err_set(DXL_E_TIMEDOUT,
+						  "table %u slot %" PRIu64 " stayed locked for %u ms",
+						  sc[again[a].t].id, again[a].slot, LOCKED_TRIES);
+				break;
+			}
+			usleep(1000);
+		}
+	}
+	free(again);
 	if (ret) {
 		dxl_err_prefix("checkpoint of shard %u", shard);
 		dxl_ckpt_writer_abort(&w);
 		return ret;
 	}
-	if (busy)
-		DXL_INFO("event=checkpoint_busy_skipped shard=%u slots=%" PRIu64, shard, busy);
+	if (busy || locked)
+		DXL_INFO("event=checkpoint_busy_skipped shard=%u slots=%" PRIu64 " locked_again=%" PRIu64,
+			 shard, busy, locked);
 	return dxl_ckpt_writer_commit(&w, info);
 }
 

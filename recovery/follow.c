@@ -11,7 +11,7 @@
  * Who may call: the thread that owns qp's ctx, nothing else in flight on
  * it; nobody else writes the local ring meanwhile (it is not a member).
  *
- * dxl_logstore_pull (log/pull.c) copies a whole ring every time: right for
+ * dxl_xfer_pull (log/pull.c) copies a whole ring every time: right for
  * a ring that has nothing in common with the source, far too much for one
  * that is a copy of it from a moment ago (a node catching up pulls every
  * 200 ms; the last pull before it joins holds up the shard's writers).
@@ -113,7 +113,7 @@ int dxl_xfer_follow(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
 	    src->buf_off + size > src->data.len)
 		return dxl_err_set(DXL_E_INVAL, "follow: ring %u at %s: sizes disagree", src->ring,
 				   src->addr);
-	const uint64_t need = dxl_logstore_pull_bounce_bytes(size);
+	const uint64_t need = dxl_xfer_pull_bounce_bytes(size);
 	uint8_t *own_mem = NULL;
 	struct dxl_mr *own_mr = NULL;
 	int ret;
@@ -150,7 +150,7 @@ int dxl_xfer_follow(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
 		 * it that can be completed; copy all of it */
 		st->full = true;
 		struct dxl_pull_stats ps;
-		ret = dxl_logstore_pull_buf(ls, ring, qp, src, bounce, &ps);
+		ret = dxl_xfer_pull_buf(ls, ring, qp, src, bounce, &ps);
 		st->bytes_read += ps.bytes_read;
 		st->changed = ps.changed;
 		st->head = ps.head;

@@ -61,7 +61,10 @@ static int note_entry(void *arg, const struct dxl_ckpt_entry *x)
 	struct ikey *e = imap_slot(&in->m, x->table, x->key);
 	if (!e->version)
 		in->keys++;
-	if (x->version > e->version) {
+	/* the larger version; at one version a record over a tombstone (as
+	 * dxl_state: a free slot can keep a key's version after a crash) */
+	if (x->version > e->version ||
+	    (x->version == e->version && x->flags == DXL_CKPT_LIVE)) {
 		e->table = x->table;
 		e->key = x->key;
 		e->version = x->version;
@@ -88,6 +91,33 @@ static int apply_entry(void *arg, const struct dxl_ckpt_entry *x)
 	else
 		in->st->unchanged++;
 	return 0;
+}
+
+/* a tombstone entry of the image: afterwards the store holds its key at
+ * that version or a later one (deleted, or written again by a later entry) */
+static int check_tomb(void *arg, const struct dxl_ckpt_entry *x)
+{
+	struct inst *in = arg;
+	if (x->flags != DXL_CKPT_TOMBSTONE)
+		return 0;
+	struct dxl_store_absence a;
+	uint64_t slot, v = 0;
+	int ret = dxl_store_absence(in->s, x->table, x->key, &a);
+	if (ret == 0) {
+		v = a.version;
+	} else if (ret == DXL_E_EXIST && dxl_store_find(in->s, x->table, x->key, &slot) == 0) {
+		struct dxl_record r;
+		if (dxl_store_read(in->s, x->table, slot, &r, NULL, 0) == 0)
+			v = r.version;
+	}
+	dxl_err_clear();
+	if (v >= x->version)
+		return 0;
+	return dxl_err_set(DXL_E_CORRUPT,
+			   "install: table %u key %" PRIu64 ": the image's tombstone is version %" PRIu64
+			   ", the store holds version %" PRIu64
+			   " (0: nothing; a full table keeps no tombstone)",
+			   x->table, x->key, x->version, v);
 }
 
 static int check_tables(struct dxl_store *s, const struct dxl_ckpt_info *ci)
@@ -126,6 +156,16 @@ int dxl_ckpt_install(struct dxl_store *s, const struct dxl_ckpt *c,
 		return ret;
 	struct inst in = {.s = s, .st = st};
 	st->entries = ci->entries;
+	/* no tombstone at or above the image's floors may give its slot away
+	 * until the node's log decides (dxl_tables_reclaim, once it is a
+	 * member): the image's ones protect their keys from the older writes
+	 * the replay from its start position brings. Below them: as at the
+	 * source (no write older than them is in the log from there on) --
+	 * the store's own old ones for keys the image lacks may go */
+	uint64_t floor = UINT64_MAX;
+	for (uint32_t t = 0; t < ci->ntables; t++)
+		floor = DXL_MIN(floor, ci->floors[t]);
+	dxl_store_set_reclaim_ts(s, floor);
 	struct dxl_store_stats ss;
 	if ((ret = dxl_store_stats(s, UINT32_MAX, &ss)))
 		return ret;
@@ -176,18 +216,24 @@ int dxl_ckpt_install(struct dxl_store *s, const struct dxl_ckpt *c,
 			}
 		}
 	}
-	/* 3. every entry (the larger version of a key wins, in any order) */
+	/* 3. every entry (the larger version of a key wins, in any order);
+	 *    the source had no tombstone below its floors: neither has the
+	 *    image, nor (by comparisons: dxl_store_reclaim_floor) the store */
 	if (!ret)
 		ret = dxl_ckpt_foreach(c, apply_entry, &in);
+	for (uint32_t t = 0; !ret && t < ci->ntables; t++)
+		ret = dxl_store_raise_reclaim_floor(s, ci->tables[t].id, ci->floors[t]);
 	/* 4. the store now holds exactly the image: its digest is the image's
 	 *    (the manifest's when no key appears twice: then every live entry
 	 *    is a live record) */
 	if (!ret) {
 		struct dxl_digest want = {0}, have;
 		uint64_t torn = 0;
-		ret = dxl_digest_store(s, UINT32_MAX, &have, &torn);
+		ret = dxl_digest_store_from(s, UINT32_MAX, UINT64_MAX, &have, &torn);
 		if (!ret && !in.m.e && have.records == ci->digest.records) {
-			want = ci->digest;
+			want.records = ci->digest.records; /* the live part */
+			want.h[0] = ci->digest.h[0];
+			want.h[1] = ci->digest.h[1];
 		} else if (!ret) {
 			if (!in.m.e) { /* keys met twice by a fuzzy scan: the map */
 				uint64_t size = 1024;
@@ -208,8 +254,11 @@ int dxl_ckpt_install(struct dxl_store *s, const struct dxl_ckpt *c,
 							       e->vcrc, e->len);
 			}
 		}
+		/* and every tombstone of the image is kept (or superseded) */
+		if (!ret && ci->tombstones && dxl_store_keeps_tombstones(s))
+			ret = dxl_ckpt_foreach(c, check_tomb, &in);
 		if (!ret && (!dxl_digest_equal(&want, &have) || torn)) {
-			char a[96], b[96];
+			char a[160], b[160];
 			dxl_digest_format(&want, a, sizeof(a));
 			dxl_digest_format(&have, b, sizeof(b));
 			ret = dxl_err_set(DXL_E_CORRUPT,

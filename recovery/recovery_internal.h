@@ -23,6 +23,15 @@ bool dxl_rcv_torn_reserved(struct dxl_store *s, uint32_t table, uint64_t slot);
 void dxl_rcv_digest_add_crc(struct dxl_digest *d, uint32_t table, uint64_t key,
 			    uint64_t version, uint32_t vcrc, uint32_t len);
 
+/* true if slot of table holds key r->key's tombstone in s (r: the slot as
+ * read; the store's key map names the slot for that absent key) */
+bool dxl_rcv_is_tombstone(struct dxl_store *s, uint32_t table, uint64_t slot,
+			  const struct dxl_record *r);
+
+/* dxl_state_add with the value's CRC32C given */
+int dxl_rcv_state_add_crc(struct dxl_state *s, uint32_t table, uint64_t key, uint64_t version,
+			  uint64_t ts, bool live, uint32_t vcrc, uint32_t len);
+
 /* the writer's start_ts (informational: the heads' largest last_ts) */
 void dxl_rcv_writer_set_start_ts(struct dxl_ckpt_writer *w, uint64_t ts);
 
@@ -50,5 +59,24 @@ const struct dxl_ckpt_info *dxl_rcv_writer_info(const struct dxl_ckpt_writer *w)
 enum { DXL_RCV_XFER_TAKE = 0, DXL_RCV_XFER_SKIP = 1, DXL_RCV_XFER_AGAIN = 2 };
 int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32_t slot_size,
 		       struct dxl_record *r, uint8_t *val, int *err);
+
+/*
+ * dxl_rcv_pull_set_test_hook -- fault injection for tests: dxl_xfer_pull
+ * calls fn(attempt, arg) after each attempt's READ of the ring buffer and
+ * before it READs the control block again (attempt counts from 1), so a
+ * test can move the source's head at that exact moment. NULL = none. Set
+ * and clear it from the thread that pulls.
+ */
+typedef void (*dxl_rcv_pull_hook_fn)(uint32_t attempt, void *arg);
+void dxl_rcv_pull_set_test_hook(dxl_rcv_pull_hook_fn fn, void *arg);
+
+/*
+ * dxl_rcv_pull_set_crash_hook -- fault injection for tests: dxl_xfer_pull
+ * calls fn(arg) once the ring buffer is written and persisted, before it
+ * writes the control block; non-zero stands for a crash right there (the
+ * pull returns DXL_E_IO, the control block untouched). NULL = none.
+ */
+typedef int (*dxl_rcv_pull_crash_fn)(void *arg);
+void dxl_rcv_pull_set_crash_hook(dxl_rcv_pull_crash_fn fn, void *arg);
 
 #endif /* DXL_RECOVERY_INTERNAL_H */

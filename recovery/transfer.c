@@ -1,10 +1,12 @@
 /* transfer.c -- state transfer: a member's store copied with one-sided READs into a local checkpoint while it keeps committing (include/dxl/recovery.h) */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/common.h"
+#include "common/endian.h"
 #include "dxl/recovery.h"
 #include "recovery/recovery_internal.h"
 
@@ -114,11 +116,31 @@ int dxl_rcv_xfer_judge(const uint8_t *a, const uint8_t *b, uint64_t lock, uint32
 
 struct copy_arg {
 	struct dxl_ckpt_writer *w;
+	const struct dxl_ckpt_info *wi;
+	uint64_t below_floor;
 };
 
+/*
+ * A free slot that names a key at a version is that key's tombstone, or a
+ * superseded one (the key was written again since, in another slot: the
+ * larger version wins at install), or one the source already gave away
+ * (its slot not reused yet). Tombstones below the source's reclaim floor
+ * (read before the log copy, dxl_xfer_read_floors) are left out: every
+ * write older than them had left the source's log before the copy's start
+ * position was read, so none is replayed here.
+ */
 static int copy_one(void *arg, uint32_t table, const struct dxl_record *r, const void *value)
 {
 	struct copy_arg *c = arg;
+	if (!r->live) {
+		for (uint32_t t = 0; t < c->wi->ntables; t++)
+			if (c->wi->tables[t].id == table && r->ts < c->wi->floors[t]) {
+				c->below_floor++;
+				return 0;
+			}
+		return dxl_ckpt_writer_add(c->w, table, r->key, r->version, r->ts, NULL, 0,
+					   DXL_CKPT_TOMBSTONE);
+	}
 	return dxl_ckpt_writer_add(c->w, table, r->key, r->version, r->ts, value, r->len,
 				   DXL_CKPT_LIVE);
 }
@@ -127,6 +149,9 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			struct dxl_ckpt_writer *w, unsigned tries,
 			struct dxl_xfer_stats *st)
 {
+	struct dxl_xfer_stats tmp;
+	if (!st)
+		st = &tmp;
 	if (!qp || !src || !w)
 		return dxl_err_set(DXL_E_INVAL, "transfer: NULL argument");
 	const struct dxl_ckpt_info *wi = dxl_rcv_writer_info(w);
@@ -145,8 +170,24 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 					   ") is not one of this store's",
 					   d->id, src->node_id, d->value_size, d->capacity);
 	}
-	struct copy_arg c = {.w = w};
-	return dxl_xfer_scan_store(qp, src, copy_one, &c, tries, st);
+	struct copy_arg c = {.w = w, .wi = wi};
+	int ret = dxl_xfer_scan_store(qp, src, copy_one, &c, tries, st);
+	st->below_floor = c.below_floor;
+	return ret;
+}
+
+/* a live record, or a free slot that names a key at a version */
+static bool taken(const struct dxl_record *r)
+{
+	return r->live || r->version >= 2;
+}
+
+static void count_taken(struct dxl_xfer_stats *st, const struct dxl_record *r)
+{
+	if (r->live)
+		st->entries++;
+	else
+		st->tombstones++;
 }
 
 int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
@@ -205,14 +246,14 @@ int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 							    cb.l[i], d->slot_size, &r, val, &err);
 				if (err)
 					ret = err;
-				else if (v == V_TAKE && r.live)
+				else if (v == V_TAKE && taken(&r))
 					ret = fn(arg, d->id, &r, val);
 				else if (v == V_SKIP_TORN)
 					st->torn_skipped++;
 				else if (v == V_AGAIN)
 					again[nagain++] = first + i;
-				if (!ret && v == V_TAKE && r.live)
-					st->entries++;
+				if (!ret && v == V_TAKE && taken(&r))
+					count_taken(st, &r);
 			}
 			/* the slots that were busy: one at a time, until settled */
 			for (uint32_t k = 0; !ret && k < nagain; k++) {
@@ -231,9 +272,9 @@ int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 						break;
 					}
 					if (v == V_TAKE) {
-						if (r.live) {
+						if (taken(&r)) {
 							ret = fn(arg, d->id, &r, val);
-							st->entries++;
+							count_taken(st, &r);
 						}
 						break;
 					}
@@ -259,5 +300,101 @@ int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 	st->ms = dxl_now_ms() - t0;
 	if (ret)
 		dxl_err_prefix("transfer of shard from node %u", src->node_id);
+	return ret;
+}
+
+/* ---- what the source says besides its slots --------------------------------------------- */
+
+int dxl_xfer_read_floors(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			 uint64_t *floors)
+{
+	if (!qp || !src || !floors || !src->ntables || src->ntables > DXL_STORE_MAX_TABLES)
+		return dxl_err_set(DXL_E_INVAL, "transfer: floors: bad argument");
+	/* the catalog: before the first table's slots (engine.h); the i-th
+	 * table of the catalog is the i-th in address order */
+	uint32_t order[DXL_STORE_MAX_TABLES];
+	for (uint32_t t = 0; t < src->ntables; t++)
+		order[t] = t;
+	for (uint32_t i = 1; i < src->ntables; i++)
+		for (uint32_t j = i; j > 0 && src->tables[order[j - 1]].records.addr >
+					       src->tables[order[j]].records.addr; j--) {
+			uint32_t x = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = x;
+		}
+	const struct dxl_table_desc *d0 = &src->tables[order[0]];
+	if (d0->records.addr < DXL_STORE_CATALOG_SIZE)
+		return dxl_err_set(DXL_E_CONFIG, "transfer: node %u: table %u at address %" PRIu64,
+				   src->node_id, d0->id, d0->records.addr);
+	uint64_t *buf = NULL;
+	struct dxl_mr *mr = NULL;
+	size_t len = 8 * DXL_STORE_MAX_TABLES;
+	if (posix_memalign((void **)&buf, 4096, 4096))
+		return dxl_err_set(DXL_E_NOMEM, "transfer: floors");
+	int ret = dxl_mr_reg(dxl_ctx_fabric(dxl_qp_ctx(qp)), buf, 4096, DXL_MR_LOCAL_WRITE, &mr);
+	if (!ret) {
+		struct dxl_wr wr = {.op = DXL_WR_READ, .local = buf, .len = (uint32_t)len,
+				    .lkey = dxl_mr_lkey(mr), .wr_id = XFER_WRID,
+				    .flags = DXL_WR_SIGNALED,
+				    .remote_addr = d0->records.addr - DXL_STORE_CATALOG_SIZE +
+						   DXL_STORE_FLOOR_OFF,
+				    .rkey = d0->records.rkey};
+		ret = dxl_rcv_post_wait(qp, &wr, XFER_WRID);
+	}
+	for (uint32_t i = 0; !ret && i < src->ntables; i++)
+		floors[order[i]] = dxl_get_le64((const uint8_t *)buf + 8 * i);
+	dxl_mr_dereg(&mr);
+	free(buf);
+	if (ret)
+		dxl_err_prefix("transfer: the reclaim floors of node %u", src->node_id);
+	return ret;
+}
+
+int dxl_xfer_read_heads(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			struct dxl_ring_head *heads)
+{
+	if (!qp || !src || !heads || !src->nrings || src->nrings > DXL_RING_MAX)
+		return dxl_err_set(DXL_E_INVAL, "transfer: heads: bad argument");
+	uint8_t *buf = NULL;
+	struct dxl_mr *mr = NULL;
+	if (posix_memalign((void **)&buf, 4096, DXL_RING_CTL_SIZE))
+		return dxl_err_set(DXL_E_NOMEM, "transfer: heads");
+	int ret = dxl_mr_reg(dxl_ctx_fabric(dxl_qp_ctx(qp)), buf, DXL_RING_CTL_SIZE,
+			     DXL_MR_LOCAL_WRITE, &mr);
+	for (uint32_t r = 0; !ret && r < src->nrings; r++) {
+		const struct dxl_log_target *t = &src->rings[r];
+		struct dxl_wr wr = {.op = DXL_WR_READ, .local = buf,
+				    .len = 2 * DXL_RING_HEAD_SLOT_SIZE, .lkey = dxl_mr_lkey(mr),
+				    .wr_id = XFER_WRID, .flags = DXL_WR_SIGNALED,
+				    .remote_addr = t->data.addr + t->ctl_off, .rkey = t->data.rkey};
+		if (!(ret = dxl_rcv_post_wait(qp, &wr, XFER_WRID)))
+			ret = dxl_ring_head_decode(buf, &heads[r]);
+		if (ret)
+			dxl_err_prefix("transfer: head of ring %u of node %u", r, src->node_id);
+	}
+	dxl_mr_dereg(&mr);
+	free(buf);
+	return ret;
+}
+
+int dxl_xfer_check_heads(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			 const struct dxl_log_pos *start, char *why, size_t cap)
+{
+	struct dxl_ring_head *h = calloc(src && src->nrings ? src->nrings : 1, sizeof(*h));
+	if (!h)
+		return dxl_err_set(DXL_E_NOMEM, "transfer: heads");
+	int ret = dxl_xfer_read_heads(qp, src, h);
+	for (uint32_t r = 0; !ret && r < src->nrings; r++)
+		if (h[r].pos != start[r].pos) {
+			if (why && cap)
+				snprintf(why, cap, "ring %u: head %" PRIu64 ", the copy started at %" PRIu64,
+					 r, h[r].pos, start[r].pos);
+			ret = dxl_err_set(DXL_E_AGAIN,
+					  "transfer from node %u: its retention moved ring %u's head from %"
+					  PRIu64 " to %" PRIu64 " during the copy (a tombstone the log "
+					  "from the start position needs may be gone): copy again",
+					  src->node_id, r, start[r].pos, h[r].pos);
+		}
+	free(h);
 	return ret;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
 #include "replica/catchup_internal.h"
@@ -12,13 +13,35 @@
 #define APPLY_BATCH (1u << 20)
 #define NEED_PERIOD_MS 1000 /* the need cursor: at most this often */
 #define XFER_BACKOFF_MS 1000
+#define NEED_REFRESH_MS 60000 /* at most: a live node's need cursor is set
+				 again this often (never older than the TTL) */
+#define PRUNE_PERIOD_MS 5000  /* the primary looks at the cursors */
 
 struct rc {
 	bool marked;         /* the store may not cover its log */
 	bool need_set;       /* our cursor exists in ZooKeeper */
 	uint64_t need_ts, need_ms;
 	uint64_t next_xfer_ms;
+	bool ckpt_set;       /* our dxl-ckpt cursor exists */
+	uint64_t ckpt_ts;
+	uint64_t last_ckpt_ms, last_prune_ms;
 	struct dxl_rcvm_stats st;
+};
+
+/* a local checkpoint of a member's store being written (one at a time) */
+struct ckjob {
+	bool running;
+	atomic_bool done;
+	pthread_t th;
+	uint32_t i;
+	struct dxl_rcvm *m;
+	struct dxl_log_pos *start;
+	uint32_t nrings;
+	uint64_t ring_size, start_ts;
+	int result;
+	char msg[512];
+	struct dxl_ckpt_info info;
+	uint64_t t0_ms;
 };
 
 struct xfer {
@@ -44,6 +67,7 @@ struct dxl_rcvm {
 	struct dxl_tables *tables[DXL_REPLICA_MAX_SHARDS];
 	struct rc rc[DXL_REPLICA_MAX_SHARDS];
 	struct xfer x;
+	struct ckjob ck;
 	/* the loop's bounce buffer for log copies (registered LOCAL_WRITE) */
 	uint8_t *bounce;
 	struct dxl_mr *bounce_mr;
@@ -96,6 +120,34 @@ static int rebuild(struct dxl_rcvm *m, uint32_t i)
 	return ret;
 }
 
+/*
+ * A store that is empty (no record, no tombstone) while its log's heads are
+ * past the start of a ring (records were applied to it and reclaimed) or a
+ * complete checkpoint of the shard is in the directory: its file was lost
+ * and an empty one created in its place (dxl_tables_open creates what is
+ * absent).
+ */
+static bool store_lost(struct dxl_rcvm *m, uint32_t i)
+{
+	struct dxl_store_stats ss;
+	if (dxl_store_stats(dxl_tables_store(m->tables[i]), UINT32_MAX, &ss) ||
+	    ss.live || ss.tombstones || ss.torn)
+		return false;
+	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_head h;
+		if (dxl_logstore_head(ls, r, &h) == 0 && h.pos > 0)
+			return true;
+	}
+	struct dxl_region_id id;
+	region_id(m, &id);
+	struct dxl_ckpt *c = NULL;
+	bool found = dxl_ckpt_find(m->dir, m->cfg.durability, &id, shard_of(m, i), &c, NULL) == 0;
+	dxl_ckpt_close(&c);
+	dxl_err_clear();
+	return found;
+}
+
 int dxl_rcvm_new(const struct dxl_rcvm_cfg *cfg, struct dxl_rcvm **out)
 {
 	if (!cfg || !out || !cfg->dir || !cfg->cluster || cfg->nshards > DXL_REPLICA_MAX_SHARDS)
@@ -108,6 +160,8 @@ int dxl_rcvm_new(const struct dxl_rcvm_cfg *cfg, struct dxl_rcvm **out)
 	snprintf(m->cluster, sizeof(m->cluster), "%s", cfg->cluster);
 	m->cfg.dir = m->dir;
 	m->cfg.cluster = m->cluster;
+	if (!m->cfg.need_ttl_ms)
+		m->cfg.need_ttl_ms = 600000;
 	struct dxl_region_id id;
 	region_id(m, &id);
 	for (uint32_t i = 0; i < cfg->nshards; i++) {
@@ -119,8 +173,20 @@ int dxl_rcvm_new(const struct dxl_rcvm_cfg *cfg, struct dxl_rcvm **out)
 		/* no checkpoint is being written now: cut ones can go */
 		dxl_ckpt_prune(m->dir, cfg->durability, &id, shard, 1);
 		char reason[64];
-		if (!dxl_rcv_marked(m->dir, shard, reason, sizeof(reason)))
-			continue;
+		if (!dxl_rcv_marked(m->dir, shard, reason, sizeof(reason))) {
+			if (!store_lost(m, i))
+				continue;
+			/* the store file was lost (replaced by an empty one):
+			 * it does not hold what its log's heads say it does */
+			snprintf(reason, sizeof(reason), "lost");
+			if (dxl_rcv_mark_incomplete(m->dir, shard, reason))
+				DXL_WARN("event=store_incomplete shard=%u msg=\"%s\"", shard,
+					 dxl_errmsg());
+			DXL_WARN("event=store_lost shard=%u msg=\"the store is empty but the log "
+				 "or a checkpoint says it held data: rebuilt from the checkpoint, "
+				 "or a state transfer\"",
+				 shard);
+		}
 		m->rc[i].marked = true;
 		if (rebuild(m, i))
 			DXL_WARN("event=store_incomplete shard=%u reason=%s msg=\"%s; it takes a state transfer when it catches up\"",
@@ -140,11 +206,22 @@ static void xfer_join(struct dxl_rcvm *m)
 	m->x.src = NULL;
 }
 
+static void ck_join(struct dxl_rcvm *m)
+{
+	if (!m->ck.running)
+		return;
+	pthread_join(m->ck.th, NULL);
+	m->ck.running = false;
+	free(m->ck.start);
+	m->ck.start = NULL;
+}
+
 void dxl_rcvm_delete(struct dxl_rcvm **mp)
 {
 	if (!mp || !*mp)
 		return;
 	xfer_join(*mp);
+	ck_join(*mp);
 	dxl_mr_dereg(&(*mp)->bounce_mr);
 	free((*mp)->bounce);
 	free(*mp);
@@ -200,7 +277,11 @@ static void need_publish(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk, uint
 {
 	struct rc *rc = &m->rc[i];
 	uint64_t now = dxl_now_ms();
-	if (!zk || (rc->need_set && rc->need_ts == ts) ||
+	/* set again at least every refresh period, unchanged or not: the
+	 * members drop the cursor of a node that is gone once it is older
+	 * than need_ttl_ms (dxl_rcvm_tick) */
+	uint64_t refresh = DXL_MIN((uint64_t)NEED_REFRESH_MS, m->cfg.need_ttl_ms / 4);
+	if (!zk || (rc->need_set && rc->need_ts == ts && now - rc->need_ms < refresh) ||
 	    (rc->need_set && now - rc->need_ms < NEED_PERIOD_MS && ts > rc->need_ts))
 		return;
 	char g[64];
@@ -252,6 +333,11 @@ static void *xfer_main(void *arg)
 		ret = dxl_ctx_new(m->cfg.f, m->cfg.xfer_ctx, &ctx);
 	if (!ret)
 		ret = dxl_qp_connect(ctx, x->src->addr, x->src->ctx, &qp);
+	/* 0. the source's reclaim floors, before its log: it keeps no
+	 *    tombstone below them that the log from the start could need */
+	uint64_t floors[DXL_STORE_MAX_TABLES] = {0};
+	if (!ret)
+		ret = dxl_xfer_read_floors(qp, x->src, floors);
 	/* 1. the log: its heads are the image's start position (everything
 	 *    below them is in the source's store before its slots are read) */
 	uint64_t start_ts = 0;
@@ -273,8 +359,15 @@ static void *xfer_main(void *arg)
 	if (!ret)
 		ret = dxl_ckpt_writer_new(m->dir, m->cfg.durability, &id, shard, sc, nt, nr,
 					  dxl_logstore_ring_size(ls), start, 0, x->src->node_id, &w);
+	for (uint32_t t = 0; !ret && t < x->src->ntables; t++)
+		ret = dxl_ckpt_writer_set_floor(w, x->src->tables[t].id, floors[t]);
 	if (!ret)
 		ret = dxl_xfer_copy_store(qp, x->src, w, 0, &x->xs);
+	/* 2b. no head of the source moved meanwhile: else a tombstone whose
+	 *     key an older write in our log copy names may have been
+	 *     reclaimed before its slot was read (dxl_xfer_check_heads) */
+	if (!ret)
+		ret = dxl_xfer_check_heads(qp, x->src, start, NULL, 0);
 	if (!ret)
 		ret = dxl_ckpt_writer_commit(&w, &x->info);
 	dxl_ckpt_writer_abort(&w);
@@ -358,6 +451,7 @@ static void xfer_finish(struct dxl_rcvm *m)
 	struct dxl_region_id id;
 	region_id(m, &id);
 	dxl_ckpt_prune(m->dir, m->cfg.durability, &id, shard, 1);
+	m->rc[i].last_ckpt_ms = dxl_now_ms(); /* the transfer left one */
 	if (dxl_rcv_mark_clear(m->dir, shard)) {
 		DXL_WARN("event=transfer_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
 		return;
@@ -367,10 +461,12 @@ static void xfer_finish(struct dxl_rcvm *m)
 	rc->st.last_transfer_ms = ms;
 	rc->st.last_transfer_entries = m->x.info.entries;
 	DXL_INFO("event=transfer_done shard=%u source=%u checkpoint=%" PRIu64 " entries=%" PRIu64
+		 " tombstones=%" PRIu64 " below_floor=%" PRIu64
 		 " slots=%" PRIu64 " read_bytes=%" PRIu64 " retried=%" PRIu64 " torn_skipped=%" PRIu64
 		 " copy_ms=%" PRIu64 " installed_written=%" PRIu64 " removed=%" PRIu64
 		 " install_ms=%" PRIu64 " ms=%" PRIu64,
-		 shard, m->x.info.source_node, m->x.info.seq, m->x.info.entries, m->x.xs.slots,
+		 shard, m->x.info.source_node, m->x.info.seq, m->x.info.entries,
+		 m->x.info.tombstones, m->x.xs.below_floor, m->x.xs.slots,
 		 m->x.xs.bytes_read, m->x.xs.retried, m->x.xs.torn_skipped, m->x.xs.ms,
 		 m->x.is.written, m->x.is.removed, m->x.is.ms, ms);
 }
@@ -417,7 +513,7 @@ static int pull_rings(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 				   shard, src, sd->nrings, sd->ring_size, dxl_logstore_nrings(ls),
 				   dxl_logstore_ring_size(ls));
 	/* one bounce buffer for every copy of the loop */
-	uint64_t need = dxl_logstore_pull_bounce_bytes(dxl_logstore_ring_size(ls));
+	uint64_t need = dxl_xfer_pull_bounce_bytes(dxl_logstore_ring_size(ls));
 	if (m->bounce_len < need) {
 		dxl_mr_dereg(&m->bounce_mr);
 		free(m->bounce);
@@ -474,6 +570,8 @@ int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 	if (rc->marked) {
 		if (dxl_now_ms() < rc->next_xfer_ms)
 			return dxl_err_set(DXL_E_AGAIN, "a state transfer failed: waiting to retry");
+		if (m->ck.running && m->ck.i == i)
+			return dxl_err_set(DXL_E_AGAIN, "a checkpoint of the store is being written");
 		/* hold the source's retention by age while it runs */
 		need_publish(m, i, zk, 0);
 		int ret = xfer_start(m, i, d);
@@ -515,4 +613,306 @@ int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 	/* 3. what the copy brought */
 	apply_all(m, i, live_mask);
 	return ret;
+}
+
+/* ---- periodic checkpoints of a member's store, and the cursors -------------------- */
+
+static void *ck_main(void *arg)
+{
+	struct ckjob *j = arg;
+	struct dxl_rcvm *m = j->m;
+	struct dxl_region_id id;
+	region_id(m, &id);
+	DXL_TESTPOINT("recovery.checkpoint.write", m); /* (tests: a slow write) */
+	j->result = dxl_ckpt_write_from(m->dir, &id, dxl_tables_store(m->tables[j->i]), j->start,
+					j->nrings, j->ring_size, j->start_ts, &j->info);
+	snprintf(j->msg, sizeof(j->msg), "%s", j->result ? dxl_errmsg() : "");
+	atomic_store(&j->done, true);
+	return NULL;
+}
+
+/* the smallest commit timestamp of a record at or after the positions
+ * start[] (a ring without one: its watermark, a writer never appends
+ * below it; a ring without a watermark, never written or nothing
+ * acknowledged yet: the clock now -- a 0 there held every ring's
+ * retention by age for ever): what the log must keep for an image from
+ * start */
+static uint64_t keep_ts(const struct dxl_logstore *ls, const struct dxl_log_pos *start,
+			uint32_t nrings)
+{
+	uint64_t keep = UINT64_MAX, now = DXL_HLC_MAKE(dxl_wall_ms(), 0);
+	for (uint32_t r = 0; r < nrings && r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at, ts = 0;
+		if (!dxl_ring_iter_init(&it, ls, r))
+			while (dxl_ring_iter_next(&it, &rec, &at) == 1)
+				if (at >= start[r].pos) {
+					ts = rec.commit_ts;
+					break;
+				}
+		uint64_t wm = dxl_logstore_watermark(ls, r);
+		keep = DXL_MIN(keep, ts ? ts : wm ? wm : now);
+	}
+	dxl_err_clear();
+	return keep;
+}
+
+/* *out: the position of ring's first record at or after applied (its end
+ * if none); *last_ts: raised to the newest commit timestamp before it */
+static int ck_start(const struct dxl_logstore *ls, uint32_t ring, uint64_t applied,
+		    struct dxl_log_pos *out, uint64_t *last_ts)
+{
+	struct dxl_ring_head h;
+	int ret = dxl_logstore_head(ls, ring, &h);
+	if (ret)
+		return ret;
+	*out = (struct dxl_log_pos){.pos = h.pos, .seq = h.seq};
+	*last_ts = DXL_MAX(*last_ts, h.last_ts);
+	struct dxl_ring_iter it;
+	if ((ret = dxl_ring_iter_init(&it, ls, ring)))
+		return ret;
+	struct dxl_rec rec;
+	uint64_t at;
+	while ((ret = dxl_ring_iter_next(&it, &rec, &at)) == 1) {
+		if (at >= applied) {
+			*out = (struct dxl_log_pos){.pos = at, .seq = rec.seq};
+			return 0;
+		}
+		*last_ts = DXL_MAX(*last_ts, rec.commit_ts);
+	}
+	if (ret < 0)
+		return ret;
+	*out = (struct dxl_log_pos){.pos = it.pos, .seq = it.seq}; /* the end */
+	return 0;
+}
+
+static void ckpt_group(const struct dxl_rcvm *m, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "dxl-ckpt-%u", m->cfg.node_id);
+}
+
+/* the checkpoint of shard index i was written (or not): keep it if the
+ * log still covers it (no head moved past its start while it was written:
+ * then no tombstone it needs was reclaimed either), publish its cursor */
+static void ck_finish(struct dxl_rcvm *m, const struct dxl_rcvm_tick *t)
+{
+	struct ckjob *j = &m->ck;
+	uint32_t i = j->i, shard = shard_of(m, i);
+	struct rc *rc = &m->rc[i];
+	pthread_join(j->th, NULL);
+	j->running = false;
+	/* the period runs from the end of a write: one that takes longer than
+	 * it must not starve the node's other shards (one write at a time) */
+	rc->last_ckpt_ms = dxl_now_ms();
+	uint64_t ms = dxl_now_ms() - j->t0_ms;
+	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	struct dxl_region_id id;
+	region_id(m, &id);
+	char path[1200], why[256] = "";
+	snprintf(path, sizeof(path), "%s/ckpt-%u-%020" PRIu64 ".dat", m->dir, shard, j->info.seq);
+	int ret = j->result;
+	if (!ret) {
+		struct dxl_ckpt *c = NULL;
+		ret = dxl_ckpt_open(path, m->cfg.durability, &id, &c);
+		if (!ret && dxl_ckpt_covered(c, ls, why, sizeof(why)) != 1)
+			ret = dxl_err_set(DXL_E_STALE, "retention passed its start: %s", why);
+		dxl_ckpt_close(&c);
+		if (ret && j->result == 0) {
+			unlink(path);
+			snprintf(j->msg, sizeof(j->msg), "%s", dxl_errmsg());
+		}
+	}
+	if (ret) {
+		rc->st.checkpoint_failures++;
+		DXL_WARN("event=checkpoint_failed shard=%u code=%s ms=%" PRIu64 " msg=\"%s\"", shard,
+			 dxl_errname(ret), ms, j->msg);
+		free(j->start);
+		j->start = NULL;
+		return;
+	}
+	dxl_ckpt_prune(m->dir, m->cfg.durability, &id, shard, 1);
+	rc->st.checkpoints++;
+	uint64_t keep = keep_ts(ls, j->start, j->nrings);
+	free(j->start);
+	j->start = NULL;
+	char g[64];
+	ckpt_group(m, g, sizeof(g));
+	if (t->zk && t->member) {
+		if (dxl_cursor_set(t->zk, g, shard, keep, DXL_ZK_VERSION_ANY, NULL)) {
+			DXL_WARN("event=ckpt_cursor_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
+		} else {
+			rc->ckpt_set = true;
+			rc->ckpt_ts = keep;
+		}
+	}
+	DXL_INFO("event=checkpoint_done shard=%u seq=%" PRIu64 " entries=%" PRIu64
+		 " tombstones=%" PRIu64 " ms=%" PRIu64 " keep_ts=%" PRIu64
+		 " msg=\"the log from its start is kept (cursor %s); a lost store is rebuilt from it\"",
+		 shard, j->info.seq, j->info.entries, j->info.tombstones, ms, keep, g);
+}
+
+static bool in_shard(const struct dxl_cluster_config *conf, uint32_t shard, uint32_t node)
+{
+	const struct dxl_cluster_shard *sh = conf ? dxl_cluster_config_shard(conf, shard) : NULL;
+	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+	uint32_t n = dxl_cluster_shard_members(sh, ids);
+	for (uint32_t k = 0; k < n; k++)
+		if (ids[k] == node)
+			return true;
+	return false;
+}
+
+/* "dxl-recovery-<n>" / "dxl-ckpt-<n>": 1 / 2 and *node; 0 for other groups */
+static int cursor_kind(const char *g, uint32_t *node)
+{
+	static const char *const pre[] = {"dxl-recovery-", "dxl-ckpt-"};
+	for (int k = 0; k < 2; k++) {
+		size_t n = strlen(pre[k]);
+		char *end;
+		if (strncmp(g, pre[k], n) || !g[n])
+			continue;
+		unsigned long v = strtoul(g + n, &end, 10);
+		if (*end || v == 0 || v > UINT32_MAX)
+			return 0;
+		*node = (uint32_t)v;
+		return k + 1;
+	}
+	return 0;
+}
+
+/* the primary of a shard: cursors of nodes that no longer need them go */
+static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t)
+{
+	uint32_t shard = shard_of(m, i);
+	struct dxl_cursor_info *v = NULL;
+	uint32_t n = 0;
+	if (dxl_cursor_list(t->zk, shard, &v, &n)) {
+		DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"", shard, dxl_errmsg());
+		return;
+	}
+	struct dxl_member_list live = {0};
+	bool live_known = false;
+	uint64_t wall = dxl_wall_ms();
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t node = 0;
+		int kind = cursor_kind(v[k].group, &node);
+		if (!kind || node == m->cfg.node_id)
+			continue;
+		bool member = in_shard(t->conf, shard, node);
+		const char *why = NULL;
+		if (kind == 2 && !member) {
+			why = "not a member of the shard";
+		} else if (kind == 1 && member) {
+			why = "a member of the shard (it caught up)";
+		} else if (kind == 1) {
+			if (!live_known) {
+				if (dxl_member_list(t->zk, &live))
+					break;
+				live_known = true;
+			}
+			bool alive = false;
+			for (size_t x = 0; x < live.n; x++)
+				alive |= live.v[x].node_id == node;
+			uint64_t age = wall > v[k].mtime_ms ? wall - v[k].mtime_ms : 0;
+			if (!alive && age >= m->cfg.need_ttl_ms)
+				why = "its node is not live and did not set it for recovery.need_cursor_ttl_ms";
+		}
+		if (!why)
+			continue;
+		int dret = dxl_cursor_delete(t->zk, v[k].group, shard);
+		if (dret && dret != DXL_E_NOENT) {
+			DXL_DEBUG("event=cursor_drop_failed shard=%u group=%s msg=\"%s\"", shard,
+				  v[k].group, dxl_errmsg());
+			continue;
+		}
+		m->rc[i].st.cursors_dropped++;
+		DXL_WARN("event=%s shard=%u group=%s node=%u next_ts=%" PRIu64 " age_ms=%" PRIu64
+			 " msg=\"%s: retention by age no longer keeps the log for it%s\"",
+			 kind == 1 ? "need_cursor_dropped" : "ckpt_cursor_dropped", shard, v[k].group,
+			 node, v[k].next_ts, wall > v[k].mtime_ms ? wall - v[k].mtime_ms : 0, why,
+			 kind == 1 ? " (if it comes back it takes a state transfer)" : "");
+	}
+	if (live_known)
+		dxl_member_list_free(&live);
+	free(v);
+}
+
+void dxl_rcvm_tick(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t)
+{
+	struct rc *rc = &m->rc[i];
+	uint32_t shard = shard_of(m, i);
+	if (m->ck.running && m->ck.i == i && atomic_load(&m->ck.done))
+		ck_finish(m, t);
+	if (!m->tables[i])
+		return;
+	if (!t->member && rc->ckpt_set && t->zk) {
+		char g[64];
+		ckpt_group(m, g, sizeof(g));
+		int ret = dxl_cursor_delete(t->zk, g, shard);
+		if (!ret || ret == DXL_E_NOENT)
+			rc->ckpt_set = false;
+	}
+	if (t->primary && t->zk && t->now_ms - rc->last_prune_ms >= PRUNE_PERIOD_MS) {
+		rc->last_prune_ms = t->now_ms;
+		prune_cursors(m, i, t);
+	}
+	if (!t->member || !t->may_start || !m->cfg.checkpoint_ms || m->ck.running ||
+	    m->x.running || !dxl_rcvm_store_ok(m, i))
+		return;
+	if (!rc->last_ckpt_ms)
+		rc->last_ckpt_ms = t->now_ms; /* the first one a period after start */
+	if (t->now_ms - rc->last_ckpt_ms < m->cfg.checkpoint_ms)
+		return;
+	rc->last_ckpt_ms = t->now_ms;
+	/* the start position: per ring, the first record whose effects may
+	 * not be in the store yet (dxl_tables_applied_pos: a backup's applier,
+	 * a primary's durable write-backs), read here (this thread applies and
+	 * moves the heads). Not the heads: a cursor at the heads would keep
+	 * everything the log holds, and the next checkpoint would start there
+	 * again -- retention by age held for ever */
+	const struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
+	struct ckjob *j = &m->ck;
+	memset(j, 0, sizeof(*j));
+	j->m = m;
+	j->i = i;
+	j->nrings = dxl_logstore_nrings(ls);
+	j->ring_size = dxl_logstore_ring_size(ls);
+	j->start = calloc(j->nrings, sizeof(*j->start));
+	if (!j->start)
+		return;
+	for (uint32_t r = 0; r < j->nrings; r++) {
+		if (ck_start(ls, r, dxl_tables_applied_pos(m->tables[i], r), &j->start[r],
+			     &j->start_ts)) {
+			dxl_err_clear();
+			free(j->start);
+			j->start = NULL;
+			return;
+		}
+	}
+	/* the first checkpoint of this run: the log from its start is kept
+	 * from now on (the cursor set before it is written, in this thread,
+	 * before the next retention pass), or a write that takes longer than
+	 * log.retention_ms on a loaded machine finds its start reclaimed, every
+	 * time. Later ones: the previous checkpoint's cursor is older than
+	 * this start and keeps it already */
+	if (!rc->ckpt_set && t->zk) {
+		char g[64];
+		ckpt_group(m, g, sizeof(g));
+		uint64_t keep = keep_ts(ls, j->start, j->nrings);
+		if (dxl_cursor_set(t->zk, g, shard, keep, DXL_ZK_VERSION_ANY, NULL)) {
+			DXL_WARN("event=ckpt_cursor_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
+		} else {
+			rc->ckpt_set = true;
+			rc->ckpt_ts = keep;
+		}
+	}
+	j->t0_ms = dxl_now_ms();
+	if (pthread_create(&j->th, NULL, ck_main, j)) {
+		free(j->start);
+		j->start = NULL;
+		return;
+	}
+	j->running = true;
+	DXL_DEBUG("event=checkpoint_started shard=%u", shard);
 }

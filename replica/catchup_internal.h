@@ -21,9 +21,11 @@
  * (retention, or a long absence): the store is missing data, and it takes
  * a state transfer -- the source's tables copied into a local checkpoint
  * with one-sided READs while the shard keeps committing, then installed
- * -- before it can say SYNCED. A node that finds the mark at start
- * installs its newest received checkpoint if its log still covers it, and
- * otherwise transfers again.
+ * -- before it can say SYNCED. A node that finds the mark at start, or
+ * finds its store empty while its log or a checkpoint says it held data
+ * (the store file was lost), installs its newest checkpoint (received, or
+ * its own periodic one) if its log still covers it, and otherwise
+ * transfers again.
  *
  * While catching up, the node applies its copy of the log to its store
  * (each round, like a backup) and publishes what it still needs as the
@@ -43,6 +45,12 @@ struct dxl_rcvm_cfg {
 	uint32_t nshards;
 	struct dxl_shard *const *shards;
 	struct dxl_tables *const *tables; /* entries may be NULL (no tables) */
+	uint64_t checkpoint_ms; /* recovery.checkpoint_ms: a member writes a
+				   checkpoint of each shard this often (0:
+				   never) */
+	uint64_t need_ttl_ms;   /* recovery.need_cursor_ttl_ms: a need
+				   cursor of a node that is not live is
+				   dropped after this long */
 };
 
 /*
@@ -78,6 +86,28 @@ int dxl_rcvm_pass(struct dxl_rcvm *m, uint32_t i, struct dxl_ctx *pull_ctx,
 /* dxl_rcvm_joined -- shard index i became a member: its need cursor goes */
 void dxl_rcvm_joined(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk);
 
+/*
+ * dxl_rcvm_tick -- the recovery work of shard index i that runs with
+ * retention (the loop, which moves the heads): a member writes a
+ * checkpoint of its store every checkpoint_ms (a thread; the start
+ * position read here) and, once it is complete and its log still covers
+ * it, publishes what the log must keep for it as the shard's consumer-
+ * group cursor "dxl-ckpt-<node>" (retention by age keeps it, at every
+ * member); a node that is no longer a member drops that cursor. On the
+ * primary (primary true), every few seconds, the shard's cursors of
+ * nodes that no longer need them go: "dxl-ckpt-<n>" of a node that is not
+ * a member of the shard, "dxl-recovery-<n>" of a member, or of a node
+ * that is not live and did not refresh it for need_ttl_ms
+ * (event=need_cursor_dropped). may_start false: finish, never start.
+ */
+struct dxl_rcvm_tick {
+	struct dxl_zk *zk;                      /* may be NULL */
+	const struct dxl_cluster_config *conf;  /* the applied configuration */
+	bool member, primary, may_start;
+	uint64_t now_ms;                        /* dxl_now_ms() */
+};
+void dxl_rcvm_tick(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t);
+
 /* What the node did (for tests and status lines). */
 struct dxl_rcvm_stats {
 	uint64_t passes;      /* log copies */
@@ -88,6 +118,9 @@ struct dxl_rcvm_stats {
 	uint64_t rebuilt;     /* stores rebuilt from a checkpoint at open */
 	uint64_t last_transfer_ms;
 	uint64_t last_transfer_entries;
+	uint64_t checkpoints;        /* local checkpoints completed */
+	uint64_t checkpoint_failures; /* failed, or dropped (log passed it) */
+	uint64_t cursors_dropped;    /* stale cursors of others dropped */
 };
 void dxl_rcvm_stats(const struct dxl_rcvm *m, uint32_t i, struct dxl_rcvm_stats *out);
 

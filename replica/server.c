@@ -79,6 +79,14 @@ struct dxl_replica_server {
 	uint64_t nrec[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_stats_pub_ms;
 	uint64_t cursor_warn_ms[DXL_REPLICA_MAX_SHARDS]; /* last unreadable-cursor warning */
+	/* the size cap's reclaims of records a cursor still needs, summed
+	 * between two event=retention_cap lines (at most one per shard every
+	 * CAP_WARN_MS: a checkpoint cursor is always there, a busy shard
+	 * would say it on every pass and ring) */
+	uint64_t cap_warn_ms[DXL_REPLICA_MAX_SHARDS];
+	uint64_t cap_records[DXL_REPLICA_MAX_SHARDS], cap_from_ts[DXL_REPLICA_MAX_SHARDS];
+	uint64_t cap_need_ts[DXL_REPLICA_MAX_SHARDS];
+	uint32_t cap_rings[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_pull_ms;
 	struct dxl_ctx *pull_ctx;       /* ctx 1: catch-up copies */
 	/* engine.lock_mode=nic: the node's own lock-word changes go through
@@ -120,6 +128,8 @@ static const char *const KEYS[] = {
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"recovery.checkpoint_ms", "600000", "a member writes a checkpoint of each shard's tables this often (0 = never); the log from its start is kept for it (docs/recovery.md)",
+	"recovery.need_cursor_ttl_ms", "600000", "the need cursor of a node catching up that is no longer live is dropped after this long (retention by age keeps the log for it until then)",
 	"replica.join_timeout_ms", "30000", "a shard whose join pull has not succeeded this long gives up joining (catching_up: the CM removes it and adds it again once caught up); 0 = never",
 	"cm.min_replicas", "2", "CM: never shrink a shard below this many live members (it is unavailable instead)",
 	"cm.replication", "3", "CM: add caught-up replicas while a shard has fewer members",
@@ -167,6 +177,8 @@ void dxl_replica_cfg_init(struct dxl_replica_cfg *cfg)
 	cfg->cm_check_ms = 500;
 	cfg->pull_ms = 200;
 	cfg->sync_bytes = 256 << 10;
+	cfg->checkpoint_ms = 600000;
+	cfg->need_ttl_ms = 600000;
 	cfg->join_timeout_ms = 30000;
 	dxl_fabric_cfg_init(&cfg->fabric);
 	dxl_zk_cfg_init(&cfg->zk);
@@ -289,7 +301,8 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
-		"log.retention_check_ms", "log.level", "fabric.*", "zk.*", NULL,
+		"log.retention_check_ms", "log.level", "recovery.checkpoint_ms",
+		"recovery.need_cursor_ttl_ms", "fabric.*", "zk.*", NULL,
 	};
 	int ret = dxl_config_check_known(conf, known);
 	if (ret)
@@ -364,6 +377,11 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	    (ret = dxl_config_get_size(conf, "log.retention_bytes",
 				       cfg->retention_bytes, 0, 1ull << 40,
 				       &cfg->retention_bytes)))
+		return ret;
+	if ((ret = dxl_config_get_u64(conf, "recovery.checkpoint_ms", cfg->checkpoint_ms, 0,
+				      UINT64_MAX, &cfg->checkpoint_ms)) ||
+	    (ret = dxl_config_get_u64(conf, "recovery.need_cursor_ttl_ms", cfg->need_ttl_ms, 1000,
+				      UINT64_MAX, &cfg->need_ttl_ms)))
 		return ret;
 	if ((ret = dxl_log_configure(conf)))
 		return ret;
@@ -1029,7 +1047,7 @@ static void join_pulls(struct dxl_replica_server *s)
 
 static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		       uint32_t ring, uint64_t now_ms, uint64_t keep_from,
-		       uint64_t applied_pos)
+		       uint64_t applied_pos, uint64_t *cap_records, uint64_t *cap_from_ts)
 {
 	uint64_t wm = dxl_logstore_watermark(ls, ring);
 	if (!wm)
@@ -1066,14 +1084,14 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		last_ts = rec.commit_ts;
 		n++;
 	}
-	/* the size cap reclaims what a consumer group or a node catching up
-	 * (its dxl-recovery-<node> cursor) still needs: say so; that group
-	 * gets DXL_E_STALE, that node a state transfer */
-	if (needed)
-		DXL_WARN("event=retention_cap shard=%u ring=%u records=%" PRIu64 " from_ts=%" PRIu64
-			 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still needs:"
-			 " a consumer group behind it gets DXL_E_STALE, a node catching up transfers state\"",
-			 dxl_logstore_shard(ls), ring, needed, needed_ts, keep_from);
+	/* the size cap reclaims what a consumer group, a node catching up
+	 * (its dxl-recovery-<node> cursor) or a member's checkpoint
+	 * (dxl-ckpt-<node>) still needs: counted, said by the caller */
+	if (needed) {
+		*cap_records += needed;
+		if (!*cap_from_ts || needed_ts < *cap_from_ts)
+			*cap_from_ts = needed_ts;
+	}
 	if (n) {
 		struct dxl_ring_head h;
 		if ((ret = dxl_logstore_head(ls, ring, &h)))
@@ -1123,10 +1141,44 @@ static bool refresh_stats(struct dxl_replica_server *s)
 	return changed;
 }
 
+#define CAP_WARN_MS 10000
+
+/* one event=retention_cap line per shard at most every CAP_WARN_MS, with
+ * what the size cap reclaimed since the last one */
+static void cap_warn(struct dxl_replica_server *s, uint32_t i)
+{
+	uint64_t now = dxl_now_ms();
+	if (!s->cap_records[i] || (s->cap_warn_ms[i] && now - s->cap_warn_ms[i] < CAP_WARN_MS))
+		return;
+	DXL_WARN("event=retention_cap shard=%u rings=0x%x records=%" PRIu64 " from_ts=%" PRIu64
+		 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still"
+		 " needs (since the last such line, at most one every %d s): a consumer group behind"
+		 " it gets DXL_E_STALE, a node catching up transfers state, a member's checkpoint no"
+		 " longer rebuilds a lost store\"",
+		 dxl_shard_id(s->shards[i]), s->cap_rings[i], s->cap_records[i], s->cap_from_ts[i],
+		 s->cap_need_ts[i], CAP_WARN_MS / 1000);
+	s->cap_warn_ms[i] = now;
+	s->cap_records[i] = 0;
+	s->cap_from_ts[i] = 0;
+	s->cap_rings[i] = 0;
+}
+
 int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 {
 	int total = 0;
 	for (uint32_t i = 0; i < s->nshards; i++) {
+		if (s->rcvm) { /* checkpoints, their cursors, stale cursors (catchup.c) */
+			const struct dxl_cluster_shard *sh =
+				dxl_cluster_config_shard(&s->conf, dxl_shard_id(s->shards[i]));
+			struct dxl_rcvm_tick t = {
+				.zk = s->zk, .conf = &s->conf, .now_ms = dxl_now_ms(),
+				.member = s->st[i] == DXL_SHARD_MEMBER,
+				.primary = s->st[i] == DXL_SHARD_MEMBER && sh &&
+					   sh->primary == s->cfg.node_id && !s->gated[i],
+				.may_start = s->serving,
+			};
+			dxl_rcvm_tick(s->rcvm, i, &t);
+		}
 		/* a member; or a node that never had a configuration (nothing
 		 * copies into it). Not a copy in progress: its heads are the
 		 * source's */
@@ -1154,18 +1206,25 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 			keep_from = 0;
 		}
 		for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+			uint64_t capped = s->cap_records[i];
 			int n = retain_ring(s, ls, r, now_ms, keep_from,
-					    dxl_tables_applied_pos(s->tables[i], r));
+					    dxl_tables_applied_pos(s->tables[i], r),
+					    &s->cap_records[i], &s->cap_from_ts[i]);
 			if (n < 0) {
 				DXL_WARN("event=retention_failed shard=%u ring=%u msg=\"%s\"",
 					 dxl_shard_id(s->shards[i]), r, dxl_errmsg());
 				continue;
+			}
+			if (s->cap_records[i] > capped) {
+				s->cap_rings[i] |= r < 32 ? 1u << r : 0;
+				s->cap_need_ts[i] = keep_from;
 			}
 			if (n)
 				DXL_DEBUG("event=retained shard=%u ring=%u records=%d",
 					  dxl_shard_id(s->shards[i]), r, n);
 			total += n;
 		}
+		cap_warn(s, i);
 	}
 	return total;
 }
@@ -1521,6 +1580,8 @@ int dxl_replica_server_new(const struct dxl_replica_cfg *cfg,
 			.nshards = s->nshards,
 			.shards = s->shards,
 			.tables = s->tables,
+			.checkpoint_ms = cfg->checkpoint_ms,
+			.need_ttl_ms = cfg->need_ttl_ms,
 		};
 		if ((ret = dxl_rcvm_new(&rc, &s->rcvm)))
 			goto fail;

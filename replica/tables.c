@@ -9,6 +9,7 @@
 #include "common/common.h"
 #include "common/endian.h"
 #include "dxl/co.h"
+#include "dxl/recovery.h"
 #include "dxl/rpc.h"
 #include "replica/tables_internal.h"
 
@@ -377,7 +378,7 @@ struct dxl_index *dxl_tables_index(const struct dxl_tables *t, uint32_t table)
  *
  * Positions are kept in DRAM. On activation (this node became a backup,
  * or restarted as one) the window from the heads is replayed first
- * (dxl_store_replay: each key's last write only) below the smallest bound,
+ * (dxl_recovery_replay: each key's last write only) below the smallest bound,
  * and each ring's position put after what that covered; later rounds go on
  * from there record by record (dxl_store_apply_writeset). Both are
  * idempotent by version, so re-applying what the store already holds is
@@ -460,7 +461,7 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 			return dxl_err_set(DXL_E_NOMEM, "applier of shard %u", t->shard);
 	}
 	struct dxl_replay_stats rs;
-	int ret = dxl_store_replay(t->st, ls, bound, NULL, NULL, &rs);
+	int ret = dxl_recovery_replay(t->st, ls, bound, NULL, NULL, &rs);
 	if (ret == DXL_E_CORRUPT) {
 		/* the window holds records that are not write sets (or a bad
 		 * one): the record-by-record path passes over them */

@@ -231,9 +231,16 @@ int dxl_record_wb_onesided_ok(enum dxl_fabric_provider p, enum dxl_durability d)
  * Region data area:
  *   0      catalog (4096 B): magic "DXLSTOR\0", format, shard, ntables,
  *          CRC32C, data size, then per table {id, value_size, slot_size,
- *          capacity, offset of its slots}
+ *          capacity, offset of its slots}; at DXL_STORE_FLOOR_OFF + 8 i
+ *          (outside the CRC) the reclaim floor of the catalog's i-th table
+ *          (le64, 0 = none: see dxl_store_reclaim_floor)
  *   4096   table 0's slots (capacity * slot_size, padded to 4096), table 1's ...
+ *
+ * So the catalog of a store whose tables a peer READs is at the smallest
+ * records.addr of its dxl_table_desc minus DXL_STORE_CATALOG_SIZE.
  */
+#define DXL_STORE_CATALOG_SIZE 4096u
+#define DXL_STORE_FLOOR_OFF 3584u
 #define DXL_REGION_STORE 2u /* region kind, next to DXL_REGION_LOG (log.h) */
 #define DXL_STORE_MAX_TABLES 64
 #define DXL_TABLE_MAX_CAPACITY (1ull << 30) /* slots per table */
@@ -470,9 +477,26 @@ struct dxl_store_absence {
  * torn), DXL_E_NOENT (unknown table) */
 int dxl_store_absence(struct dxl_store *s, uint32_t table, uint64_t key,
 		      struct dxl_store_absence *out);
+/* dxl_store_keeps_tombstones -- the store was opened with keep_tombstones */
+bool dxl_store_keeps_tombstones(const struct dxl_store *s);
 /* dxl_store_set_reclaim_ts -- with keep_tombstones: tombstones whose commit
  * timestamp is below ts may give their slots to inserts (no-op otherwise) */
 void dxl_store_set_reclaim_ts(struct dxl_store *s, uint64_t ts);
+/*
+ * dxl_store_reclaim_floor -- every tombstone table ever gave its slot away
+ * from (its key forgotten) had a commit timestamp below this; 0 if it
+ * never did (or the table is unknown). Persisted in the catalog page before
+ * the slot is reused, so it survives crashes; replicas whose tombstones
+ * differ only below each other's floors hold the same state (one
+ * reclaimed what the other still keeps): what comparisons of members use
+ * (dxl cluster verify, docs/recovery.md "Digests").
+ */
+uint64_t dxl_store_reclaim_floor(struct dxl_store *s, uint32_t table);
+/* dxl_store_raise_reclaim_floor -- the floor becomes at least `floor`
+ * (persisted): a store made a copy of another's state (a state transfer,
+ * a checkpoint installed) lacks that store's tombstones below its floor.
+ * DXL_E_NOENT for an unknown table. */
+int dxl_store_raise_reclaim_floor(struct dxl_store *s, uint32_t table, uint64_t floor);
 
 /* dxl_store_slot_ptr -- the slot's address in the mapping (NULL if out of
  * range); for tests and for serving READs locally */
@@ -737,7 +761,8 @@ struct dxl_replay_stats {
 	uint64_t entries;    /* write-set entries in them */
 	uint64_t applied;    /* entries written */
 	uint64_t skipped;    /* entries already applied (version) */
-	uint64_t superseded; /* replay: a later entry of the window writes the key */
+	uint64_t superseded; /* replay (dxl_recovery_replay): a later entry of
+				the window writes the key */
 	uint64_t filtered;   /* entries the filter refused */
 	uint64_t last_ts;    /* commit timestamp of the last record applied */
 };
@@ -757,23 +782,8 @@ int dxl_store_apply_writeset(struct dxl_store *s, const void *payload,
 			     dxl_store_filter_fn filter, void *arg,
 			     struct dxl_replay_stats *st);
 
-/*
- * dxl_store_replay -- re-apply the log window of ls: every valid data
- * record of every ring from its persisted head, in commit-timestamp order
- * (dxl_log_scan_merged), below resolved_ts (UINT64_MAX: no bound). What a
- * restarted replica does before it serves: the store is a cache of the log,
- * and some of the window may be applied already. Two passes: the first
- * checks every record (an error there changes nothing) and notes each
- * key's largest version in the window; the second applies only that last
- * write of each key (older ones are "superseded"), so a key the window
- * deletes later is never put back meanwhile. st (may be NULL) is zeroed
- * first. Returns the number of log records, or the first error
- * (DXL_E_CORRUPT for a bad write set, DXL_E_NOENT for an unknown table,
- * DXL_E_TOOBIG, naming the ring and sequence number; DXL_E_NOMEM; apply's).
- */
-int dxl_store_replay(struct dxl_store *s, const struct dxl_logstore *ls,
-		     uint64_t resolved_ts, dxl_store_filter_fn filter,
-		     void *arg, struct dxl_replay_stats *st);
+/* Re-applying a log window after a restart (each key's last write) is
+ * recovery's: dxl_recovery_replay (include/dxl/recovery.h). */
 
 #ifdef __cplusplus
 }

@@ -966,7 +966,7 @@ struct dxl_appender;
  * of different sizes), DXL_E_STALE (a ring is owned by or holds records of
  * another writer; without repair: the targets' rings end at different
  * places; with repair: a target is too far behind ("it must be caught up
- * first (dxl_logstore_pull)"), its records differ from the reference's
+ * first (dxl_xfer_pull)"), its records differ from the reference's
  * ("diverged"), or the reference lacks acknowledged records ("is
  * behind")), DXL_E_UNREACHABLE, DXL_E_ACCESS, DXL_E_CORRUPT
  * (unreadable head), DXL_E_NOMEM.
@@ -1144,73 +1144,8 @@ void dxl_appender_persist_stats(const struct dxl_appender *a,
 void dxl_appender_repaired(const struct dxl_appender *a, uint64_t *bytes_copied,
 			   uint32_t *targets_truncated);
 
-/* ---- state transfer: pulling a ring from another replica ------------------- */
-
-/*
- * dxl_logstore_pull makes ring `ring` of the local log ls an exact copy of
- * the remote ring src (typically the same ring of the shard's primary): its
- * control block (both head slots, owner word, watermark, the rest) and its
- * whole buffer, with one-sided READs on qp (connected to src->addr /
- * src->remote_ctx; nothing else may be in flight on its ctx). It is how a
- * replica that rejoins a shard catches up before an appender with repair
- * (which can only copy what lies above the reference's head) takes it in.
- *
- * The source's writer may keep appending and its replica keep advancing
- * the head meanwhile. The pull READs the control block, then the buffer,
- * then the control block again. The watermark and owner are taken from
- * the first READ (every record below that watermark is in the buffer read
- * after it). If the head moved between the two, the buffer below the new
- * head may have been overwritten by the writer's next lap: the pull tries
- * again, up to DXL_PULL_MAX_ATTEMPTS copies; if the head still moves, the
- * last copy is kept with the head of its second READ, which is consistent
- * too (the writer never writes at or above a position the head has not
- * passed, so from the new head on the copy is intact). A record an append
- * was writing during the copy is either whole or ends the copy's valid
- * content (checksum, sequence number): the copy is always a valid prefix
- * of what the source held.
- *
- * Preconditions: nobody writes the local ring meanwhile -- the replica
- * does not serve this shard's writers while it pulls (it is not in the
- * configuration), and its own CPU does not move the ring's head. The
- * local owner word is NIC-owned (H8) in normal operation; the pull writes
- * it with the CPU, which is only right because of this. A crash during a
- * pull leaves the ring in an unspecified state: pull again before using it.
- *
- * dxl_logstore_pull allocates and registers (on qp's fabric) a bounce
- * buffer of dxl_logstore_pull_bounce_bytes(ring size) bytes for the call;
- * dxl_logstore_pull_buf uses the caller's (registered DXL_MR_LOCAL_WRITE,
- * at least that long; NULL = allocate as dxl_logstore_pull).
- *
- * Only bytes that differ are written locally (by page, persisted with
- * dxl_region_memcpy_persist): the buffer first, the control block last.
- *
- * Errors: DXL_E_INVAL (ring out of range, src's ring size is not ls's,
- * bounce too small), DXL_E_CORRUPT (no valid head slot at the source),
- * DXL_E_NOMEM, and the READs' errors (DXL_E_UNREACHABLE, DXL_E_ACCESS,
- * DXL_E_STATE).
- */
-#define DXL_PULL_MAX_ATTEMPTS 4
-
-struct dxl_pull_stats {
-	uint64_t changed;       /* local bytes whose value the pull changed
-				   (0: the local ring was already the copy) */
-	uint64_t bytes_read;    /* READ from the source, over all attempts */
-	uint32_t attempts;      /* copies made (more: the head moved) */
-	uint32_t records;       /* data records in the copy, head to end */
-	struct dxl_ring_head head; /* the head copied */
-	uint64_t end_pos;       /* where the copy's valid content ends */
-	uint64_t end_seq;       /* (a writer's next position and sequence) */
-	uint64_t watermark;     /* the watermark copied (0: none) */
-};
-
-uint64_t dxl_logstore_pull_bounce_bytes(uint64_t ring_size);
-
-/* st may be NULL; it is zeroed first, so it is valid on error too */
-int dxl_logstore_pull(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
-		      const struct dxl_log_target *src, struct dxl_pull_stats *st);
-int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
-			  struct dxl_qp *qp, const struct dxl_log_target *src,
-			  struct dxl_mr *bounce, struct dxl_pull_stats *st);
+/* Copying a ring from another replica (a node catching up) is recovery's:
+ * dxl_xfer_pull, dxl_xfer_follow (include/dxl/recovery.h). */
 
 /* ---- tailing: change capture from one replica ------------------------------ */
 

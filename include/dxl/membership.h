@@ -664,6 +664,20 @@ int dxl_cursor_min(struct dxl_zk *zk, uint32_t shard, uint64_t *min_ts,
  * DXL_E_INVAL, common errors. */
 int dxl_cursor_delete(struct dxl_zk *zk, const char *group, uint32_t shard);
 
+/*
+ * dxl_cursor_list -- every consumer group's cursor of shard (a snapshot):
+ * *out (free() it) gets *n entries {group, next_ts, mtime_ms: when the
+ * cursor was last set, ZooKeeper's clock}. Groups without a cursor of the
+ * shard are left out. Errors: DXL_E_NOMEM, common errors.
+ */
+struct dxl_cursor_info {
+	char group[128];
+	uint64_t next_ts;
+	uint64_t mtime_ms;
+};
+int dxl_cursor_list(struct dxl_zk *zk, uint32_t shard, struct dxl_cursor_info **out,
+		    uint32_t *n);
+
 /* ---- writer slots (docs/replica-design.md) --------------------------------- */
 
 /*

@@ -42,38 +42,97 @@ extern "C" {
 /* ---- state digests ----------------------------------------------------------- */
 
 /*
- * A digest of a set of records {(table, key, version, value)}: the count
- * and two sums (mod 2^64) of independent 64-bit hashes of each record.
- * Sums make it independent of order and slot placement; two hashes make a
- * chance collision ~2^-128. Absent keys contribute nothing (a deleted key
- * and a key that was never there are the same state; tombstones, which
- * members reclaim at different times, are not hashed).
+ * A digest of a shard's state: its live records {(table, key, version,
+ * value)} and its tombstones {(table, key, version)} (a deleted key's
+ * version, docs/engine.md "Tombstones"). For each part: the count and two
+ * sums (mod 2^64) of independent 64-bit hashes of each element. Sums make
+ * it independent of order and slot placement; two hashes make a chance
+ * collision ~2^-128. A key that was never there contributes nothing.
+ * Tombstones matter: a replica that lacks one applies an older write of
+ * the key again (a deleted key comes back), so a comparison must see
+ * them. Members reclaim tombstones at different times
+ * (dxl_store_reclaim_floor), so digests that are compared take only the
+ * tombstones at or above a cut-off every member still keeps (the largest
+ * of their reclaim floors): dxl_digest_store_from, dxl_state_digest.
  */
 struct dxl_digest {
 	uint64_t records;
 	uint64_t h[2];
+	uint64_t tombstones;
+	uint64_t t[2];
 };
 
 /* dxl_digest_add -- fold one live record in */
 void dxl_digest_add(struct dxl_digest *d, uint32_t table, uint64_t key,
 		    uint64_t version, const void *value, uint32_t len);
+/* dxl_digest_add_tombstone -- fold one tombstone in */
+void dxl_digest_add_tombstone(struct dxl_digest *d, uint32_t table, uint64_t key,
+			      uint64_t version);
+/* dxl_digest_merge -- fold b into a (the digest of the union of two
+ * disjoint sets, e.g. two tables) */
+void dxl_digest_merge(struct dxl_digest *a, const struct dxl_digest *b);
+/* both parts equal */
 bool dxl_digest_equal(const struct dxl_digest *a, const struct dxl_digest *b);
-/* "records=N h=<32 hex digits>"; returns snprintf's count */
+/* "records=N h=<32 hex digits> tombstones=M t=<32 hex digits>"; returns
+ * snprintf's count */
 int dxl_digest_format(const struct dxl_digest *d, char *buf, size_t cap);
-/* the inverse of dxl_digest_format; DXL_E_INVAL if s is not one */
+/* the inverse of dxl_digest_format (the tombstone part may be absent:
+ * zero); DXL_E_INVAL if s is not one */
 int dxl_digest_parse(const char *s, struct dxl_digest *out);
 
 /*
- * dxl_digest_store -- the digest of the live records of table (UINT32_MAX:
- * every table) of s, read slot by slot with the owner's seqlock read. Torn
- * slots (cut by a crash, awaiting the log's replay) are counted in *torn
- * (may be NULL) and not hashed. Meaningful as "the state" only while no
- * writer changes the store (a quiet shard, or a stopped applier).
+ * dxl_digest_store -- the digest of table (UINT32_MAX: every table) of s:
+ * its live records and every tombstone the store keeps, read slot by slot
+ * with the owner's seqlock read. Torn slots (cut by a crash, awaiting the
+ * log's replay) are counted in *torn (may be NULL) and not hashed.
+ * Meaningful as "the state" only while no writer changes the store (a
+ * quiet shard, or a stopped applier).
+ * dxl_digest_store_from -- the same with only the tombstones whose commit
+ * timestamp is >= tomb_from_ts (UINT64_MAX: none).
  * Errors: DXL_E_NOENT (unknown table), DXL_E_AGAIN (a slot stayed busy),
  * DXL_E_CORRUPT.
  */
 int dxl_digest_store(struct dxl_store *s, uint32_t table, struct dxl_digest *out,
 		     uint64_t *torn);
+int dxl_digest_store_from(struct dxl_store *s, uint32_t table, uint64_t tomb_from_ts,
+			  struct dxl_digest *out, uint64_t *torn);
+
+/*
+ * A state read slot by slot (a member's store read with one-sided READs, a
+ * checkpoint's entries): per (table, key) the entry of the largest version
+ * -- a key can be met more than once: it moved slot during a fuzzy read,
+ * or a free slot still names a key that was deleted and written again
+ * since (a superseded tombstone); at equal versions a live record wins
+ * over a tombstone. What remains is the state: live records and
+ * tombstones.
+ */
+struct dxl_state;
+struct dxl_state_entry {
+	uint64_t key, version, ts;
+	uint32_t table;
+	uint32_t vcrc; /* CRC32C of the value (0 for a tombstone) */
+	uint32_t len;
+	bool live;
+	bool used; /* internal */
+};
+/* dxl_state_new -- sized for about `expect` keys (it grows). DXL_E_NOMEM */
+int dxl_state_new(uint64_t expect, struct dxl_state **out);
+void dxl_state_delete(struct dxl_state **s);
+/* dxl_state_add -- one slot's record (live) or tombstone (!live, len 0).
+ * DXL_E_NOMEM */
+int dxl_state_add(struct dxl_state *s, uint32_t table, uint64_t key, uint64_t version,
+		  uint64_t ts, bool live, const void *value, uint32_t len);
+/* the entry of (table, key), or NULL */
+const struct dxl_state_entry *dxl_state_find(const struct dxl_state *s, uint32_t table,
+					     uint64_t key);
+/* keys held (live or tombstone) */
+uint64_t dxl_state_count(const struct dxl_state *s);
+/* every entry, in no order; a nonzero return of fn stops and is returned */
+int dxl_state_foreach(const struct dxl_state *s,
+		      int (*fn)(void *arg, const struct dxl_state_entry *e), void *arg);
+/* the digest: every live record, the tombstones with ts >= tomb_from_ts */
+void dxl_state_digest(const struct dxl_state *s, uint64_t tomb_from_ts,
+		      struct dxl_digest *out);
 
 /* ---- log positions --------------------------------------------------------------- */
 
@@ -136,7 +195,12 @@ struct dxl_ckpt_info {
 	uint32_t source_node; /* the node whose store it images */
 	uint64_t entries;     /* all entries (tombstones included) */
 	uint64_t tombstones;
-	struct dxl_digest digest; /* of the live entries, duplicates included */
+	/* of the entries, duplicates included (the tombstone part: format 2) */
+	struct dxl_digest digest;
+	/* per table (in tables[] order): the source store's reclaim floor
+	 * (dxl_store_reclaim_floor) when it was imaged: it held no tombstone
+	 * below it that a replay could need; the image has none */
+	uint64_t floors[DXL_STORE_MAX_TABLES];
 };
 
 struct dxl_ckpt;        /* a complete checkpoint, opened read-only */
@@ -170,6 +234,10 @@ int dxl_ckpt_writer_new(const char *dir, enum dxl_durability mode,
 int dxl_ckpt_writer_add(struct dxl_ckpt_writer *w, uint32_t table, uint64_t key,
 			uint64_t version, uint64_t ts, const void *value,
 			uint32_t len, uint32_t flags);
+
+/* dxl_ckpt_writer_set_floor -- the source's reclaim floor of table (see
+ * dxl_ckpt_info.floors; 0 by default). DXL_E_NOENT for an unknown table */
+int dxl_ckpt_writer_set_floor(struct dxl_ckpt_writer *w, uint32_t table, uint64_t floor);
 
 /* the path of the file being written (for logs) */
 const char *dxl_ckpt_writer_path(const struct dxl_ckpt_writer *w);
@@ -334,6 +402,97 @@ int dxl_rcv_mark_clear(const char *dir, uint32_t shard);
  * 0 if not */
 int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap);
 
+/* ---- re-applying the log (restart) ---------------------------------------------- */
+
+/*
+ * dxl_recovery_replay -- re-apply the log window of ls to store s: every
+ * valid data record of every ring from its persisted head, in
+ * commit-timestamp order (dxl_log_scan_merged), below resolved_ts
+ * (UINT64_MAX: no bound), records cancelled by an abort marker left out.
+ * What a restarted replica does before it serves: the store is a cache of
+ * the log, and some of the window may be applied already. Two passes: the
+ * first checks every record (an error there changes nothing) and notes
+ * each key's largest version in the window; the second applies only that
+ * last write of each key (older ones are "superseded"), so a key the
+ * window deletes later is never put back meanwhile (dxl_store_apply:
+ * idempotent and order-safe by version). filter (may be NULL) keeps the
+ * entries of this replica. st (may be NULL) is zeroed first. Returns the
+ * number of log records, or the first error (DXL_E_CORRUPT for a bad
+ * write set, DXL_E_NOENT for an unknown table, DXL_E_TOOBIG, naming the
+ * ring and sequence number; DXL_E_NOMEM; dxl_store_apply's).
+ */
+int dxl_recovery_replay(struct dxl_store *s, const struct dxl_logstore *ls,
+			uint64_t resolved_ts, dxl_store_filter_fn filter, void *arg,
+			struct dxl_replay_stats *st);
+
+/* ---- copying a member's ring (catch-up) ---------------------------------------- */
+
+/*
+ * dxl_xfer_pull makes ring `ring` of the local log ls an exact copy of
+ * the remote ring src (typically the same ring of the shard's primary): its
+ * control block (both head slots, owner word, watermark, the rest) and its
+ * whole buffer, with one-sided READs on qp (connected to src->addr /
+ * src->remote_ctx; nothing else may be in flight on its ctx). It is how a
+ * replica that rejoins a shard catches up before an appender with repair
+ * (which can only copy what lies above the reference's head) takes it in.
+ *
+ * The source's writer may keep appending and its replica keep advancing
+ * the head meanwhile. The pull READs the control block, then the buffer,
+ * then the control block again. The watermark and owner are taken from
+ * the first READ (every record below that watermark is in the buffer read
+ * after it). If the head moved between the two, the buffer below the new
+ * head may have been overwritten by the writer's next lap: the pull tries
+ * again, up to DXL_PULL_MAX_ATTEMPTS copies; if the head still moves, the
+ * last copy is kept with the head of its second READ, which is consistent
+ * too (the writer never writes at or above a position the head has not
+ * passed, so from the new head on the copy is intact). A record an append
+ * was writing during the copy is either whole or ends the copy's valid
+ * content (checksum, sequence number): the copy is always a valid prefix
+ * of what the source held.
+ *
+ * Preconditions: nobody writes the local ring meanwhile -- the replica
+ * does not serve this shard's writers while it pulls (it is not in the
+ * configuration), and its own CPU does not move the ring's head. The
+ * local owner word is NIC-owned (H8) in normal operation; the pull writes
+ * it with the CPU, which is only right because of this. A crash during a
+ * pull leaves the ring in an unspecified state: pull again before using it.
+ *
+ * dxl_xfer_pull allocates and registers (on qp's fabric) a bounce
+ * buffer of dxl_xfer_pull_bounce_bytes(ring size) bytes for the call;
+ * dxl_xfer_pull_buf uses the caller's (registered DXL_MR_LOCAL_WRITE,
+ * at least that long; NULL = allocate as dxl_xfer_pull).
+ *
+ * Only bytes that differ are written locally (by page, persisted with
+ * dxl_region_memcpy_persist): the buffer first, the control block last.
+ *
+ * Errors: DXL_E_INVAL (ring out of range, src's ring size is not ls's,
+ * bounce too small), DXL_E_CORRUPT (no valid head slot at the source),
+ * DXL_E_NOMEM, and the READs' errors (DXL_E_UNREACHABLE, DXL_E_ACCESS,
+ * DXL_E_STATE).
+ */
+#define DXL_PULL_MAX_ATTEMPTS 4
+
+struct dxl_pull_stats {
+	uint64_t changed;       /* local bytes whose value the pull changed
+				   (0: the local ring was already the copy) */
+	uint64_t bytes_read;    /* READ from the source, over all attempts */
+	uint32_t attempts;      /* copies made (more: the head moved) */
+	uint32_t records;       /* data records in the copy, head to end */
+	struct dxl_ring_head head; /* the head copied */
+	uint64_t end_pos;       /* where the copy's valid content ends */
+	uint64_t end_seq;       /* (a writer's next position and sequence) */
+	uint64_t watermark;     /* the watermark copied (0: none) */
+};
+
+uint64_t dxl_xfer_pull_bounce_bytes(uint64_t ring_size);
+
+/* st may be NULL; it is zeroed first, so it is valid on error too */
+int dxl_xfer_pull(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
+		  const struct dxl_log_target *src, struct dxl_pull_stats *st);
+int dxl_xfer_pull_buf(struct dxl_logstore *ls, uint32_t ring,
+		      struct dxl_qp *qp, const struct dxl_log_target *src,
+		      struct dxl_mr *bounce, struct dxl_pull_stats *st);
+
 /* ---- state transfer --------------------------------------------------------------- */
 
 /*
@@ -360,6 +519,10 @@ struct dxl_xfer_stats {
 				 changed between the two READs */
 	uint64_t torn_skipped; /* slots torn at the source (its replay
 				  pending): their records are in the log */
+	uint64_t tombstones;  /* free slots naming a key at a version
+				 (tombstones, maybe superseded) taken */
+	uint64_t below_floor; /* of them, left out: below the source's
+				 reclaim floor (dxl_xfer_copy_store) */
 	uint64_t ms;
 };
 
@@ -389,11 +552,11 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
  * both watermarks (acknowledged everywhere, never cut) from the source's
  * head on are kept, the rest is READ from the source until its records
  * end (recovery/follow.c). Falls back to the whole ring
- * (dxl_logstore_pull_buf) when the local head is past the source's. The
- * result is what dxl_logstore_pull gives: a valid prefix of the source's
+ * (dxl_xfer_pull_buf) when the local head is past the source's. The
+ * result is what dxl_xfer_pull gives: a valid prefix of the source's
  * ring with its head (second READ), its watermark and owner (first READ).
- * bounce: registered LOCAL_WRITE memory of dxl_logstore_pull_bounce_bytes
- * (NULL: allocated here). Caller: as dxl_logstore_pull (not a member: no
+ * bounce: registered LOCAL_WRITE memory of dxl_xfer_pull_bounce_bytes
+ * (NULL: allocated here). Caller: as dxl_xfer_pull (not a member: no
  * writer uses the local ring).
  * Errors: DXL_E_INVAL, DXL_E_NOMEM, the fabric's (DXL_E_ACCESS,
  * DXL_E_UNREACHABLE), DXL_E_CORRUPT (the source's head slots).
@@ -410,16 +573,50 @@ int dxl_xfer_follow(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
 		    struct dxl_follow_stats *st);
 
 /*
- * dxl_xfer_scan_store -- the same READs, handing every live record that
- * passes the rule to fn (table, fields, value; a nonzero return stops and
- * is returned): e.g. the digest of a member's store (dxl cluster verify).
- * No writer; the source's tables need not be any local store's.
+ * dxl_xfer_scan_store -- the same READs, handing every slot that passes
+ * the rule and holds a key at a version to fn (table, fields, value; a
+ * nonzero return stops and is returned): live records (r->live) and free
+ * slots that name a key (!r->live, version >= 2: its tombstone, or a
+ * superseded one: dxl_state sorts them out). E.g. the digest of a
+ * member's store (dxl cluster verify). No writer; the source's tables
+ * need not be any local store's.
  */
 typedef int (*dxl_xfer_record_fn)(void *arg, uint32_t table, const struct dxl_record *r,
 				  const void *value);
 int dxl_xfer_scan_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 			dxl_xfer_record_fn fn, void *arg, unsigned tries,
 			struct dxl_xfer_stats *st);
+
+/*
+ * dxl_xfer_read_floors -- the reclaim floor of every table of the source
+ * (dxl_store_reclaim_floor, read from its store's catalog with one READ)
+ * into floors[0..src->ntables), in src->tables order. A state transfer
+ * reads them before it copies the log and gives them to its checkpoint
+ * (dxl_ckpt_writer_set_floor): dxl_xfer_copy_store leaves out the
+ * tombstones below them (no write older than them can be in the log from
+ * the start position on), and the install raises the receiver's floors to
+ * them. Errors: DXL_E_INVAL, DXL_E_CONFIG, DXL_E_NOMEM, the fabric's.
+ */
+int dxl_xfer_read_floors(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			 uint64_t *floors);
+
+/*
+ * dxl_xfer_read_heads -- the source's ring heads now (each ring's control
+ * block READ, the newest valid head slot) into heads[0..src->nrings).
+ * dxl_xfer_check_heads -- 0 if every ring's head is still at start[] (the
+ * start position of a copy), DXL_E_AGAIN (with why) if the source's
+ * retention moved one during the copy: a tombstone that the log from the
+ * start position needs (an older write of its key is in it) can only have
+ * been reclaimed at the source if a head moved past that write, so a copy
+ * during which no head moved holds every tombstone the receiver's replay
+ * needs; otherwise copy again (the receiver's need cursor stops the
+ * source's retention by age meanwhile: docs/recovery.md).
+ * Errors: DXL_E_INVAL, DXL_E_NOMEM, DXL_E_CORRUPT, the fabric's.
+ */
+int dxl_xfer_read_heads(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			struct dxl_ring_head *heads);
+int dxl_xfer_check_heads(struct dxl_qp *qp, const struct dxl_xfer_source *src,
+			 const struct dxl_log_pos *start, char *why, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -673,6 +673,12 @@ struct dxl_replica_cfg {
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */
+	uint64_t checkpoint_ms;  /* recovery.checkpoint_ms: a member writes a
+				    checkpoint of each shard's tables this
+				    often (600000; 0 = never) */
+	uint64_t need_ttl_ms;    /* recovery.need_cursor_ttl_ms: the need
+				    cursor of a node catching up that is gone
+				    is dropped after this long (600000) */
 	uint32_t join_timeout_ms; /* replica.join_timeout_ms: a shard whose
 				    join pull has not succeeded this long
 				    after the configuration that made it

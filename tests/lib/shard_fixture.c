@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "dxl/recovery.h"
 #include "tests/lib/shard_fixture.h"
 
 const struct dxl_table_schema DXLT_SHARD_TABLES[2] = {
@@ -216,4 +217,20 @@ void dxlt_shard_assert_same(struct dxl_store *a, struct dxl_store *b)
 	assert_int_equal(dxl_store_stats(a, UINT32_MAX, &x), 0);
 	assert_int_equal(dxl_store_stats(b, UINT32_MAX, &y), 0);
 	assert_int_equal(x.live, y.live);
+}
+
+void dxlt_store_digest(struct dxl_store *a, struct dxl_store *b, struct dxl_digest *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (unsigned i = 0; i < dxl_store_ntables(a); i++) {
+		struct dxl_table_schema sc;
+		assert_int_equal(dxl_store_table_at(a, i, &sc), 0);
+		uint64_t cut = dxl_store_reclaim_floor(a, sc.id), torn = 0;
+		if (b)
+			cut = DXL_MAX(cut, dxl_store_reclaim_floor(b, sc.id));
+		struct dxl_digest t;
+		assert_int_equal(dxl_digest_store_from(a, sc.id, cut, &t, &torn), 0);
+		assert_int_equal(torn, 0);
+		dxl_digest_merge(out, &t);
+	}
 }

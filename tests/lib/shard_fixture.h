@@ -66,4 +66,10 @@ struct dxl_store *dxlt_shard_new_store(const struct dxlt_shard *x, const char *p
  * every table; else fails the test naming the first difference */
 void dxlt_shard_assert_same(struct dxl_store *a, struct dxl_store *b);
 
+/* the state digest of a (live records; tombstones from each table's
+ * reclaim floor on, the larger of a's and b's: what both keep; b may be
+ * NULL); fails the test on an error or a torn slot */
+struct dxl_digest;
+void dxlt_store_digest(struct dxl_store *a, struct dxl_store *b, struct dxl_digest *out);
+
 #endif /* DXL_TESTS_SHARD_FIXTURE_H */

@@ -22,6 +22,7 @@ void dxlt_recset_free(struct dxlt_recset *s)
 	if (!s)
 		return;
 	free(s->r);
+	free(s->t);
 	free(s->values);
 	memset(s, 0, sizeof(*s));
 }
@@ -49,8 +50,9 @@ int dxlt_store_load(const char *data_root, const char *cluster, uint32_t node,
 		vbytes += sc.capacity * sc.value_size;
 	}
 	out->r = calloc(cap ? cap : 1, sizeof(*out->r));
+	out->t = calloc(cap ? cap : 1, sizeof(*out->t));
 	out->values = malloc(vbytes ? vbytes : 1);
-	if (!out->r || !out->values) {
+	if (!out->r || !out->t || !out->values) {
 		dxl_store_close(&st);
 		dxlt_recset_free(out);
 		return dxl_err_set(DXL_E_NOMEM, "%s: %zu records", path, cap);
@@ -73,8 +75,18 @@ int dxlt_store_load(const char *data_root, const char *cluster, uint32_t node,
 				dxlt_recset_free(out);
 				return ret;
 			}
-			if (!rec.live)
+			if (!rec.live) {
+				/* the key's tombstone if the store's key map
+				 * names this slot for the absent key */
+				struct dxl_store_absence a;
+				if (rec.version >= 2 &&
+				    dxl_store_absence(st, sc.id, rec.key, &a) == 0 && a.slot == slot)
+					out->t[out->nt++] = (struct dxlt_rec){
+						.table = sc.id, .key = rec.key, .version = rec.version,
+						.ts = rec.ts};
+				dxl_err_clear();
 				continue;
+			}
 			out->r[out->n++] = (struct dxlt_rec){.table = sc.id, .key = rec.key,
 							    .version = rec.version, .ts = rec.ts,
 							    .len = rec.len, .value = v};
@@ -84,8 +96,15 @@ int dxlt_store_load(const char *data_root, const char *cluster, uint32_t node,
 	struct dxl_store_stats ss;
 	if (dxl_store_stats(st, UINT32_MAX, &ss) == 0)
 		out->tombstones = ss.tombstones;
+	for (unsigned i = 0; i < dxl_store_ntables(st) && i < 64; i++) {
+		struct dxl_table_schema sc;
+		dxl_store_table_at(st, i, &sc);
+		out->table_id[out->ntables] = sc.id;
+		out->floor[out->ntables++] = dxl_store_reclaim_floor(st, sc.id);
+	}
 	dxl_store_close(&st);
 	qsort(out->r, out->n, sizeof(*out->r), cmp_rec);
+	qsort(out->t, out->nt, sizeof(*out->t), cmp_rec);
 	return 0;
 }
 
@@ -170,6 +189,55 @@ int dxlt_stores_compare(const char *data_root, const char *cluster, uint32_t sha
 					    nodes[i], x->version, x->len,
 					    x->version == first->version ? ", values differ" : "");
 			}
+		}
+	}
+	/* the tombstones: the same ones on every store, from the largest
+	 * reclaim floor of their table on */
+	memset(at, 0, (n ? n : 1) * sizeof(*at));
+	for (;;) {
+		const struct dxlt_rec *lo = NULL;
+		for (uint32_t i = 0; i < n; i++)
+			if (at[i] < s[i].nt && (!lo || cmp_rec(&s[i].t[at[i]], lo) < 0))
+				lo = &s[i].t[at[i]];
+		if (!lo)
+			break;
+		struct dxlt_rec k = *lo;
+		uint64_t cut = 0;
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t j = 0; j < s[i].ntables; j++)
+				if (s[i].table_id[j] == k.table)
+					cut = DXL_MAX(cut, s[i].floor[j]);
+		const struct dxlt_rec *x[64] = {0};
+		bool above = false;
+		for (uint32_t i = 0; i < n && i < 64; i++) {
+			if (at[i] < s[i].nt && cmp_rec(&s[i].t[at[i]], &k) == 0)
+				x[i] = &s[i].t[at[i]++];
+			above |= x[i] && x[i]->ts >= cut;
+		}
+		if (!above)
+			continue; /* below some store's floor: it may be gone there */
+		r.tombs_compared++;
+		/* where the key is live, the live comparison above counted it;
+		 * everywhere else: the same tombstone */
+		int ref = -1;
+		for (uint32_t i = 0; i < n && i < 64; i++) {
+			if (dxlt_recset_find(&s[i], k.table, k.key))
+				continue;
+			if (ref < 0) {
+				ref = (int)i;
+				continue;
+			}
+			const struct dxlt_rec *y = x[ref];
+			if ((!x[i]) == (!y) && (!y || x[i]->version == y->version))
+				continue;
+			if (r.diffs++ < 5)
+				WHY("shard %u table %u key %" PRIu64 ": node %u has %s%" PRIu64
+				    ", node %u %s%" PRIu64 " (tombstones compared from ts %" PRIu64 "); ",
+				    shard, k.table, k.key, nodes[ref], y ? "its tombstone version " : "no tombstone ",
+				    y ? y->version : 0, nodes[i],
+				    x[i] ? "its tombstone version " : "no tombstone ", x[i] ? x[i]->version : 0,
+				    cut);
+			break;
 		}
 	}
 	free(at);

@@ -23,7 +23,9 @@ static void verify_usage(FILE *out)
 "Compare, for every shard (or S), the tables of its members: each member's\n"
 "store is read with one-sided READs (as a state transfer reads it: a record\n"
 "locked or being written is read again) and summarised by a state digest\n"
-"(count and hashes of (table, key, version, value) over the live records;\n"
+"(count and hashes of (table, key, version, value) over the live records,\n"
+"and of (table, key, version) over the tombstones of deleted keys that\n"
+"every member still keeps: those at or above the largest reclaim floor;\n"
 "docs/recovery.md). The members agree when their digests are equal. A\n"
 "backup applies the log a little after the primary, so while transactions\n"
 "run the digests differ for a moment: verify reads again until they agree\n"
@@ -47,83 +49,22 @@ struct vnode {
 	struct dxl_ctx *ctx;
 };
 
-/* a (table, key) -> (version, value CRC) map, for the keys that differ */
-struct kv {
-	uint64_t key, version;
-	uint32_t table, vcrc;
-	bool used;
-};
-
-struct kmap {
-	struct kv *e;
-	uint64_t mask, n;
-};
-
-static uint64_t kmix(uint32_t t, uint64_t k)
-{
-	k ^= (uint64_t)t << 40 | t;
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	return k;
-}
-
-static struct kv *kmap_slot(struct kmap *m, uint32_t t, uint64_t k)
-{
-	for (uint64_t i = kmix(t, k) & m->mask;; i = (i + 1) & m->mask)
-		if (!m->e[i].used || (m->e[i].table == t && m->e[i].key == k))
-			return &m->e[i];
-}
-
-static int kmap_put(struct kmap *m, uint32_t t, uint64_t k, uint64_t v, uint32_t crc)
-{
-	if (2 * (m->n + 1) > m->mask + 1) {
-		uint64_t size = m->e ? 2 * (m->mask + 1) : 4096;
-		struct kmap n = {.e = calloc(size, sizeof(struct kv)), .mask = size - 1};
-		if (!n.e)
-			return DXL_E_NOMEM;
-		for (uint64_t i = 0; m->e && i <= m->mask; i++)
-			if (m->e[i].used)
-				*kmap_slot(&n, m->e[i].table, m->e[i].key) = m->e[i];
-		n.n = m->n;
-		free(m->e);
-		*m = n;
-	}
-	struct kv *e = kmap_slot(m, t, k);
-	if (!e->used)
-		m->n++;
-	/* a key met twice (it moved slot while read): the later state wins */
-	if (!e->used || v > e->version)
-		*e = (struct kv){.key = k, .version = v, .table = t, .vcrc = crc, .used = true};
-	return 0;
-}
-
-static int kmap_init(struct kmap *m)
-{
-	m->e = calloc(4096, sizeof(struct kv));
-	m->mask = 4095;
-	m->n = 0;
-	return m->e ? 0 : DXL_E_NOMEM;
-}
-
 struct scan {
-	struct dxl_digest d;
-	struct kmap *m; /* NULL: digest only */
+	struct dxl_state *st;  /* the member's state */
+	uint64_t floor;        /* the largest reclaim floor of its tables */
+	struct dxl_xfer_stats xs;
 };
 
 static int scan_rec(void *arg, uint32_t table, const struct dxl_record *r, const void *value)
 {
 	struct scan *s = arg;
-	dxl_digest_add(&s->d, table, r->key, r->version, value, r->len);
-	if (s->m)
-		return kmap_put(s->m, table, r->key, r->version,
-				r->len ? dxl_crc32c(0, value, r->len) : 0);
-	return 0;
+	return dxl_state_add(s->st, table, r->key, r->version, r->ts, r->live, value, r->len);
 }
 
-/* read member id's tables of shard: digest (and the key map if m) */
+/* member id's tables of shard: their largest reclaim floor (s->floor),
+ * and unless floor_only their state (s->st) */
 static int scan_member(struct dxl_zk *zk, struct vnode *vn, uint32_t id, uint32_t shard,
-		       struct scan *s, char *why, size_t cap)
+		       struct scan *s, bool floor_only, char *why, size_t cap)
 {
 	static struct dxl_replica_desc d;
 	static struct dxl_xfer_source src;
@@ -156,45 +97,84 @@ static int scan_member(struct dxl_zk *zk, struct vnode *vn, uint32_t id, uint32_
 		src.tables[t] = sd->tables[t].t;
 	struct dxl_qp *qp = NULL;
 	ret = dxl_qp_connect(vn->ctx, d.addr, d.ctx, &qp);
-	memset(&s->d, 0, sizeof(s->d));
+	dxl_state_delete(&s->st);
+	s->floor = 0;
+	uint64_t floors[DXL_STORE_MAX_TABLES];
 	if (!ret)
-		ret = dxl_xfer_scan_store(qp, &src, scan_rec, s, 2000, NULL);
+		ret = dxl_xfer_read_floors(qp, &src, floors);
+	for (uint32_t t = 0; !ret && t < src.ntables; t++)
+		s->floor = DXL_MAX(s->floor, floors[t]);
+	uint64_t slots = 0;
+	for (uint32_t t = 0; t < src.ntables; t++)
+		slots += src.tables[t].capacity;
+	if (!ret && !floor_only)
+		ret = dxl_state_new(slots / 2, &s->st);
+	if (!ret && !floor_only)
+		ret = dxl_xfer_scan_store(qp, &src, scan_rec, s, 2000, &s->xs);
 	dxl_qp_delete(&qp);
 	if (ret)
 		snprintf(why, cap, "%s", dxl_errmsg());
 	return ret;
 }
 
-/* up to n keys where member b differs from a */
-static void show_diff(const struct kmap *a, const struct kmap *b, uint32_t pa, uint32_t mb,
-		      unsigned n)
+static bool same_entry(const struct dxl_state_entry *x, const struct dxl_state_entry *y,
+		       uint64_t cut)
 {
-	unsigned shown = 0;
-	for (uint64_t i = 0; i <= a->mask && shown < n; i++) {
-		const struct kv *x = &a->e[i];
-		if (!x->used)
-			continue;
-		const struct kv *y = kmap_slot((struct kmap *)b, x->table, x->key);
-		if (y->used && y->version == x->version && y->vcrc == x->vcrc)
-			continue;
-		if (y->used)
-			printf("    table %u key %" PRIu64 ": node %u version %" PRIu64
-			       ", node %u version %" PRIu64 "%s\n",
-			       x->table, x->key, pa, x->version, mb, y->version,
-			       y->version == x->version ? " (other value)" : "");
-		else
-			printf("    table %u key %" PRIu64 ": node %u version %" PRIu64
-			       ", node %u: absent\n", x->table, x->key, pa, x->version, mb);
-		shown++;
-	}
-	for (uint64_t i = 0; i <= b->mask && shown < n; i++) {
-		const struct kv *y = &b->e[i];
-		if (!y->used || kmap_slot((struct kmap *)a, y->table, y->key)->used)
-			continue;
-		printf("    table %u key %" PRIu64 ": node %u: absent, node %u version %" PRIu64 "\n",
-		       y->table, y->key, pa, mb, y->version);
-		shown++;
-	}
+	bool xin = x && (x->live || x->ts >= cut), yin = y && (y->live || y->ts >= cut);
+	if (!xin || !yin)
+		return xin == yin;
+	return x->live == y->live && x->version == y->version && x->vcrc == y->vcrc &&
+	       x->len == y->len;
+}
+
+static void show_entry(const struct dxl_state_entry *x, uint32_t node, uint64_t cut)
+{
+	if (!x || (!x->live && x->ts < cut))
+		printf("node %u: absent", node);
+	else if (x->live)
+		printf("node %u version %" PRIu64, node, x->version);
+	else
+		printf("node %u: deleted (tombstone version %" PRIu64 ")", node, x->version);
+}
+
+struct diffarg {
+	const struct dxl_state *other;
+	uint32_t na, nb;
+	bool a_first;
+	uint64_t cut;
+	unsigned left;
+};
+
+static int diff_one(void *arg, const struct dxl_state_entry *x)
+{
+	struct diffarg *a = arg;
+	if (!a->left)
+		return 1;
+	const struct dxl_state_entry *y = dxl_state_find(a->other, x->table, x->key);
+	if (!a->a_first && y)
+		return 0; /* seen from the other side */
+	if (same_entry(x, y, a->cut))
+		return 0;
+	const struct dxl_state_entry *pa = a->a_first ? x : y, *pb = a->a_first ? y : x;
+	printf("    table %u key %" PRIu64 ": ", x->table, x->key);
+	show_entry(pa, a->na, a->cut);
+	printf(", ");
+	show_entry(pb, a->nb, a->cut);
+	printf("%s\n", pa && pb && pa->live && pb->live && pa->version == pb->version
+			       ? " (other value)" : "");
+	a->left--;
+	return 0;
+}
+
+/* up to n keys where member b differs from the primary a */
+static void show_diff(const struct dxl_state *a, const struct dxl_state *b, uint32_t pa,
+		      uint32_t mb, uint64_t cut, unsigned n)
+{
+	struct diffarg d = {.other = b, .na = pa, .nb = mb, .a_first = true, .cut = cut, .left = n};
+	dxl_state_foreach(a, diff_one, &d);
+	d.other = a;
+	d.a_first = false;
+	dxl_state_foreach(b, diff_one, &d);
 }
 
 int cmd_cluster_verify(int argc, char **argv)
@@ -271,62 +251,75 @@ int cmd_cluster_verify(int argc, char **argv)
 		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
 		uint32_t nm = dxl_cluster_shard_members(sh, m);
 		struct scan s[DXL_CONFIG_MAX_REPLICAS];
+		memset(s, 0, sizeof(s));
 		char why[DXL_CONFIG_MAX_REPLICAS][256];
 		int err[DXL_CONFIG_MAX_REPLICAS];
-		uint64_t end = dxl_now_ms() + wait_s * 1000, reads = 0;
+		struct dxl_digest dg[DXL_CONFIG_MAX_REPLICAS];
+		uint64_t end = dxl_now_ms() + wait_s * 1000, reads = 0, cut = 0;
 		bool agree;
 		for (;;) {
 			agree = true;
 			reads++;
+			/* tombstones every member still keeps: at or above the
+			 * largest reclaim floor (docs/recovery.md "Digests"),
+			 * read before the states */
+			cut = 0;
 			for (uint32_t k = 0; k < nm; k++) {
-				memset(&s[k], 0, sizeof(s[k]));
-				err[k] = scan_member(zk, &vn, m[k], sh->id, &s[k], why[k], sizeof(why[k]));
-				agree &= !err[k] && dxl_digest_equal(&s[k].d, &s[0].d);
+				err[k] = scan_member(zk, &vn, m[k], sh->id, &s[k], true, why[k],
+						     sizeof(why[k]));
+				if (!err[k])
+					cut = DXL_MAX(cut, s[k].floor);
+			}
+			/* one member's state at a time (a map of its keys) */
+			for (uint32_t k = 0; k < nm; k++) {
+				memset(&dg[k], 0, sizeof(dg[k]));
+				if (!err[k])
+					err[k] = scan_member(zk, &vn, m[k], sh->id, &s[k], false, why[k],
+							     sizeof(why[k]));
+				if (!err[k])
+					dxl_state_digest(s[k].st, cut, &dg[k]);
+				dxl_state_delete(&s[k].st);
+				agree &= !err[k] && dxl_digest_equal(&dg[k], &dg[0]);
 			}
 			if (agree || dxl_now_ms() >= end)
 				break;
 			usleep(300 * 1000);
 		}
-		char dg[96];
+		char txt[160];
 		if (agree) {
-			dxl_digest_format(&s[0].d, dg, sizeof(dg));
-			printf("shard %u: %u members agree (epoch %" PRIu64 "): %s\n", sh->id, nm,
-			       cfg.epoch, dg);
-			continue;
-		}
-		rc = EX_FAIL;
-		printf("shard %u: members DIFFER after %" PRIu64 " reads in %" PRIu64 " s:\n", sh->id,
-		       reads, wait_s);
-		for (uint32_t k = 0; k < nm; k++) {
-			if (err[k]) {
-				printf("  node %u%s: cannot be read: %s\n", m[k], k ? "" : " (primary)",
-				       why[k]);
-				continue;
+			dxl_digest_format(&dg[0], txt, sizeof(txt));
+			printf("shard %u: %u members agree (epoch %" PRIu64 "): %s (tombstones from ts %"
+			       PRIu64 ")\n", sh->id, nm, cfg.epoch, txt, cut);
+		} else {
+			rc = EX_FAIL;
+			printf("shard %u: members DIFFER after %" PRIu64 " reads in %" PRIu64 " s:\n",
+			       sh->id, reads, wait_s);
+			for (uint32_t k = 0; k < nm; k++) {
+				if (err[k]) {
+					printf("  node %u%s: cannot be read: %s\n", m[k],
+					       k ? "" : " (primary)", why[k]);
+					continue;
+				}
+				dxl_digest_format(&dg[k], txt, sizeof(txt));
+				printf("  node %u%s: %s%s\n", m[k], k ? "" : " (primary)", txt,
+				       k && !err[0] && !dxl_digest_equal(&dg[k], &dg[0]) ? "  DIFFERS"
+											  : "");
 			}
-			dxl_digest_format(&s[k].d, dg, sizeof(dg));
-			printf("  node %u%s: %s%s\n", m[k], k ? "" : " (primary)", dg,
-			       k && !err[0] && !dxl_digest_equal(&s[k].d, &s[0].d) ? "  DIFFERS" : "");
+			/* which keys: the primary against each member that differs
+			 * (read again, two states at a time) */
+			char w0[256];
+			for (uint32_t k = 1; !err[0] && ndiff && k < nm; k++) {
+				if (err[k] || dxl_digest_equal(&dg[k], &dg[0]))
+					continue;
+				if (!s[0].st && scan_member(zk, &vn, m[0], sh->id, &s[0], false, w0,
+							    sizeof(w0)))
+					break;
+				if (!scan_member(zk, &vn, m[k], sh->id, &s[k], false, w0, sizeof(w0)))
+					show_diff(s[0].st, s[k].st, m[0], m[k], cut, (unsigned)ndiff);
+				dxl_state_delete(&s[k].st);
+			}
+			dxl_state_delete(&s[0].st);
 		}
-		/* which keys: the primary against each member that differs */
-		if (err[0] || !ndiff)
-			continue;
-		struct kmap pm = {0};
-		struct scan ps = {.m = &pm};
-		char w0[256];
-		if (kmap_init(&pm) || scan_member(zk, &vn, m[0], sh->id, &ps, w0, sizeof(w0))) {
-			free(pm.e);
-			continue;
-		}
-		for (uint32_t k = 1; k < nm; k++) {
-			if (err[k] || dxl_digest_equal(&s[k].d, &s[0].d))
-				continue;
-			struct kmap bm = {0};
-			struct scan bs = {.m = &bm};
-			if (!kmap_init(&bm) && !scan_member(zk, &vn, m[k], sh->id, &bs, w0, sizeof(w0)))
-				show_diff(&pm, &bm, m[0], m[k], (unsigned)ndiff);
-			free(bm.e);
-		}
-		free(pm.e);
 	}
 	if (!found) {
 		errf("cluster %s has no shard %" PRId64, cn.cluster, only);

@@ -36,6 +36,7 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
+#include "dxl/recovery.h"
 #include "log/log_internal.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
@@ -541,7 +542,7 @@ static void test_pull_keeps_own_lines(void **state)
 	assert_int_equal(dxl_qp_connect(x->c, x->rep[0].target[0].addr,
 					x->rep[0].target[0].remote_ctx, &qp), 0);
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(ls, 0, qp, &x->rep[0].target[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(ls, 0, qp, &x->rep[0].target[0], &st), 0);
 	uint64_t done;
 	int on = dxl_ring_pdone_decode(ctl + DXL_RING_PDONE_OFF, &done);
 	assert_int_equal(dxl_ring_preq_decode(ctl + DXL_RING_PREQ_OFF, &q), 0);

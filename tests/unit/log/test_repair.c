@@ -23,6 +23,7 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
+#include "dxl/recovery.h"
 #include "log/log_internal.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
@@ -488,7 +489,7 @@ static void test_too_far_behind_then_pull(void **state)
 	assert_int_equal(open_app(x, ALL, NREP, true, &a), DXL_E_STALE);
 	assert_non_null(strstr(dxl_errmsg(), "too far behind"));
 	assert_non_null(strstr(dxl_errmsg(), "not reclaimed"));
-	assert_non_null(strstr(dxl_errmsg(), "dxl_logstore_pull"));
+	assert_non_null(strstr(dxl_errmsg(), "dxl_xfer_pull"));
 	assert_unchanged(x, 0, s0);
 	assert_unchanged(x, 1, s1);
 	assert_unchanged(x, 2, s2);
@@ -500,7 +501,7 @@ static void test_too_far_behind_then_pull(void **state)
 	s2 = snap(x, 2);
 	assert_int_equal(open_app(x, ALL, NREP, true, &a), DXL_E_STALE);
 	assert_non_null(strstr(dxl_errmsg(), "too far behind (ends at 4096, the reference's head is at 17408)"));
-	assert_non_null(strstr(dxl_errmsg(), "it must be caught up first (dxl_logstore_pull)"));
+	assert_non_null(strstr(dxl_errmsg(), "it must be caught up first (dxl_xfer_pull)"));
 	assert_unchanged(x, 0, s0);
 	assert_unchanged(x, 1, s1);
 	assert_unchanged(x, 2, s2);
@@ -509,7 +510,7 @@ static void test_too_far_behind_then_pull(void **state)
 	struct dxl_qp *qp;
 	assert_int_equal(dxl_qp_connect(x->pc, x->rep[0].t[RING].addr, 0, &qp), 0);
 	struct dxl_pull_stats ps;
-	assert_int_equal(dxl_logstore_pull(x->rep[2].ls, RING, qp,
+	assert_int_equal(dxl_xfer_pull(x->rep[2].ls, RING, qp,
 					   &x->rep[0].t[RING], &ps), 0);
 	assert_true(ps.changed > 0);
 	assert_int_equal(ps.end_pos, 17408);
@@ -527,7 +528,7 @@ static void test_too_far_behind_then_pull(void **state)
 	for (uint64_t t = 18; t <= 21; t++)
 		put_len(a, t, 0, 1024 - 64, 0x3, NREP);
 	unfence(x, 2);
-	assert_int_equal(dxl_logstore_pull(x->rep[2].ls, RING, qp,
+	assert_int_equal(dxl_xfer_pull(x->rep[2].ls, RING, qp,
 					   &x->rep[0].t[RING], &ps), 0);
 	assert_int_equal(ps.records, 4);
 	fence(x, 2);

@@ -18,6 +18,7 @@
 #include "dxl/recovery.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/shard_fixture.h"
+#include "tests/lib/stores.h"
 
 struct fx {
 	char dir[128];
@@ -50,13 +51,16 @@ static void run_txns(struct dxlt_shard *sh, int n)
 		assert_int_equal(dxlt_shard_txn(sh), 0);
 }
 
-static struct dxl_digest digest(struct dxl_store *s)
+static struct dxl_digest digest2(struct dxl_store *a, struct dxl_store *b)
 {
 	struct dxl_digest d;
-	uint64_t torn;
-	assert_int_equal(dxl_digest_store(s, UINT32_MAX, &d, &torn), 0);
-	assert_int_equal(torn, 0);
+	dxlt_store_digest(a, b, &d);
 	return d;
+}
+
+static struct dxl_digest digest(struct dxl_store *s)
+{
+	return digest2(s, NULL);
 }
 
 struct collect {
@@ -70,6 +74,8 @@ static int collect_fn(void *arg, const struct dxl_ckpt_entry *e)
 	c->n++;
 	if (e->flags == DXL_CKPT_LIVE)
 		dxl_digest_add(&c->d, e->table, e->key, e->version, e->value, e->len);
+	else
+		dxl_digest_add_tombstone(&c->d, e->table, e->key, e->version);
 	return 0;
 }
 
@@ -95,9 +101,36 @@ static void test_digest(void **state)
 		assert_false(dxl_digest_equal(&a, &c[i]));
 		assert_int_equal(c[i].records, a.records);
 	}
-	char buf[128];
-	dxl_digest_format(&a, buf, sizeof(buf));
+	/* a tombstone counts: a state that lacks one differs, and so does
+	 * one whose tombstone has another version; a tombstone never hashes
+	 * like a record */
+	struct dxl_digest ta = a, tb = a, tc = a, td = {0}, te = {0};
+	dxl_digest_add_tombstone(&ta, 1, 12, 6);
+	assert_false(dxl_digest_equal(&ta, &a));
+	dxl_digest_add_tombstone(&tb, 1, 12, 8);
+	assert_false(dxl_digest_equal(&ta, &tb));
+	dxl_digest_add_tombstone(&tc, 1, 12, 6);
+	assert_true(dxl_digest_equal(&ta, &tc));
+	dxl_digest_add_tombstone(&td, 1, 12, 6);
+	dxl_digest_add(&te, 1, 12, 6, NULL, 0);
+	assert_false(dxl_digest_equal(&td, &te));
+	/* merging two parts is the digest of both */
+	struct dxl_digest m1 = {0}, m2 = {0};
+	dxl_digest_add(&m1, 1, 10, 2, v1, 3);
+	dxl_digest_add(&m2, 1, 11, 4, v2, 3);
+	dxl_digest_merge(&m1, &m2);
+	assert_true(dxl_digest_equal(&m1, &a));
+	char buf[160];
+	dxl_digest_format(&ta, buf, sizeof(buf));
 	struct dxl_digest p;
+	assert_int_equal(dxl_digest_parse(buf, &p), 0);
+	assert_true(dxl_digest_equal(&ta, &p));
+	/* the older form (no tombstone part) still parses */
+	assert_int_equal(dxl_digest_parse("records=1 h=0000000000000001000000000000000f", &p), 0);
+	assert_int_equal(p.records, 1);
+	assert_int_equal(p.h[1], 15);
+	assert_int_equal(p.tombstones, 0);
+	dxl_digest_format(&a, buf, sizeof(buf));
 	assert_int_equal(dxl_digest_parse(buf, &p), 0);
 	assert_true(dxl_digest_equal(&a, &p));
 	assert_int_equal(dxl_digest_parse("records=1 h=00", &p), DXL_E_INVAL);
@@ -120,8 +153,11 @@ static void test_write_find_prune(void **state)
 	assert_int_equal(info.shard, f->sh.shard);
 	struct dxl_store_stats sst;
 	assert_int_equal(dxl_store_stats(f->sh.s, UINT32_MAX, &sst), 0);
-	assert_int_equal(info.entries, sst.live);
+	/* the live records, and the tombstones at or above the floor */
+	assert_int_equal(info.entries - info.tombstones, sst.live);
+	assert_true(info.tombstones <= sst.tombstones);
 	struct dxl_digest d1 = digest(f->sh.s);
+	assert_int_equal(info.tombstones, d1.tombstones);
 	assert_true(dxl_digest_equal(&info.digest, &d1));
 
 	struct dxl_ckpt *c;
@@ -242,7 +278,9 @@ static void test_bad_files(void **state)
 	} flips[] = {
 		{man + 3, "magic"},          {man + 8, "format"},
 		{man + 20, "seq"},           {man + 60, "entries"},
-		{man + 90, "digest"},        {man + 128 + 16, "capacity"},
+		{man + 90, "digest"},        {man + 115, "tombstone digest"},
+		{man + 19584 + 2, "a table's reclaim floor"},
+		{man + 128 + 16, "capacity"},
 		{man + 128 + 40, "table crc"}, {man + 3200 + 3, "ring start"},
 		{man + DXL_CKPT_MAN_SIZE + 9, "an entry"},
 		{man + DXL_CKPT_MAN_SIZE + 24, "an entry's length"},
@@ -327,7 +365,7 @@ static void test_install(void **state)
 	char bp[400];
 	snprintf(bp, sizeof(bp), "%s/b.store", f->dir);
 	struct dxl_store *b = dxlt_shard_new_store(&f->sh, bp);
-	assert_int_equal(dxl_store_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
+	assert_int_equal(dxl_recovery_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
 			 (int)f->sh.ntx);
 	uint8_t v[8] = "stale";
 	for (uint64_t k = 400; k < 420; k++)
@@ -354,7 +392,7 @@ static void test_install(void **state)
 	/* more transactions; retention passes the checkpoint's position on
 	 * the log: then it no longer covers it */
 	run_txns(&f->sh, 200);
-	assert_int_equal(dxl_store_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
+	assert_int_equal(dxl_recovery_replay(b, f->sh.log[0].ls, UINT64_MAX, NULL, NULL, NULL),
 			 (int)f->sh.ntx);
 	dxlt_shard_assert_same(f->sh.s, b);
 	assert_int_equal(dxl_ckpt_covered(c, f->sh.log[0].ls, NULL, 0), 1);
@@ -457,7 +495,7 @@ static void test_fuzzy_checkpoint_under_writes(void **state)
 	struct fx *f = *state;
 	dxlt_watchdog_arm(120, "test_fuzzy_checkpoint_under_writes");
 	int rounds = getenv("DXL_TEST_SANITIZER") ? 8 : 32;
-	uint64_t moved = 0, applied_during = 0, replayed = 0;
+	uint64_t moved = 0, applied_during = 0, replayed = 0, tombs = 0;
 	for (int round = 0; round < rounds; round++) {
 		char name[32];
 		snprintf(name, sizeof(name), "r%d", round);
@@ -505,24 +543,235 @@ static void test_fuzzy_checkpoint_under_writes(void **state)
 		struct dxl_store *b = dxlt_shard_new_store(&sh, bp);
 		assert_int_equal(dxl_ckpt_install(b, c, NULL), 0);
 		struct dxl_replay_stats rs;
-		assert_true(dxl_store_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
+		assert_true(dxl_recovery_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
 		replayed += rs.records;
 		dxlt_shard_assert_same(sh.s, b);
-		struct dxl_digest da = digest(sh.s), db = digest(b);
+		/* tombstones too, those both keep (the rebuilt one lacks the
+		 * source's below its floor: install raised its own to it) */
+		for (uint32_t t = 0; t < 2; t++)
+			assert_true(dxl_store_reclaim_floor(b, info.tables[t].id) >= info.floors[t]);
+		struct dxl_digest da = digest2(sh.s, b), db = digest2(b, sh.s);
 		assert_true(dxl_digest_equal(&da, &db));
+		tombs += da.tombstones;
 		dxl_store_close(&b);
 		dxl_ckpt_close(&c);
 		dxlt_shard_close(&sh);
 	}
 	print_message("  %d rounds: %" PRIu64 " transactions applied while checkpoints were taken,"
 		      " %" PRIu64 " records replayed from their positions, %" PRIu64
-		      " rings with a moved start\n",
-		      rounds, applied_during, replayed, moved);
+		      " rings with a moved start, %" PRIu64 " tombstones compared\n",
+		      rounds, applied_during, replayed, moved, tombs);
 	/* coverage floors: the checkpoints really raced with writers, and
 	 * their start positions were not the beginning of the log */
 	assert_true(applied_during >= (uint64_t)rounds * 5);
 	assert_true(moved >= (uint64_t)rounds);
 	dxlt_watchdog_disarm();
+}
+
+/*
+ * An install never writes a lock word: in DXL_LOCKS_NIC mode the words are
+ * the NIC's (a CPU store is a broken invariant: DXL_ASSERT), so a store
+ * that is not registered and has no lock agent (every change of a word
+ * would fail with DXL_E_STATE) takes a checkpoint with live records and
+ * tombstones into a stale state -- and its lock words are all 0 after.
+ */
+static void test_install_nic_lock_words(void **state)
+{
+	struct fx *f = *state;
+	dxlt_shard_create(&f->sh, f->dir, "n", 1, 1 << 20, 17);
+	run_txns(&f->sh, 400);
+	struct dxl_ckpt_info info;
+	assert_int_equal(dxl_ckpt_write(f->dir, &DXLT_SHARD_ID, f->sh.s, f->sh.log[0].ls,
+					&info), 0);
+	assert_true(info.tombstones > 0);
+	struct dxl_ckpt *c;
+	assert_int_equal(dxl_ckpt_find(f->dir, DXL_DUR_PROCESS, &DXLT_SHARD_ID, f->sh.shard,
+				       &c, NULL), 0);
+	char bp[400];
+	snprintf(bp, sizeof(bp), "%s/nic.store", f->dir);
+	struct dxl_store_cfg cfg;
+	dxl_store_cfg_init(&cfg);
+	cfg.lock_mode = DXL_LOCKS_NIC;
+	cfg.keep_tombstones = true;
+	struct dxl_store *b;
+	assert_int_equal(dxl_store_create(bp, DXL_DUR_PROCESS, &DXLT_SHARD_ID, f->sh.shard,
+					  DXLT_SHARD_TABLES, 2, &cfg, &b), 0);
+	/* a stale state first (records the image lacks, others it has) */
+	uint8_t v[8] = "stale";
+	for (uint64_t k = 0; k < 40; k++)
+		assert_int_equal(dxl_store_apply(b, 1, k, DXL_WS_INSERT, 2, 5, v, 5), 1);
+	struct dxl_install_stats st;
+	assert_int_equal(dxl_ckpt_install(b, c, &st), 0);
+	assert_true(st.removed > 0);
+	dxlt_shard_assert_same(f->sh.s, b);
+	for (uint32_t t = 0; t < 2; t++)
+		for (uint64_t slot = 0; slot < DXLT_SHARD_TABLES[t].capacity; slot++)
+			assert_int_equal(dxl_store_lock_word(b, DXLT_SHARD_TABLES[t].id, slot), 0);
+	dxl_store_close(&b);
+	dxl_ckpt_close(&c);
+}
+
+/*
+ * A checkpoint never images a slot whose lock is held: an insert whose
+ * transaction has not decided is live in the store from before its
+ * commit, and an abort deletes it without a log record, so an image that
+ * took it would install a key that was never committed. Here key 900 is
+ * inserted owned (locked) and aborted (deleted, unlocked) 150 ms into the
+ * checkpoint; key 901 is inserted owned and committed (unlocked) the same
+ * way. The image must lack 900 live and hold 901. Before, the scan took
+ * 900 as it found it.
+ */
+struct lockjob {
+	struct dxl_store *s;
+	uint64_t slot_abort, slot_commit;
+	int ret;
+};
+
+static void *lock_release_main(void *arg)
+{
+	struct lockjob *j = arg;
+	usleep(150 * 1000);
+	j->ret = dxl_store_delete(j->s, 1, j->slot_abort, 77, dxl_now_ms(), NULL);
+	if (!j->ret)
+		j->ret = dxl_store_unlock(j->s, 1, j->slot_abort, 77);
+	if (!j->ret)
+		j->ret = dxl_store_unlock(j->s, 1, j->slot_commit, 78);
+	return NULL;
+}
+
+struct find_key {
+	uint64_t key;
+	int live, tomb;
+};
+
+static int find_key_fn(void *arg, const struct dxl_ckpt_entry *e)
+{
+	struct find_key *fk = arg;
+	if (e->table == 1 && e->key == fk->key) {
+		if (e->flags == DXL_CKPT_LIVE)
+			fk->live++;
+		else
+			fk->tomb++;
+	}
+	return 0;
+}
+
+static void test_checkpoint_skips_locked_insert(void **state)
+{
+	struct fx *f = *state;
+	char bp[400];
+	snprintf(bp, sizeof(bp), "%s/locked.store", f->dir);
+	struct dxl_store_cfg cfg;
+	dxl_store_cfg_init(&cfg);
+	cfg.keep_tombstones = true;
+	struct dxl_store *s;
+	assert_int_equal(dxl_store_create(bp, DXL_DUR_PROCESS, &DXLT_SHARD_ID, 5,
+					  DXLT_SHARD_TABLES, 2, &cfg, &s), 0);
+	uint8_t v[8] = "value";
+	for (uint64_t k = 0; k < 100; k++)
+		assert_int_equal(dxl_store_insert(s, 1, k, dxl_now_ms(), v, 5, NULL, NULL), 0);
+	struct lockjob j = {.s = s};
+	assert_int_equal(dxl_store_insert_owned(s, 1, 900, dxl_now_ms(), v, 5, 77,
+						&j.slot_abort, NULL), 0);
+	assert_int_equal(dxl_store_insert_owned(s, 1, 901, dxl_now_ms(), v, 5, 78,
+						&j.slot_commit, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lock_release_main, &j), 0);
+	struct dxl_log_pos start[1] = {{0}};
+	struct dxl_ckpt_info info;
+	uint64_t t0 = dxl_now_ms();
+	int ret = dxl_ckpt_write_from(f->dir, &DXLT_SHARD_ID, s, start, 1, 1 << 20, 0, &info);
+	uint64_t ms = dxl_now_ms() - t0;
+	pthread_join(th, NULL);
+	assert_int_equal(j.ret, 0);
+	assert_int_equal(ret, 0);
+	struct dxl_ckpt *c;
+	assert_int_equal(dxl_ckpt_find(f->dir, DXL_DUR_PROCESS, &DXLT_SHARD_ID, 5, &c, NULL), 0);
+	struct find_key aborted = {.key = 900}, committed = {.key = 901}, other = {.key = 7};
+	assert_int_equal(dxl_ckpt_foreach(c, find_key_fn, &aborted), 0);
+	assert_int_equal(dxl_ckpt_foreach(c, find_key_fn, &committed), 0);
+	assert_int_equal(dxl_ckpt_foreach(c, find_key_fn, &other), 0);
+	print_message("  checkpoint took %" PRIu64 " ms (locks released after 150 ms): %" PRIu64
+		      " entries; aborted insert live %d, committed insert live %d\n",
+		      ms, info.entries, aborted.live, committed.live);
+	assert_int_equal(aborted.live, 0);
+	assert_int_equal(committed.live, 1);
+	assert_int_equal(other.live, 1);
+	dxl_ckpt_close(&c);
+	dxl_store_close(&s);
+}
+
+/*
+ * Comparing replicas sees tombstones (a reviewer found a backup that
+ * lacked one pass the store comparison): two stores with the same live
+ * records differ when one lacks a deleted key's tombstone -- in the
+ * digest and in tests/lib/stores.c -- unless that store's reclaim floor
+ * is past it (it may have given it away).
+ */
+static void test_compare_sees_tombstones(void **state)
+{
+	struct fx *f = *state;
+	const char *cl = "cmp";
+	struct dxl_store *st[2];
+	for (uint32_t n = 0; n < 2; n++) {
+		char path[400];
+		snprintf(path, sizeof(path), "%s/%u", f->dir, n + 1);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/%u/store-0.dat", f->dir, n + 1);
+		struct dxl_region_id id = {.node_id = n + 1, .kind = DXL_REGION_STORE};
+		snprintf(id.cluster, sizeof(id.cluster), "%s", cl);
+		struct dxl_store_cfg cfg;
+		dxl_store_cfg_init(&cfg);
+		cfg.keep_tombstones = true;
+		assert_int_equal(dxl_store_create(path, DXL_DUR_PROCESS, &id, 0, DXLT_SHARD_TABLES, 2,
+						  &cfg, &st[n]), 0);
+		/* the same log applied on both */
+		assert_int_equal(dxl_store_apply(st[n], 1, 10, DXL_WS_INSERT, 2, 100, "a", 1), 1);
+		assert_int_equal(dxl_store_apply(st[n], 1, 11, DXL_WS_INSERT, 4, 110, "b", 1), 1);
+		assert_int_equal(dxl_store_apply(st[n], 1, 11, DXL_WS_DELETE, 6, 120, NULL, 0), 1);
+	}
+	/* key 12's delete applied on node 1 only: node 2 lacks its tombstone */
+	assert_int_equal(dxl_store_apply(st[0], 1, 12, DXL_WS_DELETE, 8, 130, NULL, 0), 1);
+	struct dxl_digest a, b;
+	dxlt_store_digest(st[0], st[1], &a);
+	dxlt_store_digest(st[1], st[0], &b);
+	assert_int_equal(a.records, b.records);
+	assert_int_equal(a.tombstones, 2);
+	assert_int_equal(b.tombstones, 1);
+	assert_false(dxl_digest_equal(&a, &b));
+	for (uint32_t n = 0; n < 2; n++)
+		dxl_store_close(&st[n]);
+	uint32_t nodes[2] = {1, 2};
+	char why[1024];
+	struct dxlt_stores_report rep;
+	assert_int_equal(dxlt_stores_compare(f->dir, cl, 0, nodes, 2, DXL_DUR_PROCESS, why,
+					     sizeof(why), &rep), 1);
+	print_message("  a missing tombstone: %s\n", why);
+	assert_non_null(strstr(why, "key 12"));
+	assert_int_equal(rep.tombs_compared, 2);
+	/* node 2 gave away tombstones up to ts 130 (its floor says so): the
+	 * stores agree on what both must keep */
+	char path[400];
+	snprintf(path, sizeof(path), "%s/2/store-0.dat", f->dir);
+	struct dxl_region_id id = {.node_id = 2, .kind = DXL_REGION_STORE};
+	snprintf(id.cluster, sizeof(id.cluster), "%s", cl);
+	assert_int_equal(dxl_store_open(path, DXL_DUR_PROCESS, &id, NULL, &st[1]), 0);
+	assert_int_equal(dxl_store_raise_reclaim_floor(st[1], 1, 131), 0);
+	dxl_store_close(&st[1]);
+	assert_int_equal(dxlt_stores_compare(f->dir, cl, 0, nodes, 2, DXL_DUR_PROCESS, why,
+					     sizeof(why), &rep), 0);
+	assert_int_equal(rep.tombs_compared, 0);
+	/* the floor survives a reopen (persisted in the catalog page) */
+	assert_int_equal(dxl_store_open(path, DXL_DUR_PROCESS, &id, NULL, &st[1]), 0);
+	assert_int_equal(dxl_store_reclaim_floor(st[1], 1), 131);
+	assert_int_equal(dxl_store_reclaim_floor(st[1], 2), 0);
+	/* a different version of a tombstone is a difference too */
+	assert_int_equal(dxl_store_apply(st[1], 1, 11, DXL_WS_DELETE, 200, 140, NULL, 0), 1);
+	dxl_store_close(&st[1]);
+	assert_int_equal(dxlt_stores_compare(f->dir, cl, 0, nodes, 2, DXL_DUR_PROCESS, why,
+					     sizeof(why), &rep), 1);
+	print_message("  another version: %s\n", why);
+	assert_non_null(strstr(why, "key 11"));
 }
 
 int main(void)
@@ -535,6 +784,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_install_detects_newer_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fuzzy_checkpoint_under_writes, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_compare_sees_tombstones, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_install_nic_lock_words, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_checkpoint_skips_locked_insert, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

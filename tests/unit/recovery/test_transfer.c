@@ -208,7 +208,7 @@ static void test_copy_while_committing(void **state)
 			struct dxl_store *b = dxlt_shard_new_store(&sh, bp);
 			assert_int_equal(dxl_ckpt_install(b, c, NULL), 0);
 			struct dxl_replay_stats rs;
-			assert_true(dxl_store_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
+			assert_true(dxl_recovery_replay(b, sh.log[1].ls, UINT64_MAX, NULL, NULL, &rs) >= 0);
 			dxlt_shard_assert_same(sh.s, b);
 			dxl_store_close(&b);
 			dxl_ckpt_close(&c);
@@ -232,6 +232,190 @@ static void test_copy_while_committing(void **state)
 	dxl_ctx_delete(&server);
 	dxl_fabric_delete(&f);
 	dxlt_watchdog_disarm();
+}
+
+/* log one entry of table 1 in the next ring of every log (ring ntx % 2) */
+static void log_one(struct dxlt_shard *sh, uint64_t ts, enum dxl_ws_op op, uint64_t key,
+		    uint64_t version, const void *v, uint32_t len)
+{
+	struct dxl_ws_entry e = {.table = 1, .op = op, .key = key, .version = version,
+				 .value = v, .len = len};
+	uint8_t ws[128];
+	int n = dxl_writeset_encode(&e, 1, ws, sizeof(ws));
+	assert_true(n > 0);
+	assert_int_equal(dxlt_shard_log_ws(sh, ws, (uint32_t)n, ts), 0);
+}
+
+static uint64_t put_logged(struct dxlt_shard *sh, uint64_t key, uint64_t ts)
+{
+	uint64_t slot, ver;
+	assert_int_equal(dxl_store_insert(sh->s, 1, key, ts, "value", 5, &slot, &ver), 0);
+	log_one(sh, ts, DXL_WS_INSERT, key, ver, "value", 5);
+	return ver;
+}
+
+static uint64_t del_logged(struct dxlt_shard *sh, uint64_t key, uint64_t ts)
+{
+	uint64_t slot, ver, own = DXL_LOCK_OWNER(2, ts);
+	assert_int_equal(dxl_store_find(sh->s, 1, key, &slot), 0);
+	assert_int_equal(dxl_store_lock(sh->s, 1, slot, own, NULL), 0);
+	assert_int_equal(dxl_store_delete(sh->s, 1, slot, own, ts, &ver), 0);
+	assert_int_equal(dxl_store_unlock(sh->s, 1, slot, own), 0);
+	log_one(sh, ts, DXL_WS_DELETE, key, ver, NULL, 0);
+	return ver;
+}
+
+/* a copy of sh's store from start (floors read first), checked or not,
+ * installed into a new store, then log 1 replayed from start (the
+ * receiver's copy of the log); returns the new store */
+static struct dxl_store *transfer(struct dxlt_shard *sh, struct dxl_qp *qp,
+				  const struct dxl_xfer_source *src, const struct dxl_log_pos *start,
+				  const char *name, int *check)
+{
+	uint64_t floors[2];
+	assert_int_equal(dxl_xfer_read_floors(qp, src, floors), 0);
+	struct dxl_ckpt_writer *w;
+	assert_int_equal(dxl_ckpt_writer_new(g_dir, DXL_DUR_PROCESS, &DXLT_SHARD_ID, sh->shard,
+					     DXLT_SHARD_TABLES, 2, DXLT_SHARD_NRINGS, 1 << 20, start,
+					     0, 7, &w), 0);
+	for (uint32_t t = 0; t < 2; t++)
+		assert_int_equal(dxl_ckpt_writer_set_floor(w, src->tables[t].id, floors[t]), 0);
+	struct dxl_xfer_stats xs;
+	assert_int_equal(dxl_xfer_copy_store(qp, src, w, 0, &xs), 0);
+	*check = dxl_xfer_check_heads(qp, src, start, NULL, 0);
+	struct dxl_ckpt_info info;
+	assert_int_equal(dxl_ckpt_writer_commit(&w, &info), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/ckpt-%u-%020" PRIu64 ".dat", g_dir, sh->shard, info.seq);
+	struct dxl_ckpt *c;
+	assert_int_equal(dxl_ckpt_open(path, DXL_DUR_PROCESS, &DXLT_SHARD_ID, &c), 0);
+	snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+	struct dxl_store *b = dxlt_shard_new_store(sh, path);
+	assert_int_equal(dxl_ckpt_install(b, c, NULL), 0);
+	dxl_ckpt_close(&c);
+	for (uint32_t r = 0; r < DXLT_SHARD_NRINGS; r++)
+		assert_int_equal(dxl_logstore_set_head(sh->log[1].ls, r, start[r].pos, start[r].seq,
+						       0), 0);
+	if (dxl_recovery_replay(b, sh->log[1].ls, UINT64_MAX, NULL, NULL, NULL) < 0)
+		fail_msg("replay: %s", dxl_errmsg());
+	return b;
+}
+
+/*
+ * A deleted key stays deleted at a node that got the state by transfer.
+ * Key K is inserted (ring 1) and deleted (ring 0). The source's retention
+ * passed ring 0's records (K's delete) but not ring 1's (K's insert: its
+ * writer, an idle coordinator, holds the ring's watermark below it), so a
+ * receiver's copy of the log from the source's heads holds K's insert and
+ * not its delete. Its image must hold K's tombstone, or the replay of the
+ * log from the start position puts K back (what happened before the
+ * transfer carried tombstones). Then the source's retention passes ring 1
+ * too during a second copy and K's tombstone is reclaimed at the source
+ * (every record older than the delete is gone from its log) before K's
+ * slot is read: that copy lacks the tombstone, the log copied from its
+ * start still holds K's insert -- dxl_xfer_check_heads refuses it.
+ */
+static void test_deleted_key_stays_deleted(void **state)
+{
+	(void)state;
+	struct dxl_fabric_cfg cfg;
+	dxlt_fabric_cfg_from_env(&cfg);
+	struct dxl_fabric *f = NULL;
+	int ret = dxl_fabric_new(&cfg, &f);
+	if (dxl_test_nodev_skip(ret))
+		skip();
+	assert_int_equal(ret, 0);
+	struct dxl_ctx *server, *cli;
+	assert_int_equal(dxl_ctx_new(f, 0, &server), 0);
+	assert_int_equal(dxl_ctx_new(f, 1, &cli), 0);
+	struct dxl_qp *qp;
+	assert_int_equal(dxl_qp_connect(cli, dxl_fabric_addr(f), 0, &qp), 0);
+	struct dxlt_shard sh;
+	dxlt_shard_create(&sh, g_dir, "del", 2, 1 << 20, 5);
+	assert_int_equal(dxl_store_register(sh.s, f), 0);
+	struct dxl_mr *lmr;
+	assert_int_equal(dxl_mr_reg(f, dxl_region_data(sh.log[0].r),
+				    dxl_region_data_size(sh.log[0].r),
+				    DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE | DXL_MR_PERSISTENT, &lmr),
+			 0);
+	struct dxl_xfer_source *src = calloc(1, sizeof(*src));
+	src->node_id = 7;
+	src->ntables = 2;
+	src->nrings = DXLT_SHARD_NRINGS;
+	for (uint32_t t = 0; t < 2; t++)
+		assert_int_equal(dxl_store_table_desc(sh.s, DXLT_SHARD_TABLES[t].id, &src->tables[t]),
+				 0);
+	for (uint32_t r = 0; r < DXLT_SHARD_NRINGS; r++)
+		assert_int_equal(dxl_log_target_init(&src->rings[r], sh.log[0].ls, lmr,
+						     dxl_fabric_addr(f), 0, r), 0);
+	const uint64_t K = 42;
+	put_logged(&sh, 7, 100);                  /* ring 0 */
+	put_logged(&sh, K, 200);                  /* ring 1: K's insert */
+	uint64_t dv = del_logged(&sh, K, 300);    /* ring 0: K's delete */
+	put_logged(&sh, 8, 400);                  /* ring 1 */
+	/* the source's retention: ring 0 only */
+	assert_int_equal(dxl_logstore_set_head(sh.log[0].ls, 0, sh.log[0].tail_pos[0],
+					       sh.log[0].tail_seq[0], 300), 0);
+	struct dxl_log_pos start[DXLT_SHARD_NRINGS];
+	for (uint32_t r = 0; r < DXLT_SHARD_NRINGS; r++) {
+		struct dxl_ring_head h;
+		assert_int_equal(dxl_logstore_head(sh.log[0].ls, r, &h), 0);
+		start[r] = (struct dxl_log_pos){.pos = h.pos, .seq = h.seq};
+	}
+	int check;
+	struct dxl_store *b = transfer(&sh, qp, src, start, "del.copy1", &check);
+	assert_int_equal(check, 0); /* no head moved during the copy */
+	uint64_t slot;
+	assert_int_equal(dxl_store_find(b, 1, K, &slot), DXL_E_NOENT);
+	struct dxl_store_absence a;
+	assert_int_equal(dxl_store_absence(b, 1, K, &a), 0);
+	assert_int_equal(a.version, dv);
+	dxlt_shard_assert_same(sh.s, b);
+	struct dxl_digest da, db;
+	dxlt_store_digest(sh.s, b, &da);
+	dxlt_store_digest(b, sh.s, &db);
+	assert_true(da.tombstones >= 1);
+	assert_true(dxl_digest_equal(&da, &db));
+	dxl_store_close(&b);
+
+	/* the second copy: retention passes ring 1 while it runs (after the
+	 * start position was read) and K's tombstone is reclaimed at the
+	 * source: its slot given to new keys, as the rule allows now */
+	assert_int_equal(dxl_logstore_set_head(sh.log[0].ls, 1, sh.log[0].tail_pos[1],
+					       sh.log[0].tail_seq[1], 400), 0);
+	uint64_t n = 0;
+	while (dxl_store_absence(sh.s, 1, K, &a) == 0 && a.slot != UINT64_MAX) {
+		uint64_t ver;
+		assert_true(n < DXLT_SHARD_TABLES[0].capacity);
+		assert_int_equal(dxl_store_insert(sh.s, 1, 1000 + n++, 500, "x", 1, &slot, &ver), 0);
+	}
+	assert_true(dxl_store_reclaim_floor(sh.s, 1) > 300);
+	for (uint64_t k = 0; k < 32 && k < n; k++) { /* room for the replay */
+		uint64_t own = DXL_LOCK_OWNER(3, k + 1);
+		assert_int_equal(dxl_store_find(sh.s, 1, 1000 + k, &slot), 0);
+		assert_int_equal(dxl_store_lock(sh.s, 1, slot, own, NULL), 0);
+		assert_int_equal(dxl_store_delete(sh.s, 1, slot, own, 600, NULL), 0);
+		assert_int_equal(dxl_store_unlock(sh.s, 1, slot, own), 0);
+	}
+	b = transfer(&sh, qp, src, start, "del.copy2", &check);
+	/* the rule: refused (copy again from the new heads) */
+	assert_int_equal(check, DXL_E_AGAIN);
+	/* what it would have done: K back from its insert in the log copy */
+	bool back = dxl_store_find(b, 1, K, &slot) == 0;
+	print_message("  a delete's tombstone copied (version %" PRIu64 "); a copy during which the "
+		      "source reclaimed it is refused (%s); taken, it would bring the key back: %s\n",
+		      dv, dxl_errname(check), back ? "yes" : "no");
+	assert_true(back);
+	dxl_store_close(&b);
+
+	free(src);
+	dxl_mr_dereg(&lmr);
+	dxl_store_deregister(sh.s);
+	dxlt_shard_close(&sh);
+	dxl_qp_delete(&qp);
+	dxl_ctx_delete(&cli);
+	dxl_ctx_delete(&server);
+	dxl_fabric_delete(&f);
 }
 
 /*
@@ -352,6 +536,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_judge),
 		cmocka_unit_test(test_copy_while_committing),
+		cmocka_unit_test(test_deleted_key_stays_deleted),
 		cmocka_unit_test(test_bad_source),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,14 +1,15 @@
-/* pull.c -- state transfer: make a local ring an exact copy of a remote one */
+/* pull.c -- a local ring made an exact copy of a member's, with one-sided READs: catch-up's whole-ring copy (include/dxl/recovery.h) */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
-#include "dxl/log.h"
-#include "log/log_internal.h"
+#include "dxl/recovery.h"
+#include "recovery/recovery_internal.h"
 
 /*
  * Who may call: the thread that owns qp's ctx, with nothing else in flight
- * on that ctx; nobody else writes the local ring meanwhile (log.h).
+ * on that ctx; nobody else writes the local ring meanwhile (recovery.h).
+ * (Moved here from log/: the log keeps the rings, recovery copies them.)
  *
  * Why the copy is consistent (the source's writer keeps appending, its
  * replica keeps advancing the head): the writer writes position q only
@@ -27,25 +28,25 @@
 #define CHUNK (1u << 20)                /* largest single READ */
 #define PAGE 4096u                      /* compare and write granularity */
 
-static dxl_pull_hook_fn test_hook;
+static dxl_rcv_pull_hook_fn test_hook;
 static void *test_hook_arg;
 
-void dxl_pull_set_test_hook(dxl_pull_hook_fn fn, void *arg)
+void dxl_rcv_pull_set_test_hook(dxl_rcv_pull_hook_fn fn, void *arg)
 {
 	test_hook = fn;
 	test_hook_arg = arg;
 }
 
-static dxl_pull_crash_fn crash_hook;
+static dxl_rcv_pull_crash_fn crash_hook;
 static void *crash_hook_arg;
 
-void dxl_pull_set_crash_hook(dxl_pull_crash_fn fn, void *arg)
+void dxl_rcv_pull_set_crash_hook(dxl_rcv_pull_crash_fn fn, void *arg)
 {
 	crash_hook = fn;
 	crash_hook_arg = arg;
 }
 
-uint64_t dxl_logstore_pull_bounce_bytes(uint64_t ring_size)
+uint64_t dxl_xfer_pull_bounce_bytes(uint64_t ring_size)
 {
 	return 2ull * DXL_RING_CTL_SIZE + ring_size;
 }
@@ -62,7 +63,7 @@ static int read_remote(struct dxl_qp *qp, const struct dxl_log_target *src,
 				    .len = n, .lkey = lkey,
 				    .remote_addr = src->data.addr + off + done,
 				    .rkey = src->data.rkey};
-		int ret = dxl_log_post_wait(qp, &wr, PULL_WRID);
+		int ret = dxl_rcv_post_wait(qp, &wr, PULL_WRID);
 		if (ret)
 			return ret;
 		done += n;
@@ -100,13 +101,13 @@ static uint64_t sync_bytes(struct dxl_region *r, uint8_t *dst,
 	return changed;
 }
 
-int dxl_logstore_pull(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
+int dxl_xfer_pull(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
 		      const struct dxl_log_target *src, struct dxl_pull_stats *st)
 {
-	return dxl_logstore_pull_buf(ls, ring, qp, src, NULL, st);
+	return dxl_xfer_pull_buf(ls, ring, qp, src, NULL, st);
 }
 
-int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
+int dxl_xfer_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 			  struct dxl_qp *qp, const struct dxl_log_target *src,
 			  struct dxl_mr *bounce, struct dxl_pull_stats *st)
 {
@@ -132,7 +133,7 @@ int dxl_logstore_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 				   "pull: ring %u at %s lies outside its data area (%llu bytes)",
 				   src->ring, src->addr,
 				   (unsigned long long)src->data.len);
-	const uint64_t need = dxl_logstore_pull_bounce_bytes(size);
+	const uint64_t need = dxl_xfer_pull_bounce_bytes(size);
 	uint8_t *own_mem = NULL;
 	struct dxl_mr *own_mr = NULL;
 	int ret;

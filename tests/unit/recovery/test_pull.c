@@ -21,7 +21,8 @@
 #include "common/common.h"
 #include "dxl/fabric.h"
 #include "dxl/log.h"
-#include "log/log_internal.h"
+#include "dxl/recovery.h"
+#include "recovery/recovery_internal.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/log_replica.h"
 
@@ -198,7 +199,7 @@ static void test_pull_records_then_nothing_changes(void **state)
 	for (uint64_t t = 1; t <= 50; t++)
 		put(x, t, 1 + (uint32_t)(t * 97 % 3000));
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	uint64_t tail, tseq;
 	dxl_appender_tail(x->a, &tail, &tseq);
 	assert_int_equal(st.records, 50);
@@ -220,7 +221,7 @@ static void test_pull_records_then_nothing_changes(void **state)
 	assert_int_equal(owner, DXL_RING_OWNER(1, 1));
 
 	/* a quiet ring: nothing to change */
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.changed, 0);
 	assert_int_equal(st.records, 50);
 
@@ -230,11 +231,11 @@ static void test_pull_records_then_nothing_changes(void **state)
 	uint64_t tail2;
 	dxl_appender_tail(x->a, &tail2, NULL);
 	/* with a caller's bounce buffer this time */
-	size_t blen = dxl_logstore_pull_bounce_bytes(x->ring_size);
+	size_t blen = dxl_xfer_pull_bounce_bytes(x->ring_size);
 	void *bmem = dxlt_alloc_pages(blen);
 	struct dxl_mr *bmr;
 	assert_int_equal(dxl_mr_reg(x->f, bmem, blen, DXL_MR_LOCAL_WRITE, &bmr), 0);
-	assert_int_equal(dxl_logstore_pull_buf(x->lls, 0, x->qp, &x->t[0], bmr, &st), 0);
+	assert_int_equal(dxl_xfer_pull_buf(x->lls, 0, x->qp, &x->t[0], bmr, &st), 0);
 	assert_int_equal(st.records, 55);
 	assert_true(st.changed > 0);
 	assert_true(st.changed <= tail2 - tail + 16);
@@ -252,10 +253,10 @@ static void test_pull_empty_ring(void **state)
 	for (uint64_t t = 1; t <= 20; t++)
 		put(x, t, 500);
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.records, 20);
 	/* source ring 1 is empty (never written) */
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[1], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[1], &st), 0);
 	assert_int_equal(st.records, 0);
 	assert_int_equal(st.end_pos, 0);
 	assert_int_equal(st.end_seq, 1);
@@ -263,7 +264,7 @@ static void test_pull_empty_ring(void **state)
 	assert_true(st.changed > 0);
 	assert_same_bytes(x, 0, 1);
 	assert_int_equal(dxl_ring_scan(x->lls, 0, NULL, NULL, NULL, NULL), 0);
-	assert_int_equal(dxl_logstore_pull(x->lls, 1, x->qp, &x->t[1], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 1, x->qp, &x->t[1], &st), 0);
 	assert_int_equal(st.changed, 0);
 	assert_int_equal(st.records, 0);
 	fx_free(x);
@@ -285,7 +286,7 @@ static void test_pull_after_retention_and_wrap(void **state)
 	assert_int_equal(dxl_logstore_head(x->sls, 0, &h), 0);
 	assert_true(h.pos > 3 * 16384);
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.head.pos, h.pos);
 	assert_int_equal(st.head.seq, h.seq);
 	assert_int_equal(st.head.last_ts, h.last_ts);
@@ -296,7 +297,7 @@ static void test_pull_after_retention_and_wrap(void **state)
 	assert_int_equal(dxl_logstore_head(x->lls, 0, &lh), 0);
 	assert_int_equal(lh.pos, h.pos);
 	assert_int_equal(lh.gen, h.gen);
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.changed, 0);
 	fx_free(x);
 }
@@ -341,10 +342,10 @@ static void test_pull_retries_while_the_head_moves(void **state)
 		put(x, t, 300);
 	/* moved once: the second copy is exact */
 	struct mover m = {.x = x, .moves_until = 1};
-	dxl_pull_set_test_hook(move_head, &m);
+	dxl_rcv_pull_set_test_hook(move_head, &m);
 	struct dxl_pull_stats st;
-	int ret = dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st);
-	dxl_pull_set_test_hook(NULL, NULL);
+	int ret = dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st);
+	dxl_rcv_pull_set_test_hook(NULL, NULL);
 	assert_int_equal(ret, 0);
 	assert_int_equal(m.calls, 2);
 	assert_int_equal(st.attempts, 2);
@@ -357,9 +358,9 @@ static void test_pull_retries_while_the_head_moves(void **state)
 	/* moving all the time, the space behind it reused at once: the last
 	 * copy is kept with the later head, and from there it is right */
 	m = (struct mover){.x = x, .moves_until = 100, .scribble = 1};
-	dxl_pull_set_test_hook(move_head, &m);
-	ret = dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st);
-	dxl_pull_set_test_hook(NULL, NULL);
+	dxl_rcv_pull_set_test_hook(move_head, &m);
+	ret = dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st);
+	dxl_rcv_pull_set_test_hook(NULL, NULL);
 	assert_int_equal(ret, 0);
 	assert_int_equal(st.attempts, DXL_PULL_MAX_ATTEMPTS);
 	assert_int_equal(m.calls, DXL_PULL_MAX_ATTEMPTS);
@@ -397,7 +398,7 @@ static void test_torn_record_at_the_end(void **state)
 	memcpy(b, rec, 256);
 	memcpy(b + 512, rec + 512, 256); /* header and trailer, not 256..511 */
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.records, 10);
 	assert_int_equal(st.end_pos, tail);
 	assert_int_equal(st.end_seq, seq);
@@ -405,7 +406,7 @@ static void test_torn_record_at_the_end(void **state)
 	assert_int_equal(dxl_ring_scan(x->lls, 0, NULL, NULL, NULL, NULL), 10);
 	/* the rest lands: the next pull has it */
 	memcpy(b + 256, rec + 256, 256);
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.records, 11);
 	assert_int_equal(st.end_pos, tail + 768);
 	uint64_t nonzero = 0; /* the local bytes there were zero */
@@ -420,17 +421,17 @@ static void test_pull_errors(void **state)
 	struct fx *x = fx_new(65536);
 	put(x, 1, 100);
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(x->lls, 2, x->qp, &x->t[0], &st),
+	assert_int_equal(dxl_xfer_pull(x->lls, 2, x->qp, &x->t[0], &st),
 			 DXL_E_INVAL);
 	struct dxl_log_target t = x->t[0];
 	t.ring_size = 2 * x->ring_size;
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &t, &st), DXL_E_INVAL);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &t, &st), DXL_E_INVAL);
 	assert_non_null(strstr(dxl_errmsg(), "the local ring 65536"));
 	/* a bounce buffer too small */
 	void *bmem = dxlt_alloc_pages(65536);
 	struct dxl_mr *bmr;
 	assert_int_equal(dxl_mr_reg(x->f, bmem, 65536, DXL_MR_LOCAL_WRITE, &bmr), 0);
-	assert_int_equal(dxl_logstore_pull_buf(x->lls, 0, x->qp, &x->t[0], bmr, &st),
+	assert_int_equal(dxl_xfer_pull_buf(x->lls, 0, x->qp, &x->t[0], bmr, &st),
 			 DXL_E_INVAL);
 	dxl_mr_dereg(&bmr);
 	dxlt_free_pages(bmem, 65536);
@@ -438,7 +439,7 @@ static void test_pull_errors(void **state)
 	uint8_t *before = malloc(DXL_RING_CTL_SIZE + x->ring_size);
 	memcpy(before, ring_bytes(x->lreg, x->lls, 0), DXL_RING_CTL_SIZE + x->ring_size);
 	dxl_mr_dereg(&x->smr);
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st),
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st),
 			 DXL_E_ACCESS);
 	assert_int_equal(st.changed, 0);
 	assert_memory_equal(before, ring_bytes(x->lreg, x->lls, 0),
@@ -583,7 +584,7 @@ static void test_pull_while_a_writer_appends(void **state)
 	while (pulls < 40 && (pulls < 3 || !atomic_load(&w.done))) {
 		/* what was acknowledged before the copy began is in it */
 		uint64_t acked = atomic_load(&w.progress);
-		assert_int_equal(dxl_logstore_pull(lls, 0, qp, &rep.target[0], &st), 0);
+		assert_int_equal(dxl_xfer_pull(lls, 0, qp, &rep.target[0], &st), 0);
 		uint64_t last = check_prefix(lls, &st);
 		assert_true(last >= acked);
 		assert_true(last >= prev_last);
@@ -600,7 +601,7 @@ static void test_pull_while_a_writer_appends(void **state)
 	assert_int_equal(w.err, 0);
 	assert_true(w.appended > 0);
 	/* once the writer is done, the copy ends where the writer did */
-	assert_int_equal(dxl_logstore_pull(lls, 0, qp, &rep.target[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(lls, 0, qp, &rep.target[0], &st), 0);
 	uint64_t last = check_prefix(lls, &st);
 	assert_int_equal(st.end_pos, w.tail);
 	assert_int_equal(st.end_seq, w.tail_seq);
@@ -650,7 +651,7 @@ static void test_crash_mid_pull_keeps_a_consistent_ring(void **state)
 		dxl_appender_wait(x->a, 100);
 	}
 	struct dxl_pull_stats st;
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_int_equal(st.records, 10);
 	for (uint64_t t = 11; t <= 30; t++)
 		put(x, t, 700);
@@ -669,9 +670,9 @@ static void test_crash_mid_pull_keeps_a_consistent_ring(void **state)
 	assert_int_equal(dxl_logstore_set_head(x->sls, 0, it.pos, it.seq, 1005), 0);
 	assert_int_equal(dxl_logstore_watermark(x->sls, 0), 1031);
 
-	dxl_pull_set_crash_hook(crash_now, NULL);
-	int ret = dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st);
-	dxl_pull_set_crash_hook(NULL, NULL);
+	dxl_rcv_pull_set_crash_hook(crash_now, NULL);
+	int ret = dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st);
+	dxl_rcv_pull_set_crash_hook(NULL, NULL);
 	assert_int_equal(ret, DXL_E_IO);
 	dxl_err_clear();
 	/* what a restart of the local replica finds */
@@ -695,7 +696,7 @@ static void test_crash_mid_pull_keeps_a_consistent_ring(void **state)
 			 (unsigned long long)wm, (unsigned long long)(wm - 1001),
 			 (unsigned long long)last);
 	/* the next pull completes the copy */
-	assert_int_equal(dxl_logstore_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
+	assert_int_equal(dxl_xfer_pull(x->lls, 0, x->qp, &x->t[0], &st), 0);
 	assert_same_bytes(x, 0, 0);
 	assert_int_equal(dxl_logstore_watermark(x->lls, 0), 1031);
 	fx_free(x);
