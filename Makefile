@@ -118,10 +118,15 @@ test: all
 
 # Real verbs: dxl's binaries in a Soft-RoCE QEMU guest (docs/rdma.md).
 # Exit status 77 (with a "SKIPPED: rdma-guest: ..." line) = cannot run here.
+# cluster.list needs ZooKeeper: DXL_TEST_ZK, else one started here (the
+# guest reaches it through QEMU's 10.0.2.2), else one in the guest.
 test-rdma: all
-	scripts/rdma-guest.sh -q --timeout 540 --env DXL_BUILD=$(O) \
+	zkd=$$(mktemp -d /tmp/dxl-zk-rdma.XXXXXX) && \
+	export DXL_TEST_ZK=$${DXL_TEST_ZK:-$$(scripts/zk.sh start $$zkd)}; \
+	scripts/rdma-guest.sh -q --timeout 580 --env DXL_BUILD=$(O) \
 		--list tests/rdma/smoke.list --list tests/rdma/dxl.list \
-		--list tests/rdma/fabric.list
+		--list tests/rdma/fabric.list --list tests/rdma/cluster.list; \
+	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 
 # the fabric benchmark on verbs and tcp in one Soft-RoCE guest: verbs/tcp ratios
 bench-rdma: all

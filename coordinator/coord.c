@@ -268,17 +268,26 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 		goto fail;
 	c->id = id;
 	c->session_epoch = dxl_zk_session_epoch(zk);
+	/* the configuration first: the fabric is the primaries' provider */
+	if ((ret = coord_refresh(c))) {
+		dxl_coord_znode_delete(zk, c->id);
+		goto fail;
+	}
+	struct view *v0 = c->view;
+	const char *peer = NULL;
+	for (uint32_t s = 0; s < v0->nshards && !peer; s++)
+		if (v0->shards[s].ok)
+			peer = v0->shards[s].addr;
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
 	fc.node_id = 0x10000u + c->id; /* coordinators are not replica nodes */
 	snprintf(fc.listen_addr, sizeof(fc.listen_addr), "%s", cfg->bind);
 	fc.timeout_ms = cfg->fabric_timeout_ms;
-	if ((ret = dxl_fabric_new(&fc, &c->f))) {
-		dxl_coord_znode_delete(zk, c->id);
-		goto fail;
-	}
-	if ((ret = coord_refresh(c))) {
-		dxl_fabric_delete(&c->f);
+	/* verbs: a loopback bind becomes the interface that reaches them */
+	if ((ret = dxl_fabric_cfg_client(&fc, v0->provider, peer)) ||
+	    (ret = dxl_fabric_new(&fc, &c->f))) {
+		coord_view_put(c, c->view); /* its only reference */
+		c->view = NULL;
 		dxl_coord_znode_delete(zk, c->id);
 		goto fail;
 	}

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/common.h"
 #include "common/endian.h"
@@ -23,11 +24,27 @@
  * order per target, and hence in order overall.
  *
  * wr_id = slot << 8 | target.
+ *
+ * A target whose control block says DXL_RING_PERSISTER_ON (verbs + msync:
+ * its flush READ makes nothing durable) also gets a persist request (one
+ * inline WRITE after the watermark) and its chain READs the confirmation
+ * line after the head slots. Its share of an append is acknowledged only
+ * when the confirmation covers the request: if the flush READ came back
+ * before that, the appender keeps one re-read of the confirmation line in
+ * flight per target (wr_id slot RR_SLOT) until it does, or until
+ * persist_timeout_ms pass without progress (the target then fails). After a
+ * few re-reads that found nothing new, the next ones are spaced (50 us
+ * doubling to 1 ms): a persister's msync takes hundreds of microseconds.
  */
 
 #define HEADS_READ (2 * DXL_RING_HEAD_SLOT_SIZE)
-/* discovery reads the control block up to the incarnation slots' end */
-#define CTL_READ DXL_RING_CTL_READ
+/* discovery reads the control block up to the incarnation slots' end and
+ * the persist confirmation line, whichever is further */
+#define CTL_READ DXL_MAX(DXL_RING_CTL_READ, DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE)
+#define PLINE DXL_RING_PLINE_SIZE
+#define RR_SLOT 0xffffffu /* wr_id slot of a confirmation re-read */
+/* per slot and target: the confirmation line READ, then the request sent */
+#define PSTAGE (PLINE + DXL_RING_PREQ_SIZE + 32)
 #define CHUNK (1u << 20) /* largest single READ/WRITE of ring bytes */
 
 struct target {
@@ -36,6 +53,16 @@ struct target {
 	int dead;
 	uint64_t head_gen;
 	uint64_t head_pos;
+	/* the target's persister (DXL_RING_PERSISTER_ON) */
+	int confirm;
+	uint64_t preq_base;   /* the request of token k has id preq_base + 2 + k */
+	uint64_t pdone;       /* the highest id it confirmed */
+	uint64_t ppos;        /* ring positions below it are confirmed */
+	int reread;           /* a re-read of its confirmation line is in flight */
+	uint32_t rr_idle;     /* re-reads in a row that found no progress */
+	uint64_t rr_due_ns;   /* the next re-read not before (backing off) */
+	uint64_t wait_ms;     /* waiting for it since (no progress); 0: not */
+	uint64_t warned_ms;   /* the wait_ms a slow-persister warning was for */
 	uint64_t owner;  /* the owner word this appender's claim wrote */
 	int owner_closed; /* dxl_appender_close cleared it */
 };
@@ -58,6 +85,9 @@ struct slot {
 	uint8_t *rec;        /* staging: the record */
 	uint8_t *skip;       /* staging: a skip record */
 	uint8_t *heads;      /* DXL_APPEND_MAX_TARGETS * HEADS_READ: flush READs */
+	uint8_t *pdone;      /* DXL_APPEND_MAX_TARGETS * PLINE: confirmations */
+	uint32_t chain_done; /* targets whose flush READ came back unconfirmed */
+	uint64_t preq_to;    /* the ring position its persist requests cover to */
 };
 
 struct dxl_appender {
@@ -93,6 +123,8 @@ struct dxl_appender {
 	int closed;      /* the final watermark is on every target: no more appends */
 	int close_done;  /* and every target's owner word is cleared */
 	bool test_wmark_after_flush; /* dxl_appender_test_wmark_after_flush */
+	uint8_t *rr;          /* DXL_APPEND_MAX_TARGETS * PLINE: re-reads */
+	struct dxl_appender_persist_stats pst;
 };
 
 void dxl_appender_test_wmark_after_flush(struct dxl_appender *a, bool on)
@@ -107,6 +139,7 @@ void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg)
 	cfg->max_record = 65536;
 	cfg->mode = DXL_PWRITE_H9;
 	cfg->full_wait_ms = 2000;
+	cfg->persist_timeout_ms = 10000;
 }
 
 int dxl_log_target_init(struct dxl_log_target *t, const struct dxl_logstore *ls,
@@ -221,6 +254,16 @@ static int discover(struct dxl_appender *a, struct target *t, uint8_t *buf,
 		if (!memcmp(hb + DXL_RING_INC_OFF + i * DXL_RING_INC_SLOT, slot, 16))
 			v->inc_slot = i;
 	}
+	/* a persister to wait for? Our request ids start above every id its
+	 * line holds (a previous writer's requests and confirmations) */
+	struct dxl_persist_req q = {0};
+	uint64_t done = 0;
+	t->confirm = dxl_ring_pdone_decode(hb + DXL_RING_PDONE_OFF, &done);
+	dxl_ring_preq_decode(hb + DXL_RING_PREQ_OFF, &q);
+	t->preq_base = DXL_MAX(q.id, done);
+	t->pdone = t->preq_base;
+	if (t->confirm)
+		a->pst.targets |= 1u << (unsigned)(t - a->tg);
 	t->head_gen = v->head.gen;
 	t->head_pos = v->head.pos;
 	v->last_ts = v->head.last_ts;
@@ -408,6 +451,62 @@ static int exec_repair(struct dxl_appender *a, struct target *t,
 				  dxl_mr_lkey(a->mr))))
 		return ret;
 	note_head(t, hb);
+	return 0;
+}
+
+static void nap_us(unsigned us)
+{
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * open_confirm -- on every target with a persister, have what its ring holds
+ * from its head on, and the line after the end (repair's zeroed line),
+ * made durable before the first append: repair has just made records a
+ * previous writer never saw confirmed acknowledged, and truncated or
+ * completed rings with one-sided WRITEs.
+ */
+static int open_confirm(struct dxl_appender *a)
+{
+	uint32_t lkey = dxl_mr_lkey(a->mr);
+	uint8_t *b = a->slots[0].rec; /* staging; nothing in flight yet */
+	for (unsigned i = 0; i < a->n; i++) {
+		struct target *t = &a->tg[i];
+		if (!t->confirm)
+			continue;
+		struct dxl_persist_req q = {.id = t->preq_base + 1,
+					    .from = t->head_pos,
+					    .to = a->tail_pos + DXL_REC_MIN_SIZE};
+		struct dxl_fatptr fp = data_fp(t);
+		dxl_ring_preq_encode(&q, b);
+		int ret = dxl_rdpma_write(t->qp, &fp, t->t.ctl_off + DXL_RING_PREQ_OFF,
+					  b, DXL_RING_PREQ_SIZE, lkey);
+		a->pst.requests++;
+		uint64_t deadline = dxl_now_ms() + a->cfg.persist_timeout_ms, done = 0;
+		while (!ret) {
+			ret = dxl_rdpma_read(t->qp, &fp, t->t.ctl_off + DXL_RING_PDONE_OFF,
+					     b + PLINE, PLINE, lkey);
+			if (ret)
+				break;
+			dxl_ring_pdone_decode(b + PLINE, &done);
+			if (done >= q.id)
+				break;
+			if (dxl_now_ms() >= deadline)
+				ret = dxl_err_set(DXL_E_UNREACHABLE,
+						  "its persister confirmed nothing in %u ms",
+						  a->cfg.persist_timeout_ms);
+			a->pst.rereads++;
+			nap_us(50);
+		}
+		if (ret) {
+			dxl_err_prefix("appender (writer %u): persisting ring %u at %s",
+				       a->cfg.writer_id, t->t.ring, t->t.addr);
+			return ret;
+		}
+		t->pdone = done;
+		t->ppos = a->tail_pos;
+	}
 	return 0;
 }
 
@@ -748,8 +847,11 @@ int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 	a->n = n;
 	a->ring_size = targets[0].ring_size;
 	a->slots = calloc(cfg->max_inflight, sizeof(*a->slots));
-	size_t per = 2ull * cfg->max_record + DXL_APPEND_MAX_TARGETS * HEADS_READ;
-	a->mem_len = DXL_ALIGN_UP(per * cfg->max_inflight, 4096ull);
+	size_t per = 2ull * cfg->max_record +
+		     DXL_APPEND_MAX_TARGETS * (HEADS_READ + PSTAGE);
+	a->mem_len = DXL_ALIGN_UP(per * cfg->max_inflight +
+					  DXL_APPEND_MAX_TARGETS * PLINE,
+				  4096ull);
 	if (!a->slots || posix_memalign((void **)&a->mem, 4096, a->mem_len)) {
 		ret = dxl_err_set(DXL_E_NOMEM, "appender: out of memory");
 		goto err_free;
@@ -760,7 +862,9 @@ int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 		s->rec = a->mem + per * i;
 		s->skip = s->rec + cfg->max_record;
 		s->heads = s->skip + cfg->max_record;
+		s->pdone = s->heads + DXL_APPEND_MAX_TARGETS * HEADS_READ;
 	}
+	a->rr = a->mem + per * cfg->max_inflight;
 	struct dxl_fabric *f = dxl_ctx_fabric(ctx);
 	if ((ret = dxl_mr_reg(f, a->mem, a->mem_len, DXL_MR_LOCAL_WRITE, &a->mr)))
 		goto err_free;
@@ -771,7 +875,7 @@ int dxl_appender_new(struct dxl_ctx *ctx, const struct dxl_appender_cfg *cfg,
 			goto err_qps;
 	}
 
-	if ((ret = find_tail(a, f)))
+	if ((ret = find_tail(a, f)) || (ret = open_confirm(a)))
 		goto err_qps;
 	*out = a;
 	return 0;
@@ -855,6 +959,12 @@ void dxl_appender_repair_stats(const struct dxl_appender *a,
 	*out = a->repair;
 }
 
+void dxl_appender_persist_stats(const struct dxl_appender *a,
+				struct dxl_appender_persist_stats *out)
+{
+	*out = a->pst;
+}
+
 void dxl_appender_repaired(const struct dxl_appender *a, uint64_t *bytes_copied,
 			   uint32_t *targets_truncated)
 {
@@ -876,21 +986,199 @@ static int status_err(enum dxl_wc_status st)
 	}
 }
 
+static void slot_fail(struct slot *s, uint32_t bit, int err)
+{
+	s->pending &= ~bit;
+	s->failed |= bit;
+	if (!s->err)
+		s->err = err;
+	if (!s->pending)
+		s->done = 1;
+}
+
+/* target t is dead: the operations whose flush READ came back and which
+ * only waited for its persister's confirmation will hear nothing more */
+static void drop_waiting(struct dxl_appender *a, unsigned t, int err)
+{
+	uint32_t bit = 1u << t;
+	for (uint64_t k = a->done_token; k < a->next_token; k++) {
+		struct slot *s = &a->slots[k % a->cfg.max_inflight];
+		if (s->used && (s->pending & bit) && (s->chain_done & bit))
+			slot_fail(s, bit, err);
+	}
+	a->tg[t].wait_ms = 0;
+}
+
 static void target_failed(struct dxl_appender *a, struct slot *s, unsigned t,
 			  int err)
 {
 	uint32_t bit = 1u << t;
 	if (!(s->pending & bit))
 		return; /* a second completion of the same chain (flushed) */
-	if (!a->tg[t].dead)
+	if (!a->tg[t].dead) {
 		DXL_WARN("appender (writer %u): ring %u at %s failed: %s",
 			 a->cfg.writer_id, a->tg[t].t.ring, a->tg[t].t.addr,
 			 dxl_strerror(err));
-	a->tg[t].dead = 1;
+		a->tg[t].dead = 1;
+		drop_waiting(a, t, err);
+	}
 	s->pending &= ~bit;
 	s->failed |= bit;
 	if (!s->err)
 		s->err = err;
+}
+
+static uint64_t preq_id(const struct target *tg, uint64_t token)
+{
+	return tg->preq_base + 2 + token;
+}
+
+/* the flush READs of operation s on target t: the head slots, and with a
+ * persister the confirmation line; the last one carries wr_id, signalled */
+static int flush_reads(struct dxl_appender *a, struct slot *s, unsigned t,
+		       uint64_t wr_id, struct dxl_wr rd[2])
+{
+	struct target *tg = &a->tg[t];
+	uint32_t lkey = dxl_mr_lkey(a->mr);
+	rd[0] = (struct dxl_wr){.wr_id = wr_id, .op = DXL_WR_READ,
+				.flags = tg->confirm ? 0 : DXL_WR_SIGNALED,
+				.local = s->heads + t * HEADS_READ,
+				.len = HEADS_READ, .lkey = lkey,
+				.remote_addr = tg->t.data.addr + tg->t.ctl_off,
+				.rkey = tg->t.data.rkey};
+	if (!tg->confirm)
+		return 1;
+	rd[1] = (struct dxl_wr){.wr_id = wr_id, .op = DXL_WR_READ,
+				.flags = DXL_WR_SIGNALED,
+				.local = s->pdone + t * PSTAGE, .len = PLINE,
+				.lkey = lkey,
+				.remote_addr = tg->t.data.addr + tg->t.ctl_off +
+					       DXL_RING_PDONE_OFF,
+				.rkey = tg->t.data.rkey};
+	rd[0].next = &rd[1];
+	return 2;
+}
+
+/* the persist request of operation s for target t (after its WRITEs) */
+static void preq_write(struct dxl_appender *a, struct slot *s, unsigned t,
+		       uint64_t wr_id, struct dxl_wr *w)
+{
+	struct target *tg = &a->tg[t];
+	uint8_t *b = s->pdone + t * PSTAGE + PLINE;
+	struct dxl_persist_req q = {.id = preq_id(tg, s->token), .from = tg->ppos,
+				    .to = s->preq_to};
+	dxl_ring_preq_encode(&q, b);
+	*w = (struct dxl_wr){.wr_id = wr_id, .op = DXL_WR_WRITE, .local = b,
+			     .len = DXL_RING_PREQ_SIZE, .lkey = dxl_mr_lkey(a->mr),
+			     .remote_addr = tg->t.data.addr + tg->t.ctl_off +
+					    DXL_RING_PREQ_OFF,
+			     .rkey = tg->t.data.rkey};
+	a->pst.requests++;
+}
+
+static int post_reread(struct dxl_appender *a, unsigned t)
+{
+	struct target *tg = &a->tg[t];
+	struct dxl_wr r = {.wr_id = (uint64_t)RR_SLOT << 8 | t,
+			   .op = DXL_WR_READ, .flags = DXL_WR_SIGNALED,
+			   .local = a->rr + t * PLINE, .len = PLINE,
+			   .lkey = dxl_mr_lkey(a->mr),
+			   .remote_addr = tg->t.data.addr + tg->t.ctl_off +
+					  DXL_RING_PDONE_OFF,
+			   .rkey = tg->t.data.rkey};
+	int ret = dxl_qp_post(tg->qp, &r, NULL);
+	if (ret == DXL_E_AGAIN)
+		return 0; /* the send queue is full: progress() tries again */
+	if (ret) {
+		DXL_WARN("appender (writer %u): ring %u at %s failed: %s",
+			 a->cfg.writer_id, tg->t.ring, tg->t.addr, dxl_errmsg());
+		tg->dead = 1;
+		drop_waiting(a, t, ret == DXL_E_STATE ? DXL_E_STATE : DXL_E_UNREACHABLE);
+		return ret;
+	}
+	tg->reread = 1;
+	a->pst.rereads++;
+	return 0;
+}
+
+/* a confirmation line READ from target t; 1 if it confirmed more */
+static int note_pdone(struct target *tg, const uint8_t *line)
+{
+	uint64_t d;
+	dxl_ring_pdone_decode(line, &d);
+	if (d <= tg->pdone)
+		return 0;
+	tg->pdone = d;
+	tg->rr_idle = 0;
+	tg->rr_due_ns = 0;
+	if (tg->wait_ms)
+		tg->wait_ms = dxl_now_ms(); /* progress */
+	return 1;
+}
+
+/* acknowledge on target t what its persister confirmed; keep a re-read in
+ * flight while something still waits */
+static void confirm_sweep(struct dxl_appender *a, unsigned t)
+{
+	struct target *tg = &a->tg[t];
+	uint32_t bit = 1u << t;
+	int waiting = 0;
+	for (uint64_t k = a->done_token; k < a->next_token; k++) {
+		struct slot *s = &a->slots[k % a->cfg.max_inflight];
+		if (!s->used || !(s->pending & bit) || !(s->chain_done & bit))
+			continue;
+		if (preq_id(tg, s->token) > tg->pdone) {
+			waiting = 1;
+			continue;
+		}
+		s->pending &= ~bit;
+		s->acked |= bit;
+		if (s->preq_to > tg->ppos)
+			tg->ppos = s->preq_to;
+		if (!s->pending)
+			s->done = 1;
+	}
+	if (!waiting || tg->dead) {
+		tg->wait_ms = 0;
+		return;
+	}
+	if (!tg->wait_ms)
+		tg->wait_ms = dxl_now_ms();
+	if (!tg->reread && (!tg->rr_due_ns || dxl_now_ns() >= tg->rr_due_ns))
+		post_reread(a, t);
+}
+
+/* from progress(): re-reads the send queue refused, and persisters that
+ * stopped confirming */
+static void confirm_check(struct dxl_appender *a)
+{
+	uint64_t now = 0;
+	for (unsigned t = 0; t < a->n; t++) {
+		struct target *tg = &a->tg[t];
+		if (!tg->confirm || tg->dead || !tg->wait_ms)
+			continue;
+		if (!tg->reread && (!tg->rr_due_ns || dxl_now_ns() >= tg->rr_due_ns) &&
+		    post_reread(a, t))
+			continue;
+		if (!now)
+			now = dxl_now_ms();
+		if (now - tg->wait_ms >= 1000 && tg->warned_ms != tg->wait_ms) {
+			tg->warned_ms = tg->wait_ms;
+			DXL_WARN("appender (writer %u): ring %u at %s: its persister has confirmed nothing for %llu ms (confirmed id %llu, next wanted %llu, %llu re-reads so far)",
+				 a->cfg.writer_id, tg->t.ring, tg->t.addr,
+				 (unsigned long long)(now - tg->wait_ms),
+				 (unsigned long long)tg->pdone,
+				 (unsigned long long)preq_id(tg, a->done_token),
+				 (unsigned long long)a->pst.rereads);
+		}
+		if (now - tg->wait_ms < a->cfg.persist_timeout_ms)
+			continue;
+		DXL_WARN("appender (writer %u): ring %u at %s failed: its persister confirmed nothing in %u ms",
+			 a->cfg.writer_id, tg->t.ring, tg->t.addr,
+			 a->cfg.persist_timeout_ms);
+		tg->dead = 1;
+		drop_waiting(a, t, DXL_E_UNREACHABLE);
+	}
 }
 
 static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
@@ -900,9 +1188,10 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 	struct dxl_fatptr fp = data_fp(tg);
 	uint32_t lkey = dxl_mr_lkey(a->mr);
 	uint64_t wr_id = (uint64_t)slot_idx << 8 | t;
-	struct dxl_wr w[4];
+	struct dxl_wr w[7];
 	int k = 0;
 	memset(w, 0, sizeof(w));
+	int confirm = tg->confirm && a->cfg.mode != DXL_PWRITE_NOFLUSH;
 	/* the watermark goes inline (copied at post), after the record */
 	uint8_t wm[DXL_RING_WMARK_SIZE];
 	dxl_put_le64(wm, s->wmark);
@@ -913,15 +1202,12 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 			     .remote_addr = fp.addr + tg->t.ctl_off + DXL_RING_WMARK_OFF,
 			     .rkey = fp.rkey};
 	if (s->heartbeat) {
-		struct dxl_wr rd = {.wr_id = wr_id, .op = DXL_WR_READ,
-				    .flags = DXL_WR_SIGNALED,
-				    .local = s->heads + t * HEADS_READ,
-				    .len = HEADS_READ, .lkey = lkey,
-				    .remote_addr = fp.addr + tg->t.ctl_off,
-				    .rkey = fp.rkey};
-		w[0] = wmw;
-		w[1] = rd;
-		w[0].next = &w[1];
+		w[k++] = wmw;
+		if (confirm)
+			preq_write(a, s, t, wr_id, &w[k++]);
+		k += flush_reads(a, s, t, wr_id, &w[k]);
+		for (int i = 0; i + 1 < k; i++)
+			w[i].next = &w[i + 1];
 		return dxl_qp_post(tg->qp, w, NULL);
 	}
 	if (s->skip_len) {
@@ -939,15 +1225,18 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 					 s->heads + t * HEADS_READ, lkey, wr_id);
 	if (ret < 0)
 		return ret;
-	pair[1].len = HEADS_READ; /* read both head slots: flush + free space */
+	/* the READs: flush_reads (both head slots: flush + free space, and
+	 * the persister's confirmation) instead of pair[1] */
 	w[k++] = pair[0];
 	/* the watermark before the flush READ: as durable as the record when
 	 * the append is acknowledged (a tailer may deliver below it at once) */
 	if (!a->test_wmark_after_flush)
 		w[k++] = wmw;
+	if (confirm)
+		preq_write(a, s, t, wr_id, &w[k++]);
 	switch (a->cfg.mode) {
 	case DXL_PWRITE_H9:
-		w[k++] = pair[1];
+		k += flush_reads(a, s, t, wr_id, &w[k]);
 		if (a->test_wmark_after_flush) /* the broken order, for tests */
 			w[k++] = wmw;
 		break;
@@ -967,20 +1256,35 @@ static int post_chain(struct dxl_appender *a, struct slot *s, unsigned t,
 static int post_straw_read(struct dxl_appender *a, struct slot *s, unsigned t,
 			   uint32_t slot_idx)
 {
-	struct target *tg = &a->tg[t];
-	struct dxl_wr r = {.wr_id = (uint64_t)slot_idx << 8 | t,
-			   .op = DXL_WR_READ, .flags = DXL_WR_SIGNALED,
-			   .local = s->heads + t * HEADS_READ, .len = HEADS_READ,
-			   .lkey = dxl_mr_lkey(a->mr),
-			   .remote_addr = tg->t.data.addr + tg->t.ctl_off,
-			   .rkey = tg->t.data.rkey};
-	return dxl_qp_post(tg->qp, &r, NULL);
+	struct dxl_wr r[2];
+	flush_reads(a, s, t, (uint64_t)slot_idx << 8 | t, r);
+	return dxl_qp_post(a->tg[t].qp, r, NULL);
 }
 
 static void on_wc(struct dxl_appender *a, const struct dxl_wc *wc)
 {
 	uint32_t si = (uint32_t)(wc->wr_id >> 8);
 	unsigned t = (unsigned)(wc->wr_id & 0xff);
+	if (si == RR_SLOT && t < a->n) { /* a confirmation re-read */
+		a->tg[t].reread = 0;
+		if (wc->status != DXL_WC_SUCCESS) {
+			if (!a->tg[t].dead)
+				DXL_WARN("appender (writer %u): ring %u at %s failed: %s",
+					 a->cfg.writer_id, a->tg[t].t.ring,
+					 a->tg[t].t.addr,
+					 dxl_strerror(status_err(wc->status)));
+			a->tg[t].dead = 1;
+			drop_waiting(a, t, status_err(wc->status));
+			return;
+		}
+		struct target *tg = &a->tg[t];
+		if (!note_pdone(tg, a->rr + t * PLINE) && ++tg->rr_idle > 4)
+			tg->rr_due_ns = dxl_now_ns() +
+					DXL_MIN(50000ull << DXL_MIN(tg->rr_idle - 5, 5u),
+						1000000ull);
+		confirm_sweep(a, t);
+		return;
+	}
 	if (si >= a->cfg.max_inflight || t >= a->n)
 		return; /* not ours (cannot happen: we own the ctx) */
 	struct slot *s = &a->slots[si];
@@ -999,6 +1303,15 @@ static void on_wc(struct dxl_appender *a, const struct dxl_wc *wc)
 	} else {
 		if (a->cfg.mode != DXL_PWRITE_NOFLUSH)
 			note_head(&a->tg[t], s->heads + t * HEADS_READ);
+		if (a->tg[t].confirm && a->cfg.mode != DXL_PWRITE_NOFLUSH) {
+			/* placed; durable once the persister confirms */
+			note_pdone(&a->tg[t], s->pdone + t * PSTAGE);
+			s->chain_done |= bit;
+			if (preq_id(&a->tg[t], s->token) > a->tg[t].pdone)
+				a->pst.waited++;
+			confirm_sweep(a, t);
+			return;
+		}
 		s->pending &= ~bit;
 		s->acked |= bit;
 	}
@@ -1017,8 +1330,10 @@ static int progress(struct dxl_appender *a)
 		for (int i = 0; i < n; i++)
 			on_wc(a, &wc[i]);
 		total += n;
-		if (n < 32)
+		if (n < 32) {
+			confirm_check(a);
 			return total;
+		}
 	}
 }
 
@@ -1061,6 +1376,28 @@ int dxl_appender_wait(struct dxl_appender *a, int timeout_ms)
 	if (a->done_token < a->next_token &&
 	    a->slots[a->done_token % a->cfg.max_inflight].done)
 		return 0;
+	/* a re-read held back (backing off) is posted by the next poll: do
+	 * not sleep past it */
+	uint64_t due = UINT64_MAX;
+	for (unsigned t = 0; t < a->n; t++) {
+		const struct target *tg = &a->tg[t];
+		if (tg->confirm && !tg->dead && tg->wait_ms && !tg->reread &&
+		    tg->rr_due_ns < due)
+			due = tg->rr_due_ns;
+	}
+	if (due != UINT64_MAX) {
+		uint64_t now = dxl_now_ns();
+		if (due <= now)
+			return 0;
+		if (due - now < 1000000ull || timeout_ms == 0) {
+			if (timeout_ms != 0)
+				nap_us((unsigned)((due - now) / 1000));
+			return 0;
+		}
+		int ms = (int)((due - now + 999999) / 1000000);
+		if (timeout_ms < 0 || ms < timeout_ms)
+			timeout_ms = ms;
+	}
 	return dxl_ctx_wait(a->ctx, timeout_ms);
 }
 
@@ -1088,6 +1425,9 @@ static int outstanding(const struct dxl_appender *a)
 {
 	for (uint64_t k = a->done_token; k < a->next_token; k++)
 		if (!a->slots[k % a->cfg.max_inflight].done)
+			return 1;
+	for (unsigned t = 0; t < a->n; t++)
+		if (a->tg[t].reread)
 			return 1;
 	return 0;
 }
@@ -1222,6 +1562,8 @@ int dxl_appender_append(struct dxl_appender *a, const struct dxl_rec *rec,
 	s->err = 0;
 	s->seq = p.rec_seq;
 	s->pos = p.rec_pos;
+	s->chain_done = 0;
+	s->preq_to = p.new_tail_pos;
 	memset(s->straw_read_posted, 0, sizeof(s->straw_read_posted));
 	for (unsigned t = 0; t < a->n; t++) {
 		s->pending |= 1u << t;
@@ -1295,6 +1637,8 @@ int dxl_appender_heartbeat(struct dxl_appender *a, uint64_t ts)
 	s->token = a->next_token;
 	s->pending = s->acked = s->failed = 0;
 	s->err = 0;
+	s->chain_done = 0;
+	s->preq_to = a->tail_pos;
 	for (unsigned t = 0; t < a->n; t++) {
 		s->pending |= 1u << t;
 		if (a->tg[t].dead) {

@@ -43,6 +43,16 @@ int dxl_ring_iter_step(struct dxl_ring_iter *it, struct dxl_rec *rec,
 		       uint64_t *at);
 
 /*
+ * dxl_persist_set_test_hook -- for tests of the persister's ordering: after
+ * each dxl_region_persist a persister pass makes while serving a request of
+ * ring `ring`, fn(ring, addr, len, arg) is called (the confirmation must not
+ * be published yet). NULL = none. Set it while no persister runs.
+ */
+typedef void (*dxl_persist_hook_fn)(uint32_t ring, const void *addr, size_t len,
+				    void *arg);
+void dxl_persist_set_test_hook(dxl_persist_hook_fn fn, void *arg);
+
+/*
  * dxl_tail_set_test_hook -- fault injection for tests: while set, a
  * tailer's poll posts its READs one at a time and calls fn(stage, ring,
  * arg) after each has completed (stage: which pass it belongs to), so a

@@ -203,6 +203,11 @@ int dxl_xfer_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 	 * what the old ring held (a crash in between: test_pull) */
 	struct dxl_region *r = dxl_logstore_region(ls);
 	uint8_t *data = dxl_region_data(r);
+	/* the persist request and confirmation lines are this replica's own
+	 * (its persister's state and mark, its writers' request ids): kept */
+	memcpy(c1 + DXL_RING_PREQ_OFF,
+	       data + dxl_logstore_ctl_off(ls, ring) + DXL_RING_PREQ_OFF,
+	       DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE - DXL_RING_PREQ_OFF);
 	st->changed = sync_bytes(r, data + dxl_logstore_buf_off(ls, ring),
 				       buf, size);
 	if (crash_hook && crash_hook(crash_hook_arg)) {

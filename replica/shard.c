@@ -15,6 +15,7 @@ struct dxl_shard {
 	struct dxl_region *reg;
 	struct dxl_logstore *ls;
 	struct dxl_mr *mr; /* NULL while deregistered */
+	struct dxl_persister *ps; /* verbs + msync: while registered */
 };
 
 static const unsigned SHARD_ACCESS = DXL_MR_REMOTE_READ | DXL_MR_REMOTE_WRITE |
@@ -191,8 +192,16 @@ int dxl_shard_register(struct dxl_shard *s, struct dxl_fabric *f)
 			     dxl_region_data_size(s->reg), SHARD_ACCESS, &s->mr);
 	if (ret)
 		return ret;
-	/* msync mode: the flush READs msync what they make durable */
+	/* msync mode: the flush READs msync what they make durable (tcp) */
 	ret = dxl_region_bind_mr(s->reg, s->mr);
+	/* verbs + msync: the NIC's flush READ persists nothing; our CPU does,
+	 * and the rings tell writers to wait for it (docs/log.md). Marked
+	 * before any writer can learn the descriptor. */
+	if (!ret && dxl_persist_needed(dxl_region_durability(s->reg),
+				       dxl_fabric_provider(f)))
+		ret = dxl_persister_start(s->ls, &s->ps);
+	else if (!ret)
+		dxl_logstore_persister_mark(s->ls, 0);
 	if (ret)
 		dxl_mr_dereg(&s->mr);
 	return ret;
@@ -202,6 +211,14 @@ void dxl_shard_deregister(struct dxl_shard *s)
 {
 	if (s && s->mr)
 		dxl_mr_dereg(&s->mr);
+	/* after the MR: no remote WRITE can arrive any more */
+	if (s)
+		dxl_persister_stop(&s->ps);
+}
+
+struct dxl_persister *dxl_shard_persister(const struct dxl_shard *s)
+{
+	return s->ps;
 }
 
 bool dxl_shard_registered(const struct dxl_shard *s)

@@ -217,7 +217,8 @@ static int try_open(struct dxl_log_writer *w)
 	if (!w->f) {
 		struct dxl_fabric_cfg fc;
 		dxl_fabric_cfg_init(&fc);
-		fc.provider = prov;
+		/* verbs: connect from the interface that reaches the members */
+		dxl_fabric_cfg_client(&fc, prov, t[0].addr);
 		fc.timeout_ms = w->cfg.fabric_timeout_ms;
 		if ((ret = dxl_fabric_new(&fc, &w->f)))
 			return ret;

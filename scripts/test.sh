@@ -43,8 +43,9 @@ if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	# here, reported as SKIPPED, never as a pass
 	echo "=== Soft-RoCE guest (verbs provider)"
 	rdma_rc=0
-	scripts/rdma-guest.sh -q --timeout 540 --list tests/rdma/smoke.list \
-		--list tests/rdma/dxl.list --list tests/rdma/fabric.list || rdma_rc=$?
+	scripts/rdma-guest.sh -q --timeout 580 --list tests/rdma/smoke.list \
+		--list tests/rdma/dxl.list --list tests/rdma/fabric.list \
+		--list tests/rdma/cluster.list || rdma_rc=$?
 	case $rdma_rc in
 	0) echo "=== Soft-RoCE guest: passed"; passed=$((passed + 1)) ;;
 	77) echo "=== Soft-RoCE guest: SKIPPED (see the line above)"; skipped=$((skipped + 1)) ;;

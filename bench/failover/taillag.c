@@ -353,7 +353,7 @@ int bf_cmd_taillag(int argc, char **argv)
 		}
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
-	fc.provider = d.provider;
+	dxl_fabric_cfg_client(&fc, d.provider, d.addr);
 	if (dxl_fabric_new(&fc, &T.f)) {
 		fprintf(stderr, "taillag: fabric: %s\n", dxl_errmsg());
 		goto out;

@@ -44,7 +44,8 @@ extern "C" {
  *    also means the WRITE is durable (H9, 000 L665-675) as far as placing
  *    makes it so: tcp runs the region's persist function first; verbs only
  *    where the NIC writes into the persistence domain (persistent memory),
- *    not into a file's page cache (that needs the owner's CPU).
+ *    not into a file's page cache (that needs the owner's CPU: for the
+ *    log, its persister, docs/log.md).
  *  - CAS and FAA are atomic against all other fabric atomics on the same
  *    8-byte word from any QP of any node. They are not atomic against CPU
  *    stores of the target: a word is owned by the NIC or by the CPU, never
@@ -157,6 +158,21 @@ struct dxl_config;
  */
 int dxl_fabric_cfg_load(const struct dxl_config *conf, struct dxl_fabric_cfg *cfg);
 
+/*
+ * dxl_fabric_cfg_client -- make cfg fit a process that connects out to
+ * peers of provider p (a log writer, a coordinator, a tailer): sets
+ * cfg->provider = p. With verbs, a loopback listen address (the default
+ * "127.0.0.1:0") cannot work -- no RDMA device sits on lo, rdma_cm then
+ * fails every connection -- so it becomes "A:0", A being the local address
+ * the kernel routes peer ("host:port") from: the interface, hence the RDMA
+ * device, that reaches the peer; "0.0.0.0:0" (the first device) when there
+ * is no route. A listen address that is not loopback is kept; tcp keeps
+ * everything. Errors: DXL_E_INVAL (cfg NULL, or listen address not
+ * host:port).
+ */
+int dxl_fabric_cfg_client(struct dxl_fabric_cfg *cfg, enum dxl_fabric_provider p,
+			  const char *peer);
+
 /* "tcp"/"verbs" <-> enum; parse returns DXL_E_INVAL on an unknown name */
 const char *dxl_fabric_provider_name(enum dxl_fabric_provider p);
 int dxl_fabric_provider_parse(const char *name, enum dxl_fabric_provider *out);
@@ -237,7 +253,9 @@ void dxl_mr_mark_durable(struct dxl_mr *mr, const void *addr, size_t len);
  * needs a CPU action (msync of a file mapping) does it there, so "the flush
  * READ completed" means what it says. Default: none (the model only).
  * The verbs provider ignores it: on real persistent memory with DDIO off
- * the NIC's READ is the flush (000 L494-500). Set it right after
+ * the NIC's READ is the flush (000 L494-500); a log region in msync mode
+ * served over verbs gets the log's persister instead (dxl_persist_needed,
+ * include/dxl/log.h). Set it right after
  * dxl_mr_reg, before peers learn the region's descriptor.
  */
 typedef void (*dxl_mr_persist_fn)(void *arg, const void *addr, size_t len);

@@ -485,6 +485,114 @@ uint32_t dxl_logstore_incarnation(const struct dxl_logstore *ls, uint32_t ring);
 int dxl_logstore_truncate(struct dxl_logstore *ls, uint32_t ring, uint64_t pos,
 			  uint64_t seq);
 
+/* ---- the persister: remote WRITEs made durable by the replica's CPU -------- */
+
+/*
+ * Where the flush READ alone does not make a ring's remote WRITEs durable,
+ * the replica's CPU does it and the writer waits for that (docs/log.md,
+ * "What an acknowledgement means"). That is the verbs provider on an
+ * `msync` region: a real NIC places WRITEs into the page cache, and its
+ * READ flushes nothing to the disk; worse, the pages it writes are pinned
+ * and the kernel does not see them dirtied, so even an msync writes nothing
+ * back until the CPU writes to the page itself (measured in the Soft-RoCE
+ * guest: docs/rdma.md). The tcp provider runs the region's persist function
+ * at the flush READ instead; `pmem` needs nothing (the READ flushes the NIC's
+ * writes to the persistence domain); `process` promises only what the page
+ * cache keeps.
+ *
+ * Two lines of each ring's control block serve it:
+ *
+ *   DXL_RING_PREQ_OFF   the persist REQUEST, written by the ring's writer with
+ *                       a remote WRITE after the WRITEs it covers and before
+ *                       the flush READ: {id, from, to, check}: "make ring
+ *                       positions [from, to) and the control block durable";
+ *                       ids only grow; a request covers every earlier one
+ *                       not yet confirmed, so the persister may skip to the
+ *                       latest. check = a hash of the three (a torn request
+ *                       is ignored until it is whole).
+ *   DXL_RING_PDONE_OFF  the CONFIRMATION, written by the replica's CPU only:
+ *                       {state, done, done ^ magic}. state ==
+ *                       DXL_RING_PERSISTER_ON: this replica runs a persister,
+ *                       and a writer acknowledges an append on it only once
+ *                       done >= the id of a request covering the append
+ *                       (record, skip record and watermark). Any other state:
+ *                       the flush READ is enough.
+ *
+ * The persister (a thread of the replica) polls the request lines; for a new
+ * request it writes every page of the range and of the control block with a
+ * no-op locked RMW (so the kernel sees them dirty: NIC-written pinned pages
+ * are not), persists them (dxl_region_persist: msync) and only then
+ * publishes done = id.
+ */
+#define DXL_RING_PREQ_OFF 512       /* persist request line (writer) */
+#define DXL_RING_PDONE_OFF 576      /* persist confirmation line (replica CPU) */
+#define DXL_RING_PLINE_SIZE 64
+#define DXL_RING_PREQ_SIZE 32       /* the bytes of a request a writer sends */
+#define DXL_RING_PERSISTER_ON 0x4e4f525453525044ull /* "DPRSTRON" */
+
+struct dxl_persist_req {
+	uint64_t id;   /* > 0 */
+	uint64_t from; /* ring positions [from, to) */
+	uint64_t to;
+};
+
+/* dxl_persist_needed -- 1 when remote WRITEs into a region of durability d
+ * served by provider p need the replica's persister (verbs + msync) */
+int dxl_persist_needed(enum dxl_durability d, enum dxl_fabric_provider p);
+
+/* encode a request into DXL_RING_PREQ_SIZE bytes / decode one read from a
+ * ring (0, or -1 when it is torn or was never written: nothing set) */
+void dxl_ring_preq_encode(const struct dxl_persist_req *r, void *buf);
+int dxl_ring_preq_decode(const void *buf, struct dxl_persist_req *out);
+
+/* decode a confirmation line: 1 if its state is DXL_RING_PERSISTER_ON;
+ * *done = the confirmed id (0 when none, or torn) */
+int dxl_ring_pdone_decode(const void *line, uint64_t *done);
+
+/*
+ * dxl_logstore_persister_mark -- set (on) or clear every ring's
+ * confirmation state and persist it. A replica calls it before its log is
+ * reachable: on when it will run a persister (dxl_persister_start does it),
+ * off when the flush READ is enough. Writers read it when they open.
+ */
+void dxl_logstore_persister_mark(struct dxl_logstore *ls, int on);
+
+struct dxl_persist_stats {
+	uint64_t requests; /* requests served (each one confirmed) */
+	uint64_t torn;     /* request lines read torn (retried later) */
+	uint64_t bytes;    /* ring bytes persisted */
+	uint64_t rounds;   /* passes over the rings */
+};
+
+/*
+ * dxl_logstore_persist_step -- one pass over every ring of ls: serve each
+ * request whose id is above the ring's confirmation line (touch, persist,
+ * confirm) and keep the rings marked DXL_RING_PERSISTER_ON (the line, not
+ * a remembered id, decides: a state transfer or a restart may rewrite
+ * it). last[] (nrings entries) receives the id served last per ring.
+ * Returns the number of requests served. For the persister thread, and for
+ * tests that drive it by hand.
+ */
+int dxl_logstore_persist_step(struct dxl_logstore *ls, uint64_t *last,
+			      struct dxl_persist_stats *st);
+
+struct dxl_persister;
+
+/*
+ * dxl_persister_start -- mark ls's rings (DXL_RING_PERSISTER_ON) and start a
+ * thread that serves their requests until dxl_persister_stop. Idle, it
+ * polls every 20 us .. 1 ms (backing off). Errors: DXL_E_NOMEM.
+ */
+int dxl_persister_start(struct dxl_logstore *ls, struct dxl_persister **out);
+/* stop and join the thread; the rings stay marked (a writer then waits and
+ * times out: never an acknowledgement without persistence). *p = NULL. */
+void dxl_persister_stop(struct dxl_persister **p);
+/* tests: pause (returns once the thread is parked: nothing is confirmed
+ * from then on) or resume the persister */
+void dxl_persister_pause(struct dxl_persister *p, int paused);
+void dxl_persister_stats(const struct dxl_persister *p,
+			 struct dxl_persist_stats *out);
+
 /* ---- placing records (writer side, pure arithmetic) ------------------------ */
 
 /*
@@ -766,6 +874,10 @@ struct dxl_appender_cfg {
 	 * other target's ring is repaired to its content at start-up (see
 	 * "Repair" below). */
 	bool repair;
+	/* a target that runs a persister (DXL_RING_PERSISTER_ON: verbs +
+	 * msync) must confirm each append's request; no progress for this
+	 * long fails it (DXL_E_UNREACHABLE). Default 10000. */
+	uint32_t persist_timeout_ms;
 };
 
 void dxl_appender_cfg_init(struct dxl_appender_cfg *cfg);
@@ -1015,6 +1127,17 @@ struct dxl_repair_stats {
 
 void dxl_appender_repair_stats(const struct dxl_appender *a,
 			       struct dxl_repair_stats *out);
+
+/* What waiting for targets' persisters (DXL_RING_PERSISTER_ON) involved */
+struct dxl_appender_persist_stats {
+	uint32_t targets;  /* bit i: target i runs a persister; its acks wait */
+	uint64_t requests; /* persist requests sent (appends, heartbeats, open) */
+	uint64_t waited;   /* operations whose flush READ came back unconfirmed */
+	uint64_t rereads;  /* extra READs of a confirmation line */
+};
+
+void dxl_appender_persist_stats(const struct dxl_appender *a,
+				struct dxl_appender_persist_stats *out);
 
 /* the short form (for logs): bytes copied and how many targets were
  * truncated; either pointer may be NULL */

@@ -27,7 +27,10 @@ extern "C" {
  * replica-design.md). Its data area is registered with the fabric
  * (REMOTE_READ | REMOTE_WRITE | REMOTE_ATOMIC | PERSISTENT) and bound with
  * dxl_region_bind_mr, so remote flush READs make writes durable the way the
- * region's durability mode says.
+ * region's durability mode says. Where a flush READ cannot do that (verbs +
+ * msync: dxl_persist_needed), registering also starts the shard's persister
+ * and marks its rings, so writers wait for its confirmations (docs/log.md);
+ * deregistering stops it.
  */
 #define DXL_SHARD_MAX_RINGS DXL_RING_MAX
 
@@ -63,8 +66,10 @@ int dxl_shard_open(const char *dir, const struct dxl_shard_cfg *cfg,
 void dxl_shard_close(struct dxl_shard **s);
 
 /*
- * dxl_shard_register -- register the data area with f (again): a new rkey.
- * Errors: DXL_E_EXIST (already registered), dxl_mr_reg's errors.
+ * dxl_shard_register -- register the data area with f (again): a new rkey;
+ * with the persister where the durability and provider need one.
+ * Errors: DXL_E_EXIST (already registered), dxl_mr_reg's errors,
+ * DXL_E_NOMEM/DXL_E_IO (the persister thread).
  */
 int dxl_shard_register(struct dxl_shard *s, struct dxl_fabric *f);
 
@@ -78,6 +83,8 @@ struct dxl_logstore *dxl_shard_logstore(const struct dxl_shard *s);
 struct dxl_region *dxl_shard_region(const struct dxl_shard *s);
 /* the registration, NULL while deregistered */
 struct dxl_mr *dxl_shard_mr(const struct dxl_shard *s);
+/* its persister (verbs + msync, while registered), else NULL */
+struct dxl_persister *dxl_shard_persister(const struct dxl_shard *s);
 
 /*
  * dxl_shard_targets -- one dxl_log_target per ring (t[0..n), n <= nrings),

@@ -99,7 +99,11 @@ struct dxl_coord_cfg {
 	uint32_t log_unavail_ms;  /* a shard's log unwritable this long:
 				     DXL_E_UNAVAIL (default 10000) */
 	uint32_t fabric_timeout_ms; /* dead-primary detection (default 1000) */
-	char bind[64];            /* fabric address, "127.0.0.1:0" by default */
+	char bind[64];            /* fabric address, "127.0.0.1:0" by default
+				     (the provider is the primaries'; with
+				     verbs a loopback bind becomes the local
+				     address that reaches them:
+				     dxl_fabric_cfg_client) */
 	char info[256];           /* the data of coords/<id> (e.g. a JSON object
 				     with the address a dxl-coord serves on);
 				     default "" */
@@ -142,8 +146,8 @@ struct dxl_txn;
 /*
  * dxl_coord_new -- a coordinator of the cluster of session zk (borrowed;
  * it must outlive the coordinator): registers coords/<id> (ephemeral: the
- * session is the coordinator's lease), opens its fabric and reads the
- * configuration. The tables are learned from the primaries' descriptors.
+ * session is the coordinator's lease), reads the configuration and opens
+ * its fabric (the primaries' provider). The tables are learned from the primaries' descriptors.
  * Errors: DXL_E_INVAL (bad cfg), DXL_E_EXIST (coords/<id> is taken),
  * DXL_E_UNAVAIL (no configuration), fabric and ZooKeeper errors.
  */

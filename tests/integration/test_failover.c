@@ -64,6 +64,7 @@
 #include "dxl/membership.h"
 #include "dxl/replica.h"
 #include "tests/lib/cli_run.h"
+#include "tests/lib/fabric_fixture.h"
 #include "tests/lib/proc.h"
 
 #define SESSION_MS "1000" /* zk.sh: tickTime 200, minSessionTimeout 400 */
@@ -540,6 +541,7 @@ static void up(const char *tag, uint32_t shards, const char *const *extra)
 				"--ring-size", RING_SIZE, "--writer-slots", SLOTS,
 				"--session-timeout", SESSION_MS};
 	int a = 18;
+	dxlt_cluster_args(args, &a, 47); /* DXL_TEST_PROVIDER=verbs */
 	for (int i = 0; extra && extra[i] && a < 47; i++)
 		args[a++] = extra[i];
 	args[a] = NULL;
@@ -686,7 +688,8 @@ static uint64_t load_acked(const struct bg *b)
  * (it appends: the fault comes during a load) */
 static void load_wait_acked(struct bg *b, uint64_t min)
 {
-	uint64_t end = dxl_now_ms() + 15000;
+	/* (the Soft-RoCE guest opens writers slowly: emulated CPUs) */
+	uint64_t end = dxl_now_ms() + (dxlt_test_provider() == DXL_FABRIC_VERBS ? 40000 : 15000);
 	while (load_acked(b) < min && !bg_poll(b) && dxl_now_ms() < end)
 		usleep(20000);
 	if (load_acked(b) < min)
@@ -909,7 +912,11 @@ static void test_kill_primary(void **state)
 	dxl_cluster_config_clear(&c);
 
 	struct bg load;
-	load_start(&load, "load", "400", "4");
+	/* verbs (the Soft-RoCE guest, emulated CPUs, 4 s sessions): a rate
+	 * the guest sustains, and long enough for both shards to fail over
+	 * and acknowledge again before the load ends */
+	bool slow = dxlt_test_provider() == DXL_FABRIC_VERBS;
+	load_start(&load, "load", slow ? "100" : "400", slow ? "20" : "4");
 	load_wait_acked(&load, 1);
 	kill_node(p, NULL, NULL);
 	/* the CM removes it and promotes a backup in every shard */

@@ -28,6 +28,22 @@ const char *dxlt_test_host(void)
 	return env && *env ? env : "127.0.0.1";
 }
 
+void dxlt_cluster_args(const char **argv, int *n, int cap)
+{
+	static char listen[96];
+	if (dxlt_test_provider() != DXL_FABRIC_VERBS)
+		return;
+	const char *host = dxlt_test_host();
+	snprintf(listen, sizeof(listen), strchr(host, ':') ? "fabric.listen=[%s]:0"
+							    : "fabric.listen=%s:0",
+		 host);
+	const char *st = getenv("DXL_TEST_SESSION_MS");
+	const char *add[] = {"--provider", "verbs", "--durability", "msync", "-o", listen,
+			     "--session-timeout", st && *st ? st : "4000"};
+	for (size_t i = 0; i < sizeof(add) / sizeof(add[0]) && *n < cap; i++)
+		argv[(*n)++] = add[i];
+}
+
 static long env_long(const char *name, long def)
 {
 	const char *env = getenv(name);

@@ -39,6 +39,18 @@ enum dxl_fabric_provider dxlt_test_provider(void);
 /* dxlt_test_host -- DXL_TEST_ADDR or "127.0.0.1" (static string) */
 const char *dxlt_test_host(void);
 
+/*
+ * dxlt_cluster_args -- the 'dxl cluster up' options that make a cluster run
+ * the provider DXL_TEST_PROVIDER names, appended to argv at *n (at most cap
+ * entries in all; the strings are static). tcp: none. verbs: --provider
+ * verbs, --durability msync (so the log persister serves every replica:
+ * docs/log.md), -o fabric.listen=DXL_TEST_ADDR:0 (the RDMA interface) and
+ * --session-timeout DXL_TEST_SESSION_MS (default 4000: a ZooKeeper session
+ * must outlive the pauses of a guest under software emulation). Append
+ * them after the caller's own options: the last --session-timeout wins.
+ */
+void dxlt_cluster_args(const char **argv, int *n, int cap);
+
 /* dxlt_wait_ms -- DXL_TEST_WAIT_MS or 10000 */
 int dxlt_wait_ms(void);
 

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,6 +29,25 @@ static void shard_cfg(struct dxl_shard_cfg *sc, uint32_t node_id,
 	sc->nrings = nrings;
 	sc->ring_size = ring_size;
 	sc->durability = DXL_DUR_PROCESS;
+}
+
+/* the child's answer to one command from the parent: 'p' pause, 'r' resume
+ * the persister, 's' its statistics */
+static void serve_ctl(int cfd, int bfd, struct dxl_persister *ps)
+{
+	char c;
+	if (read(cfd, &c, 1) != 1)
+		_exit(0); /* the parent is gone */
+	int32_t st = ps ? 0 : DXL_E_NOENT;
+	struct dxl_persist_stats ps_st;
+	memset(&ps_st, 0, sizeof(ps_st));
+	if (ps && (c == 'p' || c == 'r'))
+		dxl_persister_pause(ps, c == 'p');
+	if (ps && c == 's')
+		dxl_persister_stats(ps, &ps_st);
+	if (write(bfd, &st, sizeof(st)) != sizeof(st) ||
+	    write(bfd, &ps_st, sizeof(ps_st)) != sizeof(ps_st))
+		_exit(3);
 }
 
 /* advance ring's head past the records below its watermark: those are
@@ -54,7 +75,7 @@ static void apply_below_wmark(struct dxl_logstore *ls, uint32_t ring)
 }
 
 static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
-		  int wfd)
+		  int wfd, int cfd, int bfd)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
 	int ret = 0;
@@ -75,7 +96,17 @@ static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
 		struct dxl_shard_cfg sc;
 		shard_cfg(&sc, cfg->node_id, cfg->nrings, cfg->ring_size);
 		sc.create = true;
+		if (cfg->msync)
+			sc.durability = DXL_DUR_MSYNC;
 		ret = dxl_shard_open(dir, &sc, f, &sh);
+	}
+	/* the shard's own persister (verbs + msync), or one asked for */
+	struct dxl_persister *own = NULL, *ps = NULL;
+	if (!ret) {
+		ps = dxl_shard_persister(sh);
+		if (!ps && cfg->persister &&
+		    !(ret = dxl_persister_start(dxl_shard_logstore(sh), &own)))
+			ps = own;
 	}
 	if (!ret)
 		ret = dxl_ctx_new(f, 0, &c);
@@ -93,12 +124,22 @@ static void child(const char *dir, const struct dxl_test_replica_cfg *cfg,
 		_exit(2);
 	}
 	close(wfd);
+	uint64_t next_apply = dxl_now_ms() + cfg->apply_ms;
 	for (;;) {
-		if (!cfg->apply_ms) {
-			pause();
+		int wait = -1;
+		if (cfg->apply_ms) {
+			uint64_t now = dxl_now_ms();
+			wait = next_apply > now ? (int)(next_apply - now) : 0;
+		}
+		struct pollfd pfd = {.fd = cfd, .events = POLLIN};
+		int n = poll(&pfd, 1, wait);
+		if (n > 0) {
+			serve_ctl(cfd, bfd, ps);
 			continue;
 		}
-		usleep(cfg->apply_ms * 1000);
+		if (!cfg->apply_ms || dxl_now_ms() < next_apply)
+			continue;
+		next_apply = dxl_now_ms() + cfg->apply_ms;
 		for (uint32_t i = 0; i < cfg->nrings; i++) {
 			/* the head slots are CPU-written (never by remote
 			 * WRITEs), so the power-failure model does not track them */
@@ -119,20 +160,33 @@ int dxl_test_replica_start(struct dxl_test_replica *r, const char *dir,
 	snprintf(r->dir, sizeof(r->dir), "%s", dir);
 	r->node_id = cfg->node_id;
 	r->nrings = cfg->nrings;
+	r->durability = cfg->msync ? DXL_DUR_MSYNC : DXL_DUR_PROCESS;
+	r->ctl = r->ctl_back = -1;
 	mkdir(dir, 0700);
-	int p[2];
+	int p[2], c[2], b[2];
 	if (pipe(p))
 		return dxl_err_errno(errno, "test replica: pipe");
+	if (pipe2(c, O_CLOEXEC) || pipe2(b, O_CLOEXEC)) {
+		close(p[0]);
+		close(p[1]);
+		return dxl_err_errno(errno, "test replica: pipe");
+	}
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0)
 		return dxl_err_errno(errno, "test replica: fork");
 	if (pid == 0) {
 		close(p[0]);
-		child(dir, cfg, p[1]);
+		close(c[1]);
+		close(b[0]);
+		child(dir, cfg, p[1], c[0], b[1]);
 		_exit(0);
 	}
 	close(p[1]);
+	close(c[0]);
+	close(b[1]);
+	r->ctl = c[1];
+	r->ctl_back = b[0];
 	r->pid = pid;
 	int32_t status = DXL_E_IO;
 	ssize_t n = read(p[0], &status, sizeof(status));
@@ -148,6 +202,45 @@ int dxl_test_replica_start(struct dxl_test_replica *r, const char *dir,
 	return 0;
 }
 
+static int ctl_call(struct dxl_test_replica *r, char c,
+		    struct dxl_persist_stats *out)
+{
+	int32_t st;
+	struct dxl_persist_stats ps;
+	if (r->pid <= 0 || r->ctl < 0 || write(r->ctl, &c, 1) != 1)
+		return dxl_err_set(DXL_E_IO, "test replica %u: not running", r->node_id);
+	struct pollfd pfd = {.fd = r->ctl_back, .events = POLLIN};
+	if (poll(&pfd, 1, dxlt_wait_ms()) != 1 ||
+	    read(r->ctl_back, &st, sizeof(st)) != sizeof(st) ||
+	    read(r->ctl_back, &ps, sizeof(ps)) != sizeof(ps))
+		return dxl_err_set(DXL_E_IO, "test replica %u: no answer", r->node_id);
+	if (st)
+		return dxl_err_set(st, "test replica %u runs no persister", r->node_id);
+	if (out)
+		*out = ps;
+	return 0;
+}
+
+int dxl_test_replica_persister(struct dxl_test_replica *r, int paused)
+{
+	return ctl_call(r, paused ? 'p' : 'r', NULL);
+}
+
+int dxl_test_replica_persist_stats(struct dxl_test_replica *r,
+				   struct dxl_persist_stats *out)
+{
+	return ctl_call(r, 's', out);
+}
+
+static void close_ctl(struct dxl_test_replica *r)
+{
+	if (r->ctl >= 0)
+		close(r->ctl);
+	if (r->ctl_back >= 0)
+		close(r->ctl_back);
+	r->ctl = r->ctl_back = -1;
+}
+
 void dxl_test_replica_signal(struct dxl_test_replica *r, int sig)
 {
 	if (r->pid <= 0)
@@ -158,6 +251,7 @@ void dxl_test_replica_signal(struct dxl_test_replica *r, int sig)
 		while (waitpid(r->pid, &st, 0) < 0 && errno == EINTR)
 			;
 		r->pid = 0;
+		close_ctl(r);
 	}
 }
 
@@ -175,6 +269,7 @@ void dxl_test_replica_wait(struct dxl_test_replica *r)
 	while (waitpid(r->pid, &st, 0) < 0 && errno == EINTR)
 		;
 	r->pid = 0;
+	close_ctl(r);
 }
 
 void dxl_test_replica_stop(struct dxl_test_replica *r)
@@ -192,7 +287,7 @@ int dxl_test_replica_open_log(const struct dxl_test_replica *r,
 	snprintf(path, sizeof(path), "%s/shard-0.log", r->dir);
 	struct dxl_region_id id = {.node_id = r->node_id, .kind = DXL_REGION_LOG};
 	snprintf(id.cluster, sizeof(id.cluster), "%s", CLUSTER);
-	int ret = dxl_region_open(path, DXL_DUR_PROCESS, &id, reg);
+	int ret = dxl_region_open(path, r->durability, &id, reg);
 	if (ret)
 		return ret;
 	ret = dxl_logstore_open(*reg, ls);

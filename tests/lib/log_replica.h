@@ -34,6 +34,9 @@ struct dxl_test_replica {
 	char dir[256];
 	uint32_t node_id;
 	uint32_t nrings;
+	enum dxl_durability durability;
+	int ctl;      /* commands to the child (dxl_test_replica_persister) */
+	int ctl_back; /* its answers */
 	struct dxl_log_target target[DXL_TEST_REPLICA_MAX_RINGS];
 };
 
@@ -47,6 +50,12 @@ struct dxl_test_replica_cfg {
 					else past every valid record */
 	enum dxl_pf_policy pf_policy; /* on SIGUSR2 */
 	uint64_t pf_seed;
+	/* the log region's durability: process (the default), or msync */
+	bool msync;
+	/* run the log persister (include/dxl/log.h) even where the provider
+	 * and durability do not need one (dxl_shard_register decides
+	 * otherwise): protocol tests on tcp */
+	bool persister;
 };
 
 /* start (or restart on the same dir); 0 or a negative code (message set) */
@@ -54,6 +63,16 @@ int dxl_test_replica_start(struct dxl_test_replica *r, const char *dir,
 			   const struct dxl_test_replica_cfg *cfg);
 /* send sig; for SIGKILL and SIGUSR2 (power failure) also reap the child */
 void dxl_test_replica_signal(struct dxl_test_replica *r, int sig);
+/*
+ * dxl_test_replica_persister -- pause (1) or resume (0) the child's log
+ * persister; returns once it is done (paused: nothing more is confirmed).
+ * DXL_E_NOENT if the child runs none, DXL_E_IO if it does not answer.
+ */
+int dxl_test_replica_persister(struct dxl_test_replica *r, int paused);
+/* the child's persister statistics (DXL_E_NOENT: none) */
+int dxl_test_replica_persist_stats(struct dxl_test_replica *r,
+				   struct dxl_persist_stats *out);
+
 /* send sig and return (several replicas fail at once); reap with _wait */
 void dxl_test_replica_kill(struct dxl_test_replica *r, int sig);
 /* reap the child after SIGKILL or SIGUSR2 */

@@ -19,6 +19,17 @@
 #   wait_listen PORT [PID]       wait (<= 20 s) for a TCP or rdma_cm listener
 #   check_gid1                   rxe0 port 1: ACTIVE, RoCE v2 GID at index 1
 #                                is IPv4-mapped 10.0.2.15
+#   ext4_scratch                 mount (once) an ext4 file system on a loop
+#       device over a file in the guest's RAM at /tmp/rg-ext4, print that
+#       path: a disk file system (msync writes blocks, O_DIRECT reads them)
+#       for durability tests (DXL_TEST_DISK_DIR)
+#   zk_up                        print a ZooKeeper connect string: the host's
+#       DXL_TEST_ZK if it answers (QEMU forwards 10.0.2.2 to the host), else
+#       one started in the guest (once, /tmp/rg-zk, scripts/zk.sh: the host's
+#       java over 9p, ~20 s under TCG) that runs until the guest ends
+#   cluster_logs                 print what the daemons of kept test
+#       clusters (DXL_TEST_KEEP=1, /tmp/dxl-test-*) logged at warn or error,
+#       and each log's last lines: for a cluster test that failed
 #   dxl_tests NAME|GLOB...       run the built dxl test binaries that exist
 #       ($RG_ROOT/${DXL_BUILD:-build}/tests/NAME) with scripts/run-tests.sh; names
 #       that are not built are listed and skipped; fails if none exists.
@@ -104,6 +115,51 @@ check_gid1() {
 	[ "$type" = "RoCE v2" ] || { echo "check_gid1: gid[1] is not RoCE v2"; return 1; }
 }
 
+ext4_scratch() {
+	local m=/tmp/rg-ext4 img=/tmp/rg-ext4.img dev
+	if ! grep -q " $m ext4 " /proc/mounts; then
+		mkdir -p "$m" &&
+			dd if=/dev/zero of="$img" bs=1M count=96 status=none &&
+			mkfs.ext4 -q -F "$img" &&
+			dev=$(losetup -f --show "$img") &&
+			mount -t ext4 "$dev" "$m" ||
+			{ echo "ext4_scratch: cannot mount ext4 on a loop device" >&2; return 1; }
+	fi
+	echo "$m"
+}
+
+zk_ok() { # HOST:PORT -> 0 if a ZooKeeper server answers "srvr"
+	local host=${1%:*} port=${1##*:} out
+	out=$(timeout 3 bash -c "exec 3<>/dev/tcp/$host/$port && printf srvr >&3 && cat <&3" 2>/dev/null)
+	[[ $out == *Mode:* ]]
+}
+
+zk_up() {
+	local d=/tmp/rg-zk zk
+	if [ -n "${DXL_TEST_ZK:-}" ] && zk_ok "${DXL_TEST_ZK%%,*}"; then
+		echo "$DXL_TEST_ZK"
+		return 0
+	fi
+	if [ -f "$d/connect" ] && zk_ok "$(cat "$d/connect")"; then
+		cat "$d/connect"
+		return 0
+	fi
+	rm -rf "$d"
+	zk=$("$RG_ROOT/scripts/zk.sh" start "$d") || { echo "zk_up: ZooKeeper did not start in the guest" >&2; return 1; }
+	echo "$zk"
+}
+
+cluster_logs() {
+	local f
+	for f in /tmp/dxl-test-*/*/logs/*.log /tmp/dxl-test-*/*/cluster/logs/*.log; do
+		[ -f "$f" ] || continue
+		echo "----- $f (warnings and errors, then the last lines)"
+		grep -E ' (warn|error) |level=(warn|error)' "$f" | tail -n 20
+		echo "..."
+		tail -n 8 "$f"
+	done
+}
+
 dxl_tests() { # NAME|GLOB...
 	local b=${DXL_BUILD:-build} tdir pat f names=() missing=()
 	[ "${b:0:1}" = / ] || b=$RG_ROOT/$b
@@ -120,7 +176,7 @@ dxl_tests() { # NAME|GLOB...
 	[ ${#names[@]} -gt 0 ] || { echo "dxl_tests: none of '$*' is built in $tdir"; return 1; }
 	"$RG_ROOT/scripts/run-tests.sh" "$tdir" "${names[@]}"
 }
-export -f wait_listen pair check_gid1 dxl_tests
+export -f wait_listen pair check_gid1 ext4_scratch zk_ok zk_up cluster_logs dxl_tests
 
 cd "$RG_CWD" || { echo "guest-run: cannot cd to $RG_CWD" >&2; cd /; }
 mkdir -p "$dir/res"

@@ -368,8 +368,7 @@ static int verify_shard(struct dxl_zk *zk, struct worker *w)
 		struct dxl_tailer *tl = NULL;
 		struct dxl_fabric_cfg fc;
 		dxl_fabric_cfg_init(&fc);
-		fc.provider = d.provider;
-		int rr = t ? 0 : DXL_E_NOMEM;
+		int rr = t ? dxl_fabric_cfg_client(&fc, d.provider, d.addr) : DXL_E_NOMEM;
 		for (uint32_t i = 0; !rr && i < sd->nrings; i++)
 			rr = dxl_replica_desc_target(&d, w->shard, i, &t[i]);
 		if (!rr)

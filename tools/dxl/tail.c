@@ -475,8 +475,9 @@ static int attach(struct tail *t, struct stail *st, const struct dxl_cluster_con
 		if (!r && !t->f) {
 			struct dxl_fabric_cfg fc;
 			dxl_fabric_cfg_init(&fc);
-			fc.provider = t->desc.provider;
-			r = dxl_fabric_new(&fc, &t->f);
+			r = dxl_fabric_cfg_client(&fc, t->desc.provider, t->desc.addr);
+			if (!r)
+				r = dxl_fabric_new(&fc, &t->f);
 		}
 		if (!r && !st->ctx)
 			r = dxl_ctx_new(t->f, st->idx, &st->ctx);
