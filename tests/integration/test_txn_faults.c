@@ -1076,6 +1076,42 @@ static void test_dead_update_keeps_insert(void **state)
 		fail_msg("dxl cluster verify: %d\n%s%s", rc, g_out, g_err);
 }
 
+/*
+ * Merge of recovery2 (which compares tombstones) into txn-merge: key 66 is
+ * inserted and deleted (committed: every member has its tombstone), then a
+ * coordinator process inserts it again and dies after its lock phase. Its
+ * resolution removed the insert at the primary with a delete: a tombstone
+ * of a new version there alone (test_txn test_kill_primaries saw 2552 at
+ * the backups, 2640 at the primary). Now the undo gives the key back the
+ * tombstone the insert replaced: the same version on every member.
+ */
+static void test_dead_insert_over_tombstone(void **state)
+{
+	(void)state;
+	NEED_ENV();
+	struct env e;
+	env_open(&e, NULL, NULL);
+	insert_keys(&e, 66, 1, 6666);
+	struct tx d = {.wk = {66}, .nw = 1, .op = 'd', .max_tries = 50};
+	assert_int_equal(tx_run(&e, &d), 0);
+	env_close(&e);
+	struct tx x = {.wk = {66}, .nw = 1, .op = 'i', .val = 667, .max_tries = 1};
+	pid_t child = spawn_dying(&x, DXL_TXN_HOOK_VALIDATE);
+	int st = 0;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	env_open(&e, NULL, NULL);
+	int64_t v = 0;
+	int ret = get1(&e, 66, &v);
+	print_message("  after the dead coordinator was resolved: get key 66: %s (%" PRId64 ")\n",
+		      dxl_errname(ret), v);
+	assert_int_equal(ret, DXL_E_NOENT);
+	env_close(&e);
+	int rc = DXL(60000, "cluster", "verify", "--dir", g_dir, "--wait", "20");
+	if (rc)
+		fail_msg("dxl cluster verify: %d\n%s%s", rc, g_out, g_err);
+}
+
 /* ---- item 7: a coordinator whose session expired registers again ------------------------ */
 
 /*
@@ -1600,6 +1636,7 @@ int main(void)
 		cmocka_unit_test(test_resolution_never_skips),
 		cmocka_unit_test(test_dead_insert_removed),
 		cmocka_unit_test(test_dead_update_keeps_insert),
+		cmocka_unit_test(test_dead_insert_over_tombstone),
 		cmocka_unit_test(test_any_coordinator_resolves),
 		cmocka_unit_test(test_large_record_in_doubt),
 		cmocka_unit_test(test_session_expiry_registers_again),
