@@ -134,8 +134,9 @@ bench-rdma: all
 
 # longer randomized schedules than CI runs (crash tests)
 # 3000 log crash schedules (~9 min), a 150-step randomized fault schedule on
-# a local cluster (its own throw-away ZooKeeper; ~6 min), and a 200-step
-# SmallBank crash schedule (~35 min)
+# a local cluster (its own throw-away ZooKeeper; ~6 min), a 200-step
+# SmallBank crash schedule (~35 min), and 200 nemesis schedules of 4 steps
+# (test_nemesis, its own 3-server ensemble; about 2 hours)
 test-long: all
 	DXL_CRASH_SEEDS=3000 DXL_TEST_TIMEOUT=3600 scripts/run-tests.sh $(O)/tests test_log_crash
 	zkd=$$(mktemp -d /tmp/dxl-zk-long.XXXXXX) && \
@@ -143,7 +144,9 @@ test-long: all
 	DXL_FAULT_STEPS=$${DXL_FAULT_STEPS:-150} DXL_TEST_FILTER=test_random_faults \
 		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover && \
 	DXL_TXN_CRASH_STEPS=$${DXL_TXN_CRASH_STEPS:-200} DXL_TEST_TIMEOUT=4800 \
-		scripts/run-tests.sh $(O)/tests test_txn_crash; \
+		scripts/run-tests.sh $(O)/tests test_txn_crash && \
+	DXL_NEMESIS_SCHEDULES=$${DXL_NEMESIS_SCHEDULES:-200} DXL_NEMESIS_STEPS=$${DXL_NEMESIS_STEPS:-4} \
+		DXL_TEST_TIMEOUT=14400 scripts/run-tests.sh $(O)/tests test_nemesis; \
 	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 
 # sanitizer builds add their flags through CFLAGS_EXTRA/LDFLAGS_EXTRA: a

@@ -25,6 +25,14 @@ int dxl_err_errno(int errno_val, const char *fmt, ...)
 /* dxl_err_clear -- forget the last message of this thread */
 void dxl_err_clear(void);
 
+/* dxl_err_use -- make buf (DXL_ERR_MSG_MAX bytes; NULL: the thread's own)
+ * the buffer of this thread's messages from now on; returns the previous
+ * one. The coroutine scheduler gives each coroutine its own (co.c). */
+#define DXL_ERR_MSG_MAX 512
+char *dxl_err_use(char *buf);
+/* dxl_err_set_text -- the current message := msg (no code, not logged) */
+void dxl_err_set_text(const char *msg);
+
 /* dxl_err_prefix -- prepend "what: " to this thread's current message */
 void dxl_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

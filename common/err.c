@@ -5,9 +5,30 @@
 
 #include "common/common.h"
 
-#define MSG_MAX 512
+#define MSG_MAX DXL_ERR_MSG_MAX
 
-static __thread char last_msg[MSG_MAX];
+/* the thread's own message, and the buffer in use: a coroutine's own while
+ * it runs (co.c swaps it at every switch), so that a yield between setting
+ * a message and reading it cannot let another coroutine overwrite it */
+static __thread char thread_msg[MSG_MAX];
+static __thread char *cur_msg;
+
+static char *msgbuf(void)
+{
+	return cur_msg ? cur_msg : thread_msg;
+}
+
+void dxl_err_set_text(const char *msg)
+{
+	snprintf(msgbuf(), MSG_MAX, "%s", msg);
+}
+
+char *dxl_err_use(char *buf)
+{
+	char *prev = cur_msg;
+	cur_msg = buf;
+	return prev;
+}
 
 struct err_info {
 	const char *name;
@@ -75,19 +96,20 @@ const char *dxl_errname(int err)
 
 const char *dxl_errmsg(void)
 {
-	return last_msg;
+	return msgbuf();
 }
 
 void dxl_err_clear(void)
 {
-	last_msg[0] = '\0';
+	msgbuf()[0] = '\0';
 }
 
 int dxl_err_set(int err, const char *fmt, ...)
 {
+	char *last_msg = msgbuf();
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+	vsnprintf(last_msg, MSG_MAX, fmt, ap);
 	va_end(ap);
 	DXL_DEBUG("error %s: %s", dxl_errname(err), last_msg);
 	return err;
@@ -107,17 +129,18 @@ void dxl_err_prefix(const char *fmt, ...)
 {
 	char pre[MSG_MAX];
 	char old[MSG_MAX];
+	char *last_msg = msgbuf();
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(pre, sizeof(pre), fmt, ap);
 	va_end(ap);
 	memcpy(old, last_msg, sizeof(old));
 	size_t n = strlen(pre);
-	if (n > sizeof(last_msg) - 3)
-		n = sizeof(last_msg) - 3;
+	if (n > MSG_MAX - 3)
+		n = MSG_MAX - 3;
 	memcpy(last_msg, pre, n);
 	memcpy(last_msg + n, ": ", 2);
-	size_t room = sizeof(last_msg) - n - 3;
+	size_t room = MSG_MAX - n - 3;
 	size_t ol = strnlen(old, room);
 	memcpy(last_msg + n + 2, old, ol);
 	last_msg[n + 2 + ol] = '\0';

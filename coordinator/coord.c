@@ -44,7 +44,7 @@ int dxl_txn_mode_parse(const char *s, enum dxl_txn_mode *out)
 			   s ? s : "(null)");
 }
 
-static void view_free(struct view *v)
+static void view_free(struct dxl_coord *c, struct view *v)
 {
 	if (!v)
 		return;
@@ -53,17 +53,13 @@ static void view_free(struct view *v)
 			dxl_loccache_delete(&v->shards[s].tables[i].lc);
 	free(v->shards);
 	free(v);
+	atomic_fetch_sub(&c->views_live, 1);
 }
 
-void coord_views_free(struct dxl_coord *c)
+void coord_view_put(struct dxl_coord *c, struct view *v)
 {
-	struct view *v = atomic_load(&c->view);
-	while (v) {
-		struct view *o = v->older;
-		view_free(v);
-		v = o;
-	}
-	atomic_store(&c->view, NULL);
+	if (v && atomic_fetch_sub(&v->refs, 1) == 1)
+		view_free(c, v);
 }
 
 /* build a view of the configuration now in ZooKeeper */
@@ -78,6 +74,10 @@ static int view_build(struct dxl_coord *c, struct view **out)
 		return ret;
 	struct view *v = calloc(1, sizeof(*v));
 	struct dxl_replica_desc *d = malloc(sizeof(*d));
+	if (v) {
+		atomic_init(&v->refs, 1);
+		atomic_fetch_add(&c->views_live, 1);
+	}
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < cfg.nshards; i++)
 		n = DXL_MAX(n, cfg.shards[i].id + 1);
@@ -85,7 +85,7 @@ static int view_build(struct dxl_coord *c, struct view **out)
 		v->shards = calloc(n ? n : 1, sizeof(*v->shards));
 	if (!v || !d || !v->shards) {
 		free(d);
-		view_free(v);
+		view_free(c, v);
 		dxl_cluster_config_clear(&cfg);
 		return dxl_err_set(DXL_E_NOMEM, "coordinator view");
 	}
@@ -144,7 +144,7 @@ static int view_build(struct dxl_coord *c, struct view **out)
 	free(d);
 	dxl_cluster_config_clear(&cfg);
 	if (ret) {
-		view_free(v);
+		view_free(c, v);
 		return ret;
 	}
 	*out = v;
@@ -158,17 +158,19 @@ int coord_refresh(struct dxl_coord *c)
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->mu);
-	struct view *cur = atomic_load(&c->view);
+	struct view *cur = c->view;
 	if (cur && cur->epoch > v->epoch) { /* someone published a newer one */
 		pthread_mutex_unlock(&c->mu);
-		view_free(v);
+		coord_view_put(c, v);
 		return 0;
 	}
-	v->older = cur;
-	atomic_store(&c->view, v);
+	c->view = v; /* its first reference is the coordinator's */
+	atomic_store(&c->epoch, v->epoch);
 	atomic_store(&c->stale, false);
 	c->last_refresh_ns = dxl_now_ns();
 	pthread_mutex_unlock(&c->mu);
+	atomic_fetch_add(&c->refreshes, 1);
+	coord_view_put(c, cur); /* freed now, or by the last transaction using it */
 	DXL_DEBUG("event=coord_view coord=%u epoch=%" PRIu64, c->id, v->epoch);
 	return 0;
 }
@@ -179,7 +181,7 @@ void coord_mark_stale(struct dxl_coord *c, const char *why)
 		DXL_DEBUG("event=coord_view_stale coord=%u why=\"%s\"", c->id, why);
 }
 
-struct view *coord_view(struct dxl_coord *c)
+struct view *coord_view_get(struct dxl_coord *c)
 {
 	/* at most one refresh per 2 ms (every transaction of a failover
 	 * window would re-read ZooKeeper otherwise) */
@@ -187,7 +189,45 @@ struct view *coord_view(struct dxl_coord *c)
 		if (coord_refresh(c))
 			c->last_refresh_ns = dxl_now_ns();
 	}
-	return atomic_load(&c->view);
+	pthread_mutex_lock(&c->mu);
+	struct view *v = c->view;
+	if (v)
+		atomic_fetch_add(&v->refs, 1);
+	pthread_mutex_unlock(&c->mu);
+	return v;
+}
+
+int coord_session_check(struct dxl_coord *c)
+{
+	if (dxl_zk_state(c->zk) != DXL_ZK_EXPIRED &&
+	    dxl_zk_session_epoch(c->zk) == c->session_epoch)
+		return 0;
+	pthread_mutex_lock(&c->reg_mu);
+	int ret = 0;
+	if (dxl_zk_state(c->zk) == DXL_ZK_EXPIRED) {
+		/* its ephemeral znodes are gone: other coordinators resolve what
+		 * the old id left (its writers died with the session) */
+		DXL_WARN("event=coord_session_expired coord=%u action=reopen", (uint32_t)c->id);
+		ret = dxl_zk_reopen(c->zk);
+	}
+	if (!ret && dxl_zk_session_epoch(c->zk) != c->session_epoch) {
+		uint32_t old = c->id, id = 0;
+		/* any free id: the old one is being resolved */
+		ret = dxl_coord_znode_create(c->zk, 0, DXL_COORD_MAX_ID,
+					     c->cfg.info[0] ? c->cfg.info : NULL, &id);
+		if (!ret) {
+			c->id = id;
+			c->session_epoch = dxl_zk_session_epoch(c->zk);
+			atomic_fetch_add(&c->inc, 1);
+			coord_mark_stale(c, "new session");
+			DXL_WARN("event=coord_registered_again coord=%u was=%u session_epoch=%" PRIu64,
+				 id, old, c->session_epoch);
+		}
+	}
+	pthread_mutex_unlock(&c->reg_mu);
+	if (ret)
+		dxl_err_prefix("coordinator %u: its ZooKeeper session expired", (uint32_t)c->id);
+	return ret;
 }
 
 int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
@@ -215,20 +255,25 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 	c->zk = zk;
 	c->cfg = *cfg;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->reg_mu, NULL);
+	atomic_init(&c->inc, 1);
 	/* sequence numbers start at the wall clock in microseconds: a later
 	 * coordinator with the same id (this one's znode gone) never reuses a
 	 * transaction id -- a lock word left by this one stays recognisable */
 	atomic_init(&c->seq, ((dxl_wall_ms() * 1000) & ((1ull << 47) - 1)));
+	uint32_t id = 0;
 	int ret = dxl_coord_znode_create(zk, cfg->coord_id, DXL_COORD_MAX_ID,
-					 cfg->info[0] ? cfg->info : NULL, &c->id);
+					 cfg->info[0] ? cfg->info : NULL, &id);
 	if (ret)
 		goto fail;
+	c->id = id;
+	c->session_epoch = dxl_zk_session_epoch(zk);
 	/* the configuration first: the fabric is the primaries' provider */
 	if ((ret = coord_refresh(c))) {
 		dxl_coord_znode_delete(zk, c->id);
 		goto fail;
 	}
-	struct view *v0 = atomic_load(&c->view);
+	struct view *v0 = c->view;
 	const char *peer = NULL;
 	for (uint32_t s = 0; s < v0->nshards && !peer; s++)
 		if (v0->shards[s].ok)
@@ -241,16 +286,18 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 	/* verbs: a loopback bind becomes the interface that reaches them */
 	if ((ret = dxl_fabric_cfg_client(&fc, v0->provider, peer)) ||
 	    (ret = dxl_fabric_new(&fc, &c->f))) {
-		coord_views_free(c);
+		coord_view_put(c, c->view); /* its only reference */
+		c->view = NULL;
 		dxl_coord_znode_delete(zk, c->id);
 		goto fail;
 	}
 	DXL_INFO("event=coord_started coord=%u mode=%s epoch=%" PRIu64, c->id,
-		 dxl_txn_mode_name(cfg->mode), atomic_load(&c->view)->epoch);
+		 dxl_txn_mode_name(cfg->mode), atomic_load(&c->epoch));
 	*out = c;
 	return 0;
 fail:
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->reg_mu);
 	free(c);
 	return ret;
 }
@@ -263,9 +310,14 @@ void dxl_coord_delete(struct dxl_coord **cp)
 	for (uint32_t i = 0; i < COORD_MAX_WORKERS; i++)
 		DXL_ASSERT(!c->workers[i]);
 	dxl_fabric_delete(&c->f);
-	coord_views_free(c);
+	coord_view_put(c, c->view); /* every worker is gone: the last reference */
+	c->view = NULL;
+	if (atomic_load(&c->views_live))
+		DXL_WARN("event=coord_views_leaked coord=%u views=%" PRId64, c->id,
+			 (int64_t)atomic_load(&c->views_live));
 	dxl_coord_znode_delete(c->zk, c->id);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->reg_mu);
 	free(c);
 	*cp = NULL;
 }
@@ -282,6 +334,5 @@ enum dxl_txn_mode dxl_coord_mode(const struct dxl_coord *c)
 
 uint64_t dxl_coord_epoch(const struct dxl_coord *c)
 {
-	struct view *v = atomic_load(&((struct dxl_coord *)c)->view);
-	return v ? v->epoch : 0;
+	return atomic_load(&((struct dxl_coord *)c)->epoch);
 }

@@ -68,9 +68,17 @@ struct dxl_coord_worker {
 	struct nqp *qps;
 	uint32_t nqps, qcap;
 	/* replaced QPs: other coroutines may still be inside a call on one
-	 * (it fails); freed with the worker */
-	struct dxl_qp **dead_qps;
+	 * (it fails). Freed once no coroutine that could hold it is left: a
+	 * QP retired at qepoch E can only be held by a transaction (or a
+	 * settle, a resolution) that started before E (qp_reclaim) */
+	struct dead_qp {
+		struct dxl_qp *qp;
+		uint64_t retired;
+	} *dead_qps;
 	uint32_t ndead, deadcap;
+	uint64_t qepoch;
+	uint64_t resolve_qe;         /* a resolution in progress: its start */
+	bool in_resolve;
 	struct wlog *logs;           /* per shard */
 	uint32_t nlogs;
 	struct und *und;             /* records not decided yet (struct und) */
@@ -78,10 +86,12 @@ struct dxl_coord_worker {
 	uint64_t und_next_ms;        /* next background marker round */
 	struct stats st;             /* written by the worker, read by anyone */
 	uint64_t rng;
-	/* committed write-backs that kept failing at their primary (wb_*) */
-	struct wb_pending *wbp;
-	uint32_t nwbp, wbpcap;
-	bool wb_settling;            /* a coroutine is in wb_settle */
+	/* settles whose first attempt failed (release_all, commit_phase) */
+	struct settle *settles;
+	uint32_t nsettle, settlecap;
+	bool settling;
+	struct dxl_txn *settler;     /* the handle settles run with (own scratch) */
+	uint32_t inc;                /* the coordinator's registration it works for */
 };
 
 static __thread struct dxl_coord_worker *tl_worker;
@@ -90,6 +100,9 @@ struct dxl_coord_worker *dxl_coord_worker_self(void)
 {
 	return tl_worker;
 }
+
+static int worker_settle_init(struct dxl_coord_worker *w);
+static void worker_settle_free(struct dxl_coord_worker *w);
 
 int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 			 struct dxl_coord_worker **out)
@@ -119,6 +132,7 @@ int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 	w->c = c;
 	w->idx = idx;
 	w->nco = ncoroutines;
+	w->inc = (uint32_t)atomic_load(&c->inc);
 	w->rng = dxl_now_ns() ^ ((uint64_t)c->id << 32) ^ idx;
 	int ret = dxl_ctx_new(c->f, idx, &w->ctx);
 	struct dxl_sched_cfg sc;
@@ -129,11 +143,12 @@ int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 		ret = dxl_sched_new(&sc, w->ctx, &w->sched);
 	if (!ret)
 		ret = dxl_rpc_new(w->sched, NULL, &w->rpc);
-	size_t sbytes = (size_t)(ncoroutines + 1) * COORD_SCRATCH;
+	/* one scratch per coroutine slot, and the settler's */
+	size_t sbytes = (size_t)(ncoroutines + 2) * COORD_SCRATCH;
 	if (!ret) {
 		w->scratch = aligned_alloc(4096, sbytes);
 		w->txns = calloc(ncoroutines + 1, sizeof(*w->txns));
-		if (!w->scratch || !w->txns)
+		if (!w->scratch || !w->txns || worker_settle_init(w))
 			ret = dxl_err_set(DXL_E_NOMEM, "worker scratch");
 	}
 	if (!ret) {
@@ -150,7 +165,6 @@ int dxl_coord_worker_new(struct dxl_coord *c, uint32_t ncoroutines,
 }
 
 static void worker_free_txns(struct dxl_coord_worker *w);
-static void wb_abandon_all(struct dxl_coord_worker *w);
 
 void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 {
@@ -168,7 +182,7 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 		DXL_WARN("event=coord_undecided_left worker=%u records=%u msg=\"left for resolution\"",
 			 w->idx, w->nund);
 	free(w->und);
-	wb_abandon_all(w);
+	worker_settle_free(w);
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		/* a last watermark past every decided record: the next holder
 		 * of the slot finds nothing in doubt */
@@ -197,7 +211,7 @@ void dxl_coord_worker_delete(struct dxl_coord_worker **wp)
 		dxl_qp_delete(&w->qps[i].qp);
 	free(w->qps);
 	for (uint32_t i = 0; i < w->ndead; i++)
-		dxl_qp_delete(&w->dead_qps[i]);
+		dxl_qp_delete(&w->dead_qps[i].qp);
 	free(w->dead_qps);
 	dxl_ctx_delete(&w->ctx); /* before the rpc (rpc.h) */
 	dxl_rpc_delete(&w->rpc);
@@ -258,7 +272,44 @@ void dxl_coord_stats(const struct dxl_coord *c, struct dxl_coord_stats *out)
 #undef LD
 	}
 	out->resolved = atomic_load(&cc->resolved);
+	out->view_refreshes = atomic_load(&cc->refreshes);
+	out->views_live = (uint64_t)atomic_load(&cc->views_live);
 	pthread_mutex_unlock(&cc->mu);
+}
+
+static bool txn_holds_qps(const struct dxl_txn *t);
+static uint64_t txn_qe(const struct dxl_txn *t);
+
+/* qp_reclaim -- free the retired QPs no running transaction, settle or
+ * resolution can hold any more (each started after the QP was retired) */
+static void qp_reclaim(struct dxl_coord_worker *w)
+{
+	if (!w->ndead)
+		return;
+	uint64_t low = UINT64_MAX;
+	for (uint32_t i = 0; w->txns && i <= w->nco; i++)
+		if (w->txns[i] && txn_holds_qps(w->txns[i]))
+			low = DXL_MIN(low, txn_qe(w->txns[i]));
+	if (w->settling && w->settler)
+		low = DXL_MIN(low, txn_qe(w->settler));
+	if (w->in_resolve)
+		low = DXL_MIN(low, w->resolve_qe);
+	for (uint32_t i = 0; i < w->ndead;) {
+		if (w->dead_qps[i].retired <= low) {
+			dxl_qp_delete(&w->dead_qps[i].qp);
+			w->dead_qps[i] = w->dead_qps[--w->ndead];
+		} else {
+			i++;
+		}
+	}
+}
+
+void coord_worker_resolving(struct dxl_coord_worker *w, bool on)
+{
+	w->in_resolve = on;
+	w->resolve_qe = w->qepoch;
+	if (!on)
+		qp_reclaim(w);
 }
 
 /* the QP to a node's RPC ctx, connected on first use (and again after an
@@ -289,14 +340,15 @@ static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
 		dxl_rpc_forget_qp(w->rpc, e->qp);
 		if (w->ndead == w->deadcap) {
 			uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
-			struct dxl_qp **n = realloc(w->dead_qps, nc * sizeof(*n));
+			struct dead_qp *n = realloc(w->dead_qps, nc * sizeof(*n));
 			if (!n)
 				return dxl_err_set(DXL_E_NOMEM, "worker QPs");
 			w->dead_qps = n;
 			w->deadcap = nc;
 		}
-		w->dead_qps[w->ndead++] = e->qp;
+		w->dead_qps[w->ndead++] = (struct dead_qp){.qp = e->qp, .retired = ++w->qepoch};
 		e->qp = NULL;
+		qp_reclaim(w);
 	}
 	if (!e->qp) {
 		int ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
@@ -329,7 +381,12 @@ static int wlog_get(struct dxl_coord_worker *w, uint32_t shard, struct wlog **ou
 		dxl_log_writer_cfg_init(&lc);
 		lc.shard = shard;
 		lc.unavail_ms = w->c->cfg.log_unavail_ms;
-		lc.fabric_timeout_ms = w->c->cfg.fabric_timeout_ms;
+		/* a member that stops answering (a paused or dead primary) must
+		 * be noticed quickly: a new primary's promotion gate waits for
+		 * this writer's watermark, which it writes only after reopening
+		 * under the new configuration -- and it learns of that one only
+		 * when an append or heartbeat to the old members times out */
+		lc.fabric_timeout_ms = DXL_MIN(w->c->cfg.fabric_timeout_ms, 400u);
 		lc.max_inflight = 64;
 		lc.hold_until_decided = true;
 		lc.no_resend_on_new_primary = true;
@@ -402,8 +459,22 @@ struct dxl_txn {
 		uint32_t primary; /* the shard's primary when the record was acked */
 		int status;
 		bool done, maybe, marker;
+		bool orphan; /* its writer died with the session: no marker can
+				follow it in its ring -- resolution decides */
 	} lrec[2 * DXL_TXN_MAX_OPS];
 	uint32_t nlrec;
+	/* shards whose record of this (aborted) transaction is not decided
+	 * (log_abort): their locks are kept -- released once the worker's
+	 * background marker is acknowledged (KEEP_UND), or left to the
+	 * resolution of its coordinator id (KEEP_RESOLVE: its writer died with
+	 * the session) -- so that whoever decides the record later finds them
+	 * (issue 20 review: released early, a resolution that judged the
+	 * record committed applied it over a later writer) */
+	struct keep {
+		uint32_t shard;
+		enum { KEEP_UND = 1, KEEP_RESOLVE = 2 } how;
+	} keep[DXL_LOG_WRITER_MAX_PARTS];
+	uint32_t nkeep;
 	/* the largest commit timestamp of a state it read, overwrote or
 	 * replaced (records, tombstones): its own are larger (issue 20) */
 	uint64_t seen_ts;
@@ -412,6 +483,8 @@ struct dxl_txn {
 	uint64_t wtag;
 	struct dxl_txn_info info;
 	uint8_t *scr;            /* this coroutine's registered scratch */
+	uint64_t qe;             /* w->qepoch when it began (qp_reclaim) */
+	uint32_t inc;            /* w->inc when it began: its records' writers */
 };
 
 /* a state of commit timestamp ts was seen (read, locked, replaced) */
@@ -421,10 +494,74 @@ static void seen(struct dxl_txn *t, uint64_t ts)
 		t->seen_ts = ts;
 }
 
+/* the locks of shard are kept (struct keep) */
+static void keep_add(struct dxl_txn *t, uint32_t shard, int how)
+{
+	for (uint32_t i = 0; i < t->nkeep; i++)
+		if (t->keep[i].shard == shard) {
+			if (how == KEEP_RESOLVE)
+				t->keep[i].how = KEEP_RESOLVE;
+			return;
+		}
+	if (t->nkeep < DXL_ARRAY_SIZE(t->keep))
+		t->keep[t->nkeep++] = (struct keep){.shard = shard, .how = how};
+}
+
+static int keep_how(const struct dxl_txn *t, uint32_t shard)
+{
+	for (uint32_t i = 0; i < t->nkeep; i++)
+		if (t->keep[i].shard == shard)
+			return t->keep[i].how;
+	return 0;
+}
+
+/*
+ * txn_unregistered -- t began under a registration of its coordinator that
+ * is over (its session expired; the coordinator registered again under a
+ * new id, in this worker or another): its id's locks belong to resolution
+ * now (other coordinators may have released them and committed over them).
+ * It must not log, nor write back: it aborts and leaves its locks to the
+ * resolution of its id (review of issue 12, #2: a zombie commit).
+ */
+static bool txn_unregistered(const struct dxl_txn *t)
+{
+	return t->inc != t->w->inc || t->inc != (uint32_t)atomic_load(&t->w->c->inc);
+}
+
+/* every lock t holds is left to the resolution of its id */
+static void leave_locks(struct dxl_txn *t, const char *why)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t->nops; i++) {
+		struct op *o = &t->ops[i];
+		if (!o->locked)
+			continue;
+		o->locked = false;
+		n++;
+		DXL_INFO("event=coord_lock_left txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " msg=\"%s: left to resolution\"",
+			 t->id, o->shard, o->key, why);
+	}
+	if (n)
+		DXL_WARN("event=coord_txn_old_registration txn=0x%" PRIx64 " locks=%u msg=\"%s: its locks are left to resolution\"",
+			 t->id, n, why);
+}
+
+static bool txn_holds_qps(const struct dxl_txn *t)
+{
+	return t->active;
+}
+
+static uint64_t txn_qe(const struct dxl_txn *t)
+{
+	return t->qe;
+}
+
 static void worker_free_txns(struct dxl_coord_worker *w)
 {
 	for (uint32_t i = 0; w->txns && i <= w->nco; i++)
 		if (w->txns[i]) {
+			coord_view_put(w->c, w->txns[i]->v);
 			free(w->txns[i]->arena);
 			free(w->txns[i]);
 		}
@@ -578,8 +715,11 @@ static int phase_err(struct dxl_txn *t, int err, const char *phase)
 		char msg[400];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 		coord_mark_stale(t->w->c, msg);
-		return dxl_err_set(DXL_E_CONFLICT, "%s: %s (configuration changing: retry)", phase,
-				   msg);
+		/* no serving primary (a failover, a promotion gate): UNAVAIL,
+		 * which dxl_txn_run retries for log_unavail_ms -- not a conflict
+		 * that max_tries quick retries use up during a gate */
+		return dxl_err_set(err == DXL_E_UNAVAIL ? DXL_E_UNAVAIL : DXL_E_CONFLICT,
+				   "%s: %s (configuration changing: retry)", phase, msg);
 	}
 	return err;
 }
@@ -589,7 +729,7 @@ struct dxl_coord *coord_worker_coord(const struct dxl_coord_worker *w)
 	return w->c;
 }
 
-static void wb_due_now(struct dxl_coord_worker *w, uint64_t txn);
+static void settle_due_now(struct dxl_coord_worker *w, uint64_t txn);
 
 void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder)
 {
@@ -597,8 +737,9 @@ void coord_note_holder(struct dxl_coord_worker *w, uint64_t holder)
 	if (!holder)
 		return;
 	if (id == w->c->id) {
-		/* our own: perhaps a write-back handed on to this worker */
-		wb_due_now(w, holder);
+		/* our own: perhaps a release or write-back this worker
+		 * still has to settle */
+		settle_due_now(w, holder);
 		return;
 	}
 	for (uint32_t i = 0; i < w->nsuspects; i++)
@@ -813,7 +954,49 @@ static int check_usable(struct dxl_txn *t)
 
 static void release_all(struct dxl_txn *t);
 
-static void wb_settle(struct dxl_coord_worker *w, struct dxl_txn *t);
+/*
+ * worker_renew -- the coordinator registered again after its session
+ * expired (coord_session_check): its old id, writer slots and locks belong
+ * to resolution now. The worker's writers are dead: the records still
+ * waiting for a result are failed as "maybe" (they may be in the log; no
+ * abort marker can follow them in their ring any more), the writers are
+ * deleted (new ones, new slots, at the next append), the settles of the old
+ * id dropped.
+ */
+static void settles_drop(struct dxl_coord_worker *w);
+
+static void worker_renew(struct dxl_coord_worker *w)
+{
+	uint32_t inc = (uint32_t)atomic_load(&w->c->inc);
+	if (w->inc == inc)
+		return;
+	uint32_t failed = 0;
+	for (uint32_t s = 0; s < w->nlogs; s++) {
+		struct wlog *l = &w->logs[s];
+		for (; l->n; l->n--, l->head = (l->head + 1) % l->qcap) {
+			struct pend *p = &l->q[l->head];
+			struct dxl_txn *t = p->t;
+			if (!t || t->gen != p->gen || p->idx >= t->nlrec)
+				continue;
+			struct lrec *lr = &t->lrec[p->idx];
+			lr->done = true;
+			lr->status = DXL_E_STATE;
+			lr->maybe = true;
+			lr->orphan = true;
+			if (t->log_wait)
+				t->log_wait--;
+			failed++;
+		}
+		dxl_log_writer_delete(&l->lw);
+	}
+	/* records still being marked (und): their markers cannot follow them
+	 * in their rings any more -- resolution decides them */
+	DXL_WARN("event=coord_worker_renewed coord=%u worker=%u records_in_flight=%u settles_dropped=%u undecided_dropped=%u",
+		 (uint32_t)w->c->id, w->idx, failed, w->nsettle, w->nund);
+	w->nund = 0;
+	settles_drop(w);
+	w->inc = inc;
+}
 
 int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 {
@@ -835,16 +1018,25 @@ int dxl_txn_begin(struct dxl_coord_worker *w, struct dxl_txn **out)
 	}
 	if (t->active)
 		dxl_txn_abort(t);
+	/* a session that expired: register again, drop the old id's state */
+	if (coord_session_check(w->c) == 0)
+		worker_renew(w);
+	/* t is not active: settles, and every few seconds the sweep for gone
+	 * coordinators' locks */
 	dxl_coord_worker_poll(w);
-	wb_settle(w, t); /* t is free: its scratch and arena serve the settles */
 	t->gen++;
-	t->v = coord_view(w->c);
+	t->qe = w->qepoch;
+	t->inc = w->inc;
+	qp_reclaim(w);
+	coord_view_put(w->c, t->v); /* normally given back at the end already */
+	t->v = coord_view_get(w->c);
 	t->id = DXL_LOCK_OWNER(w->c->id, atomic_fetch_add(&w->c->seq, 1) + 1);
 	t->active = true;
 	t->nops = 0;
 	t->used = 0;
 	t->log_wait = 0;
 	t->nlrec = 0;
+	t->nkeep = 0;
 	t->seen_ts = 0;
 	memset(&t->info, 0, sizeof(t->info));
 	t->info.id = t->id;
@@ -1079,9 +1271,26 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 		uint64_t *res = (uint64_t *)(t->scr + COORD_SCRATCH - 8);
 		struct dxl_wr wr;
 		uint64_t tag = batch(t);
+		*res = 0;
 		wr_cas(&wr, res, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
 		       o->vt->st.t.locks.rkey, t->id, 0, true, tag);
-		ret = co_post_wait(qp, &wr, 1, tag, "unlock CAS");
+		uint32_t *inj = &t->w->c->cfg.test_unlock_post_fail;
+		uint32_t n = __atomic_load_n(inj, __ATOMIC_RELAXED);
+		if (n && __atomic_compare_exchange_n(inj, &n, n - 1, false, __ATOMIC_RELAXED,
+						     __ATOMIC_RELAXED))
+			ret = dxl_err_set(DXL_E_STATE, "unlock CAS: QP in the error state (injected)");
+		else
+			ret = co_post_wait(qp, &wr, 1, tag, "unlock CAS");
+		/* a local failure (the post refused: a QP in the error state,
+		 * DXL_E_STATE) is a transport error: nothing ran at the
+		 * primary. DXL_E_STATE is kept for what the CAS found: a lock
+		 * word that is not t's (review of issue 12, #6) */
+		if (ret == DXL_E_STATE)
+			ret = dxl_err_set(DXL_E_UNREACHABLE, "%s", dxl_errmsg());
+		else if (!ret && *(volatile uint64_t *)res != t->id)
+			ret = dxl_err_set(DXL_E_STATE,
+					  "unlock CAS: the lock word of table %u key %" PRIu64 " was 0x%" PRIx64 ", not 0x%" PRIx64,
+					  o->table, o->key, *(volatile uint64_t *)res, t->id);
 	} else {
 		struct dxl_table_req req = {.slot = o->slot, .owner = t->id};
 		struct dxl_table_rep rep;
@@ -1091,8 +1300,6 @@ static int unlock_one(struct dxl_txn *t, struct op *o)
 	return ret;
 }
 
-/* release what is held: inserted records are deleted, locks released.
- * Failures (a dead primary) are ignored: its locks died with it. */
 /* the lock word of o's slot (o->vt, t->v) is t's (a READ: its holder) */
 static bool lock_is_ours(struct dxl_txn *t, struct op *o)
 {
@@ -1102,99 +1309,381 @@ static bool lock_is_ours(struct dxl_txn *t, struct op *o)
 	return (ret == 0 || ret == DXL_E_TOOBIG) && rep.holder == t->id;
 }
 
-/*
- * settle_new_primary -- o's shard has a new primary since o was locked. A
- * promotion gate that gave up waiting for this coordinator's watermark
- * locked o's key there for this transaction (dxl_tables_recover_locks):
- * commit = write back there and unlock, abort = unlock. Only through RPCs
- * that check the lock word is this transaction's: if it is not (the gate
- * applied a decided record, or never saw this one), nothing is done.
+/* ---- settling: locks and write-backs whose first attempt failed ---------------------
+ *
+ * Every lock a coordinator takes is released by it (or, once it is gone, by
+ * resolution), whatever the configuration did meanwhile: a release or a
+ * committed write-back that fails is queued on the worker and tried again
+ * (settle_drain: at the end of the transaction for a while, then at every
+ * begin and from dxl_coord_worker_poll outside transactions) until it is
+ * done:
+ *  - the same primary (a new epoch: new rkeys; or it was unreachable for a
+ *    while): with a fresh view, through RPCs that check the lock word is the
+ *    transaction's -- a commit writes back (WRITEBACK, idempotent by
+ *    version) or deletes, then unlocks; an abort deletes what it inserted,
+ *    then unlocks. A lock word that is not the transaction's any more (the
+ *    node restarted: lock words are DRAM, and its promotion gate applied the
+ *    decided records) ends it;
+ *  - a new primary: its promotion gate locked the keys of records still in
+ *    doubt for their transactions (dxl_tables_recover_locks); where the lock
+ *    word is this transaction's, the same as above; elsewhere nothing is
+ *    left to do (decided records were applied by the gate, transactions
+ *    that never logged hold nothing there).
+ * The entries live as long as the worker; one left when the worker ends is
+ * logged (event=coord_settle_abandoned) and left to resolution.
  */
-static int settle_new_primary(struct dxl_txn *t, struct op *o, uint32_t locked_at, bool commit)
+struct settle {
+	uint64_t txn;
+	uint32_t shard, table;
+	uint64_t key, slot;
+	uint32_t locked_at;  /* the primary the lock was taken at */
+	bool commit;         /* committed: write back (wop), then unlock */
+	bool inserted;       /* created by the transaction at L */
+	int wop;
+	uint32_t inc;
+	uint64_t lock_version, new_version, rec_ts;
+	uint8_t *value;
+	uint32_t len;
+	uint64_t since_ms, next_ms;
+	uint32_t tries;
+	int last_err;
+	bool after_und;      /* not before the transaction's record in this
+				shard is decided (its background marker) */
+};
+
+static int worker_settle_init(struct dxl_coord_worker *w)
 {
-	struct view *v = coord_view(t->w->c);
-	if (!v || o->shard >= v->nshards || !v->shards[o->shard].ok)
-		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", o->shard);
-	if (v->shards[o->shard].primary == locked_at)
-		return dxl_err_set(DXL_E_AGAIN, "shard %u: its primary is still node %u",
-				   o->shard, locked_at);
-	const struct view_table *vt = NULL;
-	for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
-		if (v->shards[o->shard].tables[x].st.t.id == o->table)
-			vt = &v->shards[o->shard].tables[x];
-	if (!vt)
-		return 0; /* the table is not there: nothing of ours either */
-	struct view *v0 = t->v;
-	const struct view_table *vt0 = o->vt;
-	uint64_t slot0 = o->slot;
-	t->v = v;
-	o->vt = vt;
-	struct dxl_table_req req = {.key = o->key};
-	struct dxl_table_rep rep;
-	int lret = table_rpc(t, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0);
-	if (lret == DXL_E_NOENT)
-		lret = 0; /* not there: nothing of ours there */
-	else if (lret == 0) {
-		o->slot = rep.slot;
-		bool nic = nic_locks(o);
-		int ret = DXL_E_STATE;
-		if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT)) {
-			/* an insert: the gate made the logged record live for
-			 * t (version new_version): the write-back finds it */
-			struct dxl_table_req wb = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
-						   .version = o->new_version,
-						   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
-						   .value = t->arena + o->woff, .len = o->wlen};
-			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_WRITEBACK, &wb, &rep, NULL, 0);
-			if (!ret && nic)
-				unlock_one(t, o);
-		} else if (commit && o->wop == DXL_WS_DELETE) {
-			struct dxl_table_req del = {.key = o->key, .owner = t->id, .ts = o->rec_ts,
-						    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
-			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
-			if (!ret)
-				unlock_one(t, o);
-		} else if (lock_is_ours(t, o)) {
-			if (o->wop == DXL_WS_INSERT && !o->exists) {
-				/* aborted: the insert the gate made for it goes */
-				struct dxl_table_req del = {.key = o->key, .owner = t->id,
-							    .slot = o->slot,
-							    .flags = DXL_TABLE_DEL_AT_SLOT};
-				table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
-			}
-			ret = unlock_one(t, o);
-		}
-		if (!ret)
-			DXL_INFO("event=coord_settled_new_primary txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-				 " %s",
-				 t->id, o->shard, o->key, commit ? "committed" : "released");
-		/* the lock word is not the transaction's there: nothing to do */
-		lret = ret == DXL_E_STATE || ret == DXL_E_NOENT ? 0 : ret;
-	}
-	t->v = v0;
-	o->vt = vt0;
-	o->slot = slot0;
-	return lret;
+	w->settler = calloc(1, sizeof(*w->settler));
+	if (!w->settler)
+		return DXL_E_NOMEM;
+	w->settler->w = w;
+	w->settler->co_id = UINT32_MAX;
+	w->settler->scr = w->scratch + (size_t)(w->nco + 1) * COORD_SCRATCH;
+	return 0;
 }
 
+static void worker_settle_free(struct dxl_coord_worker *w)
+{
+	for (uint32_t i = 0; i < w->nsettle; i++) {
+		struct settle *e = &w->settles[i];
+		DXL_WARN("event=coord_settle_abandoned txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " %s tries=%u code=%s msg=\"left to resolution when this coordinator is gone\"",
+			 e->txn, e->shard, e->key, e->commit ? "write-back" : "release", e->tries,
+			 dxl_errname(e->last_err));
+		free(e->value);
+	}
+	free(w->settles);
+	w->settles = NULL;
+	w->nsettle = 0;
+	if (w->settler) {
+		coord_view_put(w->c, w->settler->v);
+		free(w->settler->arena);
+		free(w->settler);
+		w->settler = NULL;
+	}
+}
+
+static void settles_drop(struct dxl_coord_worker *w)
+{
+	for (uint32_t i = 0; i < w->nsettle; i++)
+		free(w->settles[i].value);
+	w->nsettle = 0;
+}
+
+static bool settle_retryable(int err)
+{
+	return is_view_error(err) || err == DXL_E_NOMEM || err == DXL_E_AGAIN ||
+	       err == DXL_E_BUSY;
+}
+
+static int settle_push(struct dxl_txn *t, const struct op *o, uint32_t locked_at, bool commit,
+		       int err)
+{
+	struct dxl_coord_worker *w = t->w;
+	if (w->nsettle == w->settlecap) {
+		uint32_t nc = w->settlecap ? 2 * w->settlecap : 16;
+		struct settle *n = realloc(w->settles, nc * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue");
+		w->settles = n;
+		w->settlecap = nc;
+	}
+	struct settle *e = &w->settles[w->nsettle];
+	*e = (struct settle){.txn = t->id, .shard = o->shard, .table = o->table, .key = o->key,
+			     .slot = o->slot, .locked_at = locked_at, .commit = commit,
+			     .inserted = !o->exists, .wop = o->wop, .inc = o->inc,
+			     .lock_version = o->lock_version, .new_version = o->new_version,
+			     .rec_ts = o->rec_ts, .len = 0, .since_ms = dxl_now_ms(),
+			     .last_err = err};
+	if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT) && o->wlen) {
+		e->value = malloc(o->wlen);
+		if (!e->value)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue value");
+		memcpy(e->value, t->arena + o->woff, o->wlen);
+		e->len = o->wlen;
+	}
+	w->nsettle++;
+	DXL_INFO("event=coord_settle_queued txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
+		 " %s code=%s",
+		 t->id, o->shard, o->table, o->key, commit ? "write-back" : "release",
+		 dxl_errname(err));
+	return 0;
+}
+
+/* one attempt of e with the settler's handle s: 0 = done, < 0 = again later */
+static int settle_once(struct dxl_coord_worker *w, struct dxl_txn *s, struct settle *e)
+{
+	struct view *v = coord_view_get(w->c);
+	const struct view_table *vt = NULL;
+	if (v && e->shard < v->nshards && v->shards[e->shard].ok)
+		for (uint32_t x = 0; x < v->shards[e->shard].ntables; x++)
+			if (v->shards[e->shard].tables[x].st.t.id == e->table)
+				vt = &v->shards[e->shard].tables[x];
+	if (!vt) {
+		coord_view_put(w->c, v);
+		coord_mark_stale(w->c, "settle: no serving primary");
+		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", e->shard);
+	}
+	s->v = v;
+	s->id = e->txn;
+	s->nops = 1;
+	s->used = 0;
+	struct op *o = &s->ops[0];
+	memset(o, 0, sizeof(*o));
+	o->table = e->table;
+	o->shard = e->shard;
+	o->key = e->key;
+	o->vt = vt;
+	o->slot = e->slot;
+	o->exists = !e->inserted;
+	o->wop = e->wop;
+	o->inc = e->inc;
+	o->lock_version = e->lock_version;
+	o->new_version = e->new_version;
+	o->rec_ts = e->rec_ts;
+	o->locked = true;
+	o->wlen = e->len;
+	int ret = e->len ? arena_put(s, e->value, e->len, &o->woff) : 0;
+	bool nic = nic_locks(o);
+	bool same = v->shards[e->shard].primary == e->locked_at;
+	struct dxl_table_rep rep;
+	if (!ret && !same) {
+		/* a new primary: where is the key, and is its lock ours? */
+		struct dxl_table_req req = {.key = o->key};
+		ret = table_rpc(s, o, DXL_RPC_ID_TABLE_LOOKUP, &req, &rep, NULL, 0);
+		if (ret == DXL_E_TOOBIG)
+			ret = 0; /* the value, not asked for: the reply's fields are there */
+		if (ret == DXL_E_NOENT) {
+			ret = 0; /* nothing of it there */
+			goto out;
+		}
+		if (ret)
+			goto out;
+		o->slot = rep.slot;
+		if (!lock_is_ours(s, o))
+			goto out; /* decided (applied by the gate) or never logged */
+	}
+	if (ret)
+		goto out;
+	if (e->commit && (e->wop == DXL_WS_UPDATE || e->wop == DXL_WS_INSERT)) {
+		/* an insert too: its record (made at L, or made live for the
+		 * transaction by a promotion gate) is written back with its
+		 * commit timestamp, version new_version (issue 20) */
+		struct dxl_table_req wb = {.slot = o->slot, .owner = s->id, .ts = o->rec_ts,
+					   .version = o->new_version,
+					   .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,
+					   .value = s->arena + o->woff, .len = o->wlen};
+		ret = table_rpc(s, o, DXL_RPC_ID_TABLE_WRITEBACK, &wb, &rep, NULL, 0);
+		if (ret == DXL_E_STATE) {
+			/* the lock word is not ours any more: the node restarted
+			 * (its gate applied the decided record) */
+			DXL_INFO("event=coord_settle_not_ours txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " msg=\"%s\"",
+				 s->id, o->shard, o->key, dxl_errmsg());
+			ret = 0;
+			goto out;
+		}
+		if (!ret && nic && (ret = unlock_one(s, o)) == DXL_E_STATE)
+			ret = 0; /* the CAS found it not ours (any more) */
+	} else {
+		if (e->commit && e->wop == DXL_WS_DELETE) {
+			/* at the slot it locked: a retry after a lost reply finds
+			 * it done (idempotent) */
+			struct dxl_table_req del = {.key = o->key, .owner = s->id, .ts = o->rec_ts,
+						    .slot = o->slot, .flags = DXL_TABLE_DEL_AT_SLOT};
+			ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+		} else if (!e->commit && e->inserted) {
+			/* aborted: the record it inserted at L (version
+			 * lock_version) or the one a promotion gate made for it
+			 * (as logged: lock_version + 2) goes -- never another
+			 * record whose lock it holds (a DELETE for another
+			 * version changes nothing: DXL_E_STATE) */
+			uint64_t v0 = same ? o->lock_version : o->lock_version + 2;
+			uint64_t v1 = same ? o->lock_version + 2 : o->lock_version;
+			struct dxl_table_req del = {.key = o->key, .owner = s->id, .slot = o->slot,
+						    .version = v0, .flags = DXL_TABLE_DEL_AT_SLOT};
+			ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			if (ret == DXL_E_STATE) {
+				del.version = v1;
+				ret = table_rpc(s, o, DXL_RPC_ID_TABLE_DELETE, &del, &rep, NULL, 0);
+			}
+		}
+		/* gone already, or not ours: a retry after a lost reply */
+		if (ret == DXL_E_NOENT || ret == DXL_E_STATE)
+			ret = 0;
+		if (!ret)
+			ret = unlock_one(s, o);
+		if (ret == DXL_E_STATE) /* the primary says: not ours (any more) */
+			ret = 0;
+	}
+out:
+	if (!ret)
+		DXL_INFO("event=coord_settled txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+			 " %s at %s primary %u after %u tries",
+			 s->id, o->shard, o->key, e->commit ? "write-back" : "release",
+			 same ? "the same" : "a new", v->shards[e->shard].primary, e->tries + 1);
+	s->v = NULL;
+	s->nops = 0;
+	coord_view_put(w->c, v);
+	return ret;
+}
+
+/*
+ * settle_drain -- try the queued settles that are due; with budget_ms > 0
+ * keep at it until txn's (0: every one) are done or the budget ran out.
+ * From a coroutine of w, never inside another settle.
+ */
+/* txn's record in shard still waits for its background marker (und) */
+static bool und_pending(const struct dxl_coord_worker *w, uint32_t shard, uint64_t txn)
+{
+	for (uint32_t i = 0; i < w->nund; i++)
+		if (w->und[i].shard == shard && w->und[i].txn == txn)
+			return true;
+	return false;
+}
+
+static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budget_ms)
+{
+	if (!w->nsettle || w->settling || !dxl_co_self() || dxl_co_sched() != w->sched)
+		return;
+	w->settling = true;
+	w->settler->qe = w->qepoch;
+	uint64_t end = dxl_now_ms() + budget_ms;
+	for (;;) {
+		uint64_t now = dxl_now_ms();
+		for (uint32_t i = 0; i < w->nsettle;) {
+			struct settle *e = &w->settles[i];
+			if (e->next_ms > now) {
+				i++;
+				continue;
+			}
+			if (e->after_und) {
+				if (und_pending(w, e->shard, e->txn)) {
+					i++;
+					continue;
+				}
+				e->after_und = false; /* decided: released now */
+			}
+			int ret = settle_once(w, w->settler, e);
+			/* never dropped (review of issue 12, #6): whatever the
+			 * error, the lock is still set by a live coordinator,
+			 * which the sweep for gone ones skips; a resolver waiting
+			 * on the key would wait for good. Done only when done or
+			 * when the primary says the lock is not ours. */
+			if (ret) {
+				e->tries++;
+				e->last_err = ret;
+				e->next_ms = dxl_now_ms() + DXL_MIN(20ull << DXL_MIN(e->tries, 6u), 1000ull);
+				if (e->tries % 50 == 0 || (e->tries == 1 && !settle_retryable(ret)))
+					DXL_WARN("event=coord_settle_pending txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+						 " tries=%u since_ms=%" PRIu64 " code=%s msg=\"%s\"",
+						 e->txn, e->shard, e->key, e->tries,
+						 dxl_now_ms() - e->since_ms, dxl_errname(ret), dxl_errmsg());
+				i++;
+				continue;
+			}
+			free(e->value);
+			w->settles[i] = w->settles[--w->nsettle];
+		}
+		bool mine = false;
+		uint64_t due = UINT64_MAX;
+		for (uint32_t i = 0; i < w->nsettle; i++) {
+			if (w->settles[i].after_und) /* waits for its marker */
+				continue;
+			mine = mine || !txn || w->settles[i].txn == txn;
+			due = DXL_MIN(due, w->settles[i].next_ms);
+		}
+		if (!mine || dxl_now_ms() >= end)
+			break;
+		dxl_co_suspend(dxl_now_ns() +
+			       1000000ull * DXL_MIN(DXL_MAX(due, dxl_now_ms() + 1) - dxl_now_ms(), 50ull));
+	}
+	w->settling = false;
+}
+
+/* release what is held: inserted records are deleted, locks released; what
+ * fails is queued and settled later (above) */
 static void release_all(struct dxl_txn *t)
 {
 	if (!t->active)
 		return;
+	bool queued = false;
+	if (txn_unregistered(t))
+		leave_locks(t, "registration over");
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->locked)
 			continue;
-		if (o->wop == DXL_WS_INSERT && !o->exists) {
-			struct dxl_table_req req = {.key = o->key, .owner = t->id};
-			struct dxl_table_rep rep;
-			table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
+		int how = keep_how(t, o->shard);
+		if (how == KEEP_RESOLVE) {
+			/* its record there is undecided and its writer gone with
+			 * the session: the resolution of its id decides and
+			 * releases */
+			o->locked = false;
+			DXL_INFO("event=coord_lock_left txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+				 " msg=\"record undecided: left to resolution\"",
+				 t->id, o->shard, o->key);
+			continue;
 		}
-		if (unlock_one(t, o))
-			(void)settle_new_primary(t, o, t->v->shards[o->shard].primary, false);
+		if (how == KEEP_UND) {
+			/* released once its record there is decided (the worker's
+			 * background marker acknowledged) */
+			o->locked = false;
+			if (!settle_push(t, o, t->v->shards[o->shard].primary, false, 0))
+				t->w->settles[t->w->nsettle - 1].after_und = true;
+			continue;
+		}
+		int ret = 0;
+		if (o->wop == DXL_WS_INSERT && !o->exists) {
+			/* its own record only (the version its INSERT made), at
+			 * the slot it locked */
+			struct dxl_table_req req = {.key = o->key, .owner = t->id, .slot = o->slot,
+						    .version = o->lock_version,
+						    .flags = DXL_TABLE_DEL_AT_SLOT};
+			struct dxl_table_rep rep;
+			ret = table_rpc(t, o, DXL_RPC_ID_TABLE_DELETE, &req, &rep, NULL, 0);
+			if (ret == DXL_E_NOENT)
+				ret = 0;
+		}
+		if (!ret) {
+			ret = unlock_one(t, o);
+			if (ret == DXL_E_STATE)
+				ret = 0; /* the primary says the lock is not ours */
+		} else {
+			o->locked = false;
+		}
+		if (ret) {
+			coord_mark_stale(t->w->c, "release failed");
+			if (!settle_push(t, o, t->v->shards[o->shard].primary, false, ret))
+				queued = true;
+		}
 	}
 	t->active = false;
+	coord_view_put(t->w->c, t->v);
+	t->v = NULL;
 	st_add(&t->w->st.aborted, 1);
+	if (queued)
+		settle_drain(t->w, t->id, 1000);
 }
 
 void dxl_txn_abort(struct dxl_txn *t)
@@ -1281,12 +1770,19 @@ static int lock_phase(struct dxl_txn *t)
 		bt[nn].o = o;
 		bt[nn].cas = (uint64_t *)(t->scr + nn * 72);
 		bt[nn].hdr = t->scr + nn * 72 + 8;
+		/* the CAS, then the version under the lock (coord_lock_order;
+		 * both signalled: the count is exact whatever fails) */
 		struct dxl_wr wr[2];
-		wr_cas(&wr[0], bt[nn].cas, lkey(t), o->vt->st.t.locks.addr + 8 * o->slot,
-		       o->vt->st.t.locks.rkey, 0, t->id, true, tag);
-		wr_read(&wr[1], bt[nn].hdr, lkey(t), 64,
-			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, true, tag);
+		for (int k = 0; k < 2; k++) {
+			if (coord_lock_order[k] == COORD_STEP_LOCK)
+				wr_cas(&wr[k], bt[nn].cas, lkey(t),
+				       o->vt->st.t.locks.addr + 8 * o->slot, o->vt->st.t.locks.rkey,
+				       0, t->id, true, tag);
+			else
+				wr_read(&wr[k], bt[nn].hdr, lkey(t), 64,
+					o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
+					o->vt->st.t.records.rkey, true, tag);
+		}
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(bt[nn].qp, wr, &bad)) == DXL_E_AGAIN)
@@ -1352,6 +1848,10 @@ reap:
 
 /* ---- V: validating the read set ----------------------------------------------- */
 
+/* coord_internal.h: the orders the model test checks */
+const enum coord_step coord_lock_order[2] = {COORD_STEP_LOCK, COORD_STEP_VERSION};
+const enum coord_step coord_validate_order[2] = {COORD_STEP_LOCK, COORD_STEP_VERSION};
+
 /* all: also the reads of records it writes (before the lock phase:
  * dxl_txn_validate), else those were checked under their locks */
 static int validate_phase(struct dxl_txn *t, bool all)
@@ -1416,12 +1916,20 @@ static int validate_phase(struct dxl_txn *t, bool all)
 		struct dxl_qp *qp;
 		if ((ret = node_qp(t->w, vs, &qp)))
 			V_FAIL(ret);
+		/* the lock word, then the version (coord_validate_order): a
+		 * free lock word read before an unchanged version means no
+		 * writer wrote it back in between */
 		struct dxl_wr wr[2];
-		wr_read(&wr[0], v[nv].hdr, lkey(t), 64,
-			o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
-			o->vt->st.t.records.rkey, true, tag);
-		wr_read(&wr[1], v[nv].lock, lkey(t), 8, o->vt->st.t.locks.addr + 8 * o->slot,
-			o->vt->st.t.locks.rkey, true, tag);
+		for (int k = 0; k < 2; k++) {
+			if (coord_validate_order[k] == COORD_STEP_LOCK)
+				wr_read(&wr[k], v[nv].lock, lkey(t), 8,
+					o->vt->st.t.locks.addr + 8 * o->slot, o->vt->st.t.locks.rkey,
+					true, tag);
+			else
+				wr_read(&wr[k], v[nv].hdr, lkey(t), 64,
+					o->vt->st.t.records.addr + o->slot * o->vt->st.t.slot_size,
+					o->vt->st.t.records.rkey, true, tag);
+		}
 		wr[0].next = &wr[1];
 		struct dxl_wr *bad;
 		while ((ret = dxl_qp_post(qp, wr, &bad)) == DXL_E_AGAIN)
@@ -1444,9 +1952,36 @@ static int validate_phase(struct dxl_txn *t, bool all)
 		uint64_t ver = dxl_get_le64(v[k].hdr);
 		uint64_t lock = *(volatile uint64_t *)v[k].lock;
 		coord_note_holder(t->w, lock);
-		if (ver != o->version || lock != 0)
+		if (!coord_validates(o->version, ver, lock))
 			return dxl_err_set(DXL_E_CONFLICT, "table %u key %" PRIu64 ": %s since read",
 					   o->table, o->key, lock ? "locked" : "changed");
+	}
+	/* the fence: the READs above were served by a primary -- but one
+	 * whose session may have expired (a paused process that resumed, a
+	 * NIC serving a stopped host) while another node became the primary
+	 * and took writes. A FENCE per shard, on the QP of the READs, after
+	 * they completed: its node checks, at that moment, the epoch and its
+	 * own lease (a lease ends before its session can expire, and a
+	 * primary is replaced only once its session expired): valid then,
+	 * valid when the READs were served (docs/transactions.md) */
+	if (!t->w->c->cfg.no_fence) {
+		uint32_t done[DXL_TXN_MAX_OPS], nd = 0;
+		for (uint32_t k = 0; k < nv; k++) {
+			struct op *o = v[k].o;
+			bool seen = false;
+			for (uint32_t j = 0; j < nd && !seen; j++)
+				seen = done[j] == o->shard;
+			if (seen)
+				continue;
+			done[nd++] = o->shard;
+			struct dxl_table_req req = {0};
+			struct dxl_table_rep rep;
+			if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_FENCE, &req, &rep, NULL, 0))) {
+				dxl_err_prefix("fence of shard %u at node %u", o->shard,
+					       t->v->shards[o->shard].primary);
+				return ret;
+			}
+		}
 	}
 	return 0;
 reap:
@@ -1531,8 +2066,21 @@ static void und_round(struct dxl_coord_worker *w)
 	}
 }
 
+static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budget_ms);
+
 void dxl_coord_worker_poll(struct dxl_coord_worker *w)
 {
+	/* queued settles, from a coroutine that is not inside a transaction
+	 * (dxl-coord's dispatcher, a begin) */
+	struct dxl_co *co = dxl_co_self();
+	if (co && dxl_co_sched() == w->sched) {
+		uint32_t id = dxl_co_id(co) & 0xfffu;
+		struct dxl_txn *cur = id <= w->nco ? w->txns[id] : NULL;
+		if (!cur || !cur->active) {
+			settle_drain(w, 0, 0);
+			coord_sweep(w);
+		}
+	}
 	struct dxl_log_writer_result res[64];
 	for (uint32_t s = 0; s < w->nlogs; s++) {
 		struct wlog *l = &w->logs[s];
@@ -1580,6 +2128,11 @@ static int log_append(struct dxl_txn *t, uint32_t shard, const void *buf, uint32
 		      const uint32_t *parts, uint32_t nparts, bool marker)
 {
 	struct wlog *l = NULL;
+	/* never through a writer of a later registration (wlog_get would open
+	 * one): t's id is the old registration's, resolved by others */
+	if (txn_unregistered(t))
+		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 " began before its coordinator registered again (session expired): aborted",
+				   t->id);
 	int ret = wlog_get(t->w, shard, &l);
 	if (ret)
 		return ret;
@@ -1650,14 +2203,32 @@ static bool log_abort(struct dxl_txn *t)
 	uint32_t n = t->nlrec;
 	uint8_t m[DXL_ABORT_SIZE];
 	dxl_abort_marker_encode(t->id, m, sizeof(m));
+	bool orphans = false;
 	uint64_t end = dxl_now_ms() + t->w->c->cfg.log_unavail_ms;
 	bool pending = true;
 	while (pending && dxl_now_ms() < end) {
+		if (txn_unregistered(t)) {
+			/* the writers its records went through died with the
+			 * session: a marker cannot follow them in their rings */
+			DXL_WARN("event=coord_abort_orphaned txn=0x%" PRIx64 " msg=\"records left to resolution\"",
+				 t->id);
+			for (uint32_t i = 0; i < n; i++)
+				if (!t->lrec[i].marker && (t->lrec[i].ts || t->lrec[i].orphan))
+					keep_add(t, t->lrec[i].shard, KEEP_RESOLVE);
+			t->nlrec = n;
+			return false;
+		}
 		pending = false;
 		for (uint32_t i = 0; i < n; i++) {
 			struct lrec *r = &t->lrec[i];
 			if (r->marker || r->ts == 0)
 				continue;
+			if (r->orphan) {
+				orphans = true; /* resolution decides it */
+				keep_add(t, r->shard, KEEP_RESOLVE);
+				r->ts = 0;
+				continue;
+			}
 			if (r->status && !r->maybe) {
 				log_decide(t, i); /* not in the log */
 				r->ts = 0;
@@ -1690,11 +2261,18 @@ static bool log_abort(struct dxl_txn *t)
 			dxl_co_suspend(dxl_now_ns() + 50000000ull); /* 50 ms: a failover */
 	}
 	if (!pending)
-		return true;
+		return !orphans;
 	for (uint32_t i = 0; i < n; i++) {
 		struct lrec *r = &t->lrec[i];
-		if (!r->marker && r->ts)
-			und_add(t->w, r->shard, t->id, r->ts);
+		if (r->marker || !r->ts)
+			continue;
+		if (txn_unregistered(t)) {
+			/* its writers died with the session: resolution */
+			keep_add(t, r->shard, KEEP_RESOLVE);
+			continue;
+		}
+		und_add(t->w, r->shard, t->id, r->ts);
+		keep_add(t, r->shard, KEEP_UND);
 	}
 	DXL_WARN("event=coord_abort_unmarked txn=0x%" PRIx64 " msg=\"no abort marker yet: the worker keeps trying\"",
 		 t->id);
@@ -1708,6 +2286,9 @@ static int log_phase(struct dxl_txn *t)
 	uint32_t parts[DXL_LOG_WRITER_MAX_PARTS];
 	uint32_t nparts = 0;
 	int ret = 0;
+	if (txn_unregistered(t))
+		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 " began before its coordinator registered again (session expired): aborted",
+				   t->id);
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop)
@@ -1815,8 +2396,15 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		return unlock_one(t, o);
 	}
 	bool nic = nic_locks(o);
+	/* one-sided only while this coordinator's lease holds: once its
+	 * session may have expired, others may resolve its transactions and
+	 * the lock word may have moved on -- the RPC checks it is still ours */
+	if (txn_unregistered(t))
+		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
+				   t->id);
 	if (mode != DXL_TXN_TWOSIDED && nic &&
-	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability)) {
+	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability) &&
+	    dxl_zk_lease_valid(t->w->c->zk)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
 		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;
@@ -1899,226 +2487,67 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 	return unlock_one(t, o);
 }
 
-/* ---- committed write-backs handed on -------------------------------------------
- *
- * A committed write-back that keeps failing while its primary stays the
- * same (unreachable, or not serving for a while) must still happen: its
- * lock word stays the transaction's meanwhile, no resolution runs (this
- * coordinator is alive), and the primary's retention cannot pass the
- * record (a ring that fills up refuses appends). commit_phase hands it to
- * the worker (wb_hand_on) and the transaction returns; dxl_txn_begin tries
- * the pending ones that are due (wb_settle) with the free handle's scratch
- * and arena, until each is done: at the same primary written back and
- * unlocked as a retry (commit_one: the lock word is READ first and nothing
- * is written if it is not the transaction's any more; the write-back RPC
- * and DELETE check it too), at a new primary settled there
- * (settle_new_primary). What the worker still holds when it ends is
- * logged (event=coord_writeback_abandoned) and left to resolution, which
- * runs once this coordinator is gone.
- */
-struct wb_pending {
-	uint64_t txn;
-	uint32_t locked_at;  /* the primary the lock was taken at */
-	struct op o;         /* o.vt and o.woff are set again at each try */
-	uint8_t *value;      /* o.wlen bytes */
-	uint64_t since_ms, next_ms;
-	uint32_t tries;
-	int last_err;
-};
-
-/* append e to the worker's list (false: out of memory) */
-static bool wb_push(struct dxl_coord_worker *w, const struct wb_pending *e)
+/* a transaction of this worker met txn's lock: a settle of it still queued
+ * (a release or committed write-back that failed) is tried at the next
+ * dxl_txn_begin (the meeting transaction's retry), not after its backoff --
+ * a retry budget of a few ms would otherwise run out against the worker's
+ * own lock */
+static void settle_due_now(struct dxl_coord_worker *w, uint64_t txn)
 {
-	if (w->nwbp == w->wbpcap) {
-		uint32_t nc = w->wbpcap ? 2 * w->wbpcap : 8;
-		struct wb_pending *n = realloc(w->wbp, nc * sizeof(*n));
-		if (!n)
-			return false;
-		w->wbp = n;
-		w->wbpcap = nc;
-	}
-	w->wbp[w->nwbp++] = *e;
-	return true;
-}
-
-static void wb_hand_on(struct dxl_txn *t, const struct op *o, uint32_t locked_at, int err)
-{
-	char msg[300];
-	snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
-	struct wb_pending e = {.txn = t->id, .locked_at = locked_at, .o = *o,
-			       .value = o->wlen ? malloc(o->wlen) : NULL,
-			       .since_ms = dxl_now_ms(), .next_ms = dxl_now_ms() + 20,
-			       .last_err = err};
-	if (o->wlen && e.value)
-		memcpy(e.value, t->arena + o->woff, o->wlen);
-	if ((o->wlen && !e.value) || !wb_push(t->w, &e)) {
-		free(e.value);
-		DXL_ERROR("event=coord_writeback_lost txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-			  " msg=\"out of memory: its lock stays until resolution\"",
-			  t->id, o->shard, o->key);
-		return;
-	}
-	DXL_WARN("event=coord_writeback_handed_on txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
-		 " primary=%u code=%s msg=\"%s\"",
-		 t->id, o->shard, o->table, o->key, locked_at, dxl_errname(err), msg);
-}
-
-/* one try of e with the free handle t: 0 = done */
-static int wb_try(struct dxl_txn *t, struct wb_pending *e)
-{
-	struct view *v = coord_view(t->w->c);
-	const struct view_table *vt = NULL;
-	uint32_t sh = e->o.shard;
-	if (v && sh < v->nshards && v->shards[sh].ok)
-		for (uint32_t x = 0; x < v->shards[sh].ntables; x++)
-			if (v->shards[sh].tables[x].st.t.id == e->o.table)
-				vt = &v->shards[sh].tables[x];
-	if (!vt) {
-		coord_mark_stale(t->w->c, "pending write-back: no serving primary");
-		return dxl_err_set(DXL_E_UNAVAIL, "shard %u has no serving primary", sh);
-	}
-	t->v = v;
-	t->id = e->txn;
-	t->nops = 1;
-	t->used = 0;
-	struct op *o = &t->ops[0];
-	*o = e->o;
-	o->vt = vt;
-	o->locked = true;
-	int ret = e->o.wlen ? arena_put(t, e->value, e->o.wlen, &o->woff) : 0;
-	if (!ret && v->shards[sh].primary != e->locked_at) {
-		ret = settle_new_primary(t, o, e->locked_at, true);
-	} else if (!ret) {
-		ret = commit_one(t, o, true);
-		/* the lock word is not ours any more (the RPCs check it): the
-		 * node restarted, or resolution finished the transaction */
-		if (ret == DXL_E_STATE)
-			ret = 0;
-		/* a delete done before without its unlock: the slot is known,
-		 * a CAS from our id is harmless where it is not ours */
-		if (ret == DXL_E_NOENT && o->wop == DXL_WS_DELETE &&
-		    (ret = unlock_one(t, o)) == DXL_E_STATE)
-			ret = 0;
-		if (ret)
-			coord_mark_stale(t->w->c, "pending write-back failed");
-	}
-	t->nops = 0;
-	t->id = 0;
-	return ret;
-}
-
-/* the due entries, one coroutine at a time (the others go on: a try may
- * wait on the fabric); an entry is taken out of the list while it is tried */
-static void wb_settle(struct dxl_coord_worker *w, struct dxl_txn *t)
-{
-	if (w->wb_settling || !w->nwbp)
-		return;
-	w->wb_settling = true;
-	uint64_t now = dxl_now_ms();
-	uint32_t n = w->nwbp;
-	for (uint32_t k = 0, i = 0; k < n && i < w->nwbp; k++) {
-		if (w->wbp[i].next_ms > now) {
-			i++;
-			continue;
-		}
-		struct wb_pending e = w->wbp[i];
-		w->wbp[i] = w->wbp[--w->nwbp];
-		int ret = wb_try(t, &e);
-		if (!ret) {
-			DXL_INFO("event=coord_writeback_settled txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-				 " tries=%u after_ms=%" PRIu64,
-				 e.txn, e.o.shard, e.o.key, e.tries + 1, dxl_now_ms() - e.since_ms);
-			free(e.value);
-			continue;
-		}
-		e.tries++;
-		e.last_err = ret;
-		e.next_ms = dxl_now_ms() + DXL_MIN(20ull << DXL_MIN(e.tries, 6u), 1000ull);
-		if (e.tries % 50 == 0)
-			DXL_WARN("event=coord_writeback_pending txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-				 " tries=%u since_ms=%" PRIu64 " code=%s msg=\"%s\"",
-				 e.txn, e.o.shard, e.o.key, e.tries, dxl_now_ms() - e.since_ms,
-				 dxl_errname(ret), dxl_errmsg());
-		if (!wb_push(w, &e)) {
-			DXL_ERROR("event=coord_writeback_lost txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-				  " msg=\"out of memory: its lock stays until resolution\"",
-				  e.txn, e.o.shard, e.o.key);
-			free(e.value);
-		}
-	}
-	w->wb_settling = false;
-}
-
-static void wb_abandon_all(struct dxl_coord_worker *w)
-{
-	for (uint32_t i = 0; i < w->nwbp; i++) {
-		struct wb_pending *e = &w->wbp[i];
-		DXL_WARN("event=coord_writeback_abandoned txn=0x%" PRIx64 " shard=%u key=%" PRIu64
-			 " tries=%u code=%s msg=\"left to resolution once this coordinator is gone\"",
-			 e->txn, e->o.shard, e->o.key, e->tries, dxl_errname(e->last_err));
-		free(e->value);
-	}
-	free(w->wbp);
-	w->wbp = NULL;
-	w->nwbp = w->wbpcap = 0;
-}
-
-/* a transaction of this worker met txn's lock: if it is a pending
- * write-back's, it is tried at the next dxl_txn_begin (the meeting
- * transaction's retry), not after its backoff -- a retry budget of a few
- * ms would otherwise run out against the worker's own lock */
-static void wb_due_now(struct dxl_coord_worker *w, uint64_t txn)
-{
-	for (uint32_t i = 0; i < w->nwbp; i++)
-		if (w->wbp[i].txn == txn)
-			w->wbp[i].next_ms = 0;
+	for (uint32_t i = 0; i < w->nsettle; i++)
+		if (w->settles[i].txn == txn && !w->settles[i].after_und)
+			w->settles[i].next_ms = 0;
 }
 
 uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w)
 {
-	return w ? w->nwbp : 0;
+	uint32_t n = 0;
+	for (uint32_t i = 0; w && i < w->nsettle; i++)
+		n += w->settles[i].commit;
+	return n;
 }
 
 static void commit_phase(struct dxl_txn *t)
 {
+	bool queued = false;
+	if (txn_unregistered(t)) {
+		/* committed (every record acknowledged under the old
+		 * registration) but its id is resolution's now: the records
+		 * are in the log, resolution applies them at the primaries
+		 * (UNLOCK_COORD rolls forward what is decided, the ring's
+		 * resolver what is in doubt). A write-back from here could land
+		 * after resolution released the key and another wrote it. */
+		leave_locks(t, "committed, registration over");
+		return;
+	}
 	for (uint32_t i = 0; i < t->nops; i++) {
 		struct op *o = &t->ops[i];
 		if (!o->wop || !o->locked)
 			continue;
 		uint32_t locked_at = t->v->shards[o->shard].primary;
 		int ret = commit_one(t, o, false);
-		/* past the commit point: the log has it. The same primary with a
-		 * new epoch (new rkeys) still holds the lock: write back again
-		 * with the new view. A new primary applied it (decided) before
-		 * serving: nothing to do there. */
-		for (int k = 0; ret && k < 100; k++) {
-			coord_mark_stale(t->w->c, "write-back failed");
-			dxl_co_suspend(dxl_now_ns() + 20000000ull);
-			struct view *v = coord_view(t->w->c);
-			if (!v || o->shard >= v->nshards || v->shards[o->shard].primary != locked_at)
-				break;
-			if (!v->shards[o->shard].ok)
-				continue;
-			const struct view_table *vt = NULL;
-			for (uint32_t x = 0; x < v->shards[o->shard].ntables; x++)
-				if (v->shards[o->shard].tables[x].st.t.id == o->table)
-					vt = &v->shards[o->shard].tables[x];
-			if (!vt)
-				break;
-			t->v = v;
-			o->vt = vt;
-			ret = commit_one(t, o, true);
+		/* past the commit point: the log has it. A write-back that
+		 * failed is settled later (the same primary: again, with a new
+		 * view, through RPCs that check the lock word is still t's; a
+		 * new primary: where its gate locked the key for t) */
+		if (ret && txn_unregistered(t)) {
+			/* its coordinator registered again meanwhile */
+			leave_locks(t, "committed, registration over");
+			break;
 		}
-		if (ret)
-			ret = settle_new_primary(t, o, locked_at, true);
 		if (ret) {
-			/* not done, and it must be: the lock word stays ours and
-			 * the primary's retention cannot pass the record until
-			 * it is. The worker finishes it later (wb_settle). */
-			wb_hand_on(t, o, locked_at, ret);
+			coord_mark_stale(t->w->c, "write-back failed");
 			o->locked = false;
+			if (!settle_push(t, o, locked_at, true, ret))
+				queued = true;
+			else
+				DXL_WARN("event=coord_writeback_lost txn=0x%" PRIx64 " shard=%u key=%" PRIu64
+					 " msg=\"%s\"",
+					 t->id, o->shard, o->key, dxl_errmsg());
 		}
 	}
+	if (queued)
+		settle_drain(t->w, t->id, 2000);
 }
 
 int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
@@ -2134,7 +2563,12 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	t->info.nreads = nr;
 	t->info.nwrites = nw;
 	const char *phase = "lock";
-	ret = lock_phase(t);
+	/* begun before its coordinator registered again: nothing taken yet,
+	 * a retry begins under the new registration */
+	ret = txn_unregistered(t)
+		      ? dxl_err_set(DXL_E_CONFLICT, "transaction 0x%" PRIx64 " began before its coordinator registered again (retry)",
+				    t->id)
+		      : lock_phase(t);
 	if (!ret) {
 		phase = "validate";
 		if (t->w->c->cfg.test_hook)
@@ -2173,6 +2607,8 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 	/* committed */
 	commit_phase(t);
 	t->active = false;
+	coord_view_put(t->w->c, t->v);
+	t->v = NULL;
 	st_add(&t->w->st.committed, 1);
 	if (info)
 		*info = t->info;
@@ -2239,7 +2675,10 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 	 * may belong to a coordinator that died (resolved once its session
 	 * expires), for log_unavail_ms at least */
 	bool foreign = false; /* met another coordinator's lock */
-	for (uint32_t k = 1; k <= max_tries || (foreign && dxl_now_ms() < deadline); k++) {
+	/* no serving primary (a failover): retried for log_unavail_ms too,
+	 * whatever max_tries says (that counts conflicts) */
+	for (uint32_t k = 1;
+	     k <= max_tries || ((foreign || ret == DXL_E_UNAVAIL) && dxl_now_ms() < deadline); k++) {
 		struct dxl_txn *t;
 		if ((ret = dxl_txn_begin(w, &t)))
 			return ret;
@@ -2253,8 +2692,9 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 				char msg[512];
 				snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 				int v = dxl_txn_validate(t);
-				if (v == DXL_E_CONFLICT)
-					ret = v;
+				if (v)
+					ret = v; /* not validated: a conflict (retried), or
+						    why it could not be (never the answer) */
 				else
 					dxl_err_set(ret, "%s", msg);
 			}
@@ -2274,9 +2714,12 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 			foreign = true;
 			coord_maybe_resolve(w);
 		}
-		/* randomized backoff: 0..(2^min(k,6)) * 20 us; a few ms while the
-		 * configuration changes */
-		uint64_t span = (ret == DXL_E_UNAVAIL ? 5000000ull : 20000ull) << DXL_MIN(k, 6u);
+		/* randomized backoff: 0..(2^min(k,6)) * 20 us; while the
+		 * configuration changes 0..5 ms doubling to at most 80 ms (the
+		 * new primary serves within a few hundred ms of its promotion:
+		 * longer sleeps only add to the time without a commit) */
+		uint64_t span = ret == DXL_E_UNAVAIL ? 5000000ull << DXL_MIN(k, 4u)
+						     : 20000ull << DXL_MIN(k, 6u);
 		dxl_co_suspend(dxl_now_ns() + rnd(w) % (span ? span : 1));
 		dxl_err_set(ret, "%s", msg); /* the attempt's reason, not the sleep's */
 	}

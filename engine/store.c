@@ -464,7 +464,8 @@ static int scan_table(struct dxl_store *s, struct table *t)
 			fq_push(t, i);
 		}
 	}
-	/* tombstones: a consistent free slot that held a key (version >= 2)
+	/* tombstones: a consistent free slot that held a key (version >= 2,
+	 * incarnation > 0: an undone insert's slot has 0, it names no key)
 	 * is that key's tombstone unless the key is live or torn elsewhere or
 	 * a later tombstone names it (the largest version wins); the floor is
 	 * every slot's timestamp (a reclaimed tombstone's was one of them) */
@@ -473,7 +474,8 @@ static int scan_table(struct dxl_store *s, struct table *t)
 		struct dxl_record rec;
 		dxl_record_peek(slot_at(t, i), &rec);
 		floor = DXL_MAX(floor, rec.ts);
-		if (state_get(t, i) != ST_FREE || rec.live || rec.version < 2 || (rec.version & 1))
+		if (state_get(t, i) != ST_FREE || rec.live || rec.version < 2 || (rec.version & 1) ||
+		    !rec.inc)
 			continue;
 		struct kent *e = map_find(t, rec.key);
 		if (!e) {
@@ -1214,6 +1216,54 @@ int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
 	return ret;
 }
 
+int dxl_store_undo_insert(struct dxl_store *s, uint32_t table, uint64_t slot,
+			  uint64_t lock_owner, const struct dxl_store_absence *was)
+{
+	struct table *t;
+	int ret = get_slot(s, table, slot, &t);
+	if (ret)
+		return ret;
+	bool tomb = was->slot != UINT64_MAX && was->version;
+	if (tomb && (was->version & 1))
+		return dxl_err_set(DXL_E_INVAL, "undo insert: version %llu is odd",
+				   (unsigned long long)was->version);
+	pthread_mutex_lock(&t->mu);
+	ret = check_locked_live(t, slot, lock_owner);
+	if (!ret) {
+		struct dxl_record r;
+		dxl_record_peek(slot_at(t, slot), &r);
+		struct kent *e = map_find(t, r.key);
+		DXL_ASSERTF(e && e->slot1 == slot + 1,
+			    "table %u slot %llu: key %llu not mapped to it",
+			    table, (unsigned long long)slot,
+			    (unsigned long long)r.key);
+		if (tomb) {
+			/* the tombstone the insert replaced, as it was */
+			delete_locked(s, t, e, was->version, was->ts, NULL);
+		} else {
+			/* no tombstone: the key unmapped, the slot free and
+			 * naming no key -- incarnation 0, as a never-used slot
+			 * (what a store opened, a transfer or a digest read slot
+			 * by slot take for no tombstone); stale locations no
+			 * longer match */
+			r.version = 0;
+			r.ts = was->ts;
+			r.inc = 0;
+			r.len = 0;
+			r.live = false;
+			put_record(s, t, slot, &r, NULL, NULL);
+			map_del(t, e);
+			state_set(t, slot, ST_FREE);
+			t->nlive--;
+			fq_push(t, slot);
+			if (s->cfg.hooks.remove)
+				s->cfg.hooks.remove(s->cfg.hooks.arg, t->sc.id, r.key, slot);
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	return ret;
+}
+
 int dxl_store_read(const struct dxl_store *s, uint32_t table, uint64_t slot,
 		   struct dxl_record *out, void *value, uint32_t cap)
 {
@@ -1513,9 +1563,28 @@ int dxl_store_table_desc(const struct dxl_store *s, uint32_t table,
 
 /* ---- applying the log -------------------------------------------------------------- */
 
+/*
+ * apply_one -- dxl_store_apply; tomb_optional: a delete of an absent key
+ * that finds no free slot for its tombstone is passed over (returns 0)
+ * instead of failing with DXL_E_FULL. Only for a replay, which applies the
+ * last write of each key of its window (no older write of the key follows
+ * it there); an applier must not lose a tombstone: a slot freed later
+ * would let an older insert of the key in.
+ */
+static int apply_one(struct dxl_store *s, uint32_t table, uint64_t key, enum dxl_ws_op op,
+		     uint64_t version, uint64_t ts, const void *value, uint32_t len,
+		     bool tomb_optional);
+
 int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		    enum dxl_ws_op op, uint64_t version, uint64_t ts,
 		    const void *value, uint32_t len)
+{
+	return apply_one(s, table, key, op, version, ts, value, len, false);
+}
+
+static int apply_one(struct dxl_store *s, uint32_t table, uint64_t key, enum dxl_ws_op op,
+		     uint64_t version, uint64_t ts, const void *value, uint32_t len,
+		     bool tomb_optional)
 {
 	struct table *t = find_table(s, table);
 	if (!t)
@@ -1574,10 +1643,18 @@ int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		ret = 1;
 	} else if (op == DXL_WS_DELETE) {
 		/* deleted before any write of it arrived here (or its tombstone
-		 * was reclaimed): a tombstone keeps older writes out -- if a
-		 * slot is free for it (a full table: nothing, as for a replay's
-		 * last write of a key; docs/engine.md "Tombstones") */
-		ret = tomb_make(s, t, key, version, ts) == 0;
+		 * was reclaimed): a tombstone keeps older writes out. A full
+		 * table: DXL_E_FULL (the applier stops there and tries again
+		 * once a slot is free) -- a replay's last write of a key needs
+		 * none (docs/engine.md "Tombstones") */
+		ret = tomb_make(s, t, key, version, ts);
+		if (!ret)
+			ret = 1;
+		else if (ret == DXL_E_FULL && tomb_optional)
+			ret = 0;
+		else
+			dxl_err_prefix("delete of absent key %llu: no slot for its tombstone",
+				       (unsigned long long)key);
 	} else {
 		ret = insert_locked(s, t, key, version, ts, value, len, 0, NULL, NULL);
 		if (!ret)

@@ -80,6 +80,7 @@ struct dxl_co {
 	uint32_t wc_want;     /* > 0 while waiting for that many */
 	uint32_t wc_lost;     /* arrived when the buffer could not grow */
 	uint32_t wc_lost_err; /* ... of which with an error status */
+	char errmsg[DXL_ERR_MSG_MAX]; /* its dxl_errmsg() while it runs */
 
 	void *asan_fake;  /* ASan fake stack of this fiber while switched out */
 	void *tsan_fiber; /* TSan fiber while live */
@@ -248,6 +249,8 @@ static void switch_in(struct dxl_sched *s, struct dxl_co *co)
 {
 	s->cur = co;
 	co->state = CO_RUNNING;
+	/* the coroutine's own error message while it runs */
+	char *prev_msg = dxl_err_use(co->errmsg);
 #if CO_ASAN
 	__sanitizer_start_switch_fiber(&s->asan_fake, co->stack_lo,
 				       co->stack_len);
@@ -269,6 +272,11 @@ static void switch_in(struct dxl_sched *s, struct dxl_co *co)
 	__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
 #endif
 	s->cur = NULL;
+	dxl_err_use(prev_msg);
+	/* a finished coroutine's last message stays readable in the thread
+	 * (after dxl_sched_run, as before messages were per coroutine) */
+	if (co->state == CO_DONE && co->errmsg[0])
+		dxl_err_set_text(co->errmsg);
 	s->st.switches += 2;
 }
 
@@ -588,6 +596,7 @@ int dxl_sched_spawn(struct dxl_sched *s, dxl_co_fn fn, void *arg,
 		stack_unpoison(co);
 	}
 	co->fn = fn;
+	co->errmsg[0] = '\0';
 	co->arg = arg;
 	int ret = context_prepare(s, co);
 	if (ret)

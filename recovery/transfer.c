@@ -176,10 +176,12 @@ int dxl_xfer_copy_store(struct dxl_qp *qp, const struct dxl_xfer_source *src,
 	return ret;
 }
 
-/* a live record, or a free slot that names a key at a version */
+/* a live record, or a free slot that names a key at a version (an
+ * incarnation > 0: the slot of an undone insert, incarnation 0, names
+ * none -- dxl_store_undo_insert) */
 static bool taken(const struct dxl_record *r)
 {
-	return r->live || r->version >= 2;
+	return r->live || (r->version >= 2 && r->inc);
 }
 
 static void count_taken(struct dxl_xfer_stats *st, const struct dxl_record *r)

@@ -43,6 +43,8 @@ struct dxl_replica_server {
 	uint64_t live_mask[DXL_REPLICA_MAX_SHARDS];
 	uint64_t live_ms[DXL_REPLICA_MAX_SHARDS]; /* when read; 0 = never */
 	atomic_bool serving;   /* regions registered: remote accesses allowed */
+	uint64_t lease_lost_ms; /* replica.test_nic_pause_ms: when the lease was
+				   first seen invalid (reg_mu) */
 	atomic_bool published; /* nodes/<id> holds the current descriptors */
 	uint64_t reg_epoch; /* +1 per registration of the regions */
 	uint64_t last_retain_ms;
@@ -128,6 +130,7 @@ static const char *const KEYS[] = {
 	"replica.cm", "true", "stand in the election of the configuration manager (CM)",
 	"replica.pull_ms", "200", "catch-up: period of the copy passes of a shard this node hosts but is not a member of",
 	"replica.sync_bytes", "256K", "catch-up: a pass that changed fewer bytes makes the shard SYNCED (the CM may add it)",
+	"replica.test_nic_pause_ms", "0", "testing only: after the lease lapsed keep the regions registered this long, as an RDMA NIC keeps serving a stopped host's memory (table RPCs are refused at once)",
 	"recovery.checkpoint_ms", "600000", "a member writes a checkpoint of each shard's tables this often (0 = never); the log from its start is kept for it (docs/recovery.md)",
 	"recovery.need_cursor_ttl_ms", "600000", "the need cursor of a node catching up that is no longer live is dropped after this long (retention by age keeps the log for it until then)",
 	"replica.join_timeout_ms", "30000", "a shard whose join pull has not succeeded this long gives up joining (catching_up: the CM removes it and adds it again once caught up); 0 = never",
@@ -297,7 +300,8 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 		"replica.node_id", "replica.data_dir", "replica.durability",
 		"replica.create", "replica.shards", "replica.service_ms",
 		"replica.exist_wait_ms", "replica.cm", "replica.pull_ms",
-		"replica.sync_bytes", "replica.join_timeout_ms", "cm.min_replicas", "cm.replication",
+		"replica.sync_bytes", "replica.test_nic_pause_ms", "replica.join_timeout_ms",
+		"cm.min_replicas", "cm.replication",
 		"cm.check_ms", "engine.tables", "engine.lock_mode",
 		"log.writer_slots", "log.ring_size",
 		"log.retention_ms", "log.retention_bytes",
@@ -356,6 +360,7 @@ int dxl_replica_cfg_load(const struct dxl_config *conf, struct dxl_replica_cfg *
 	U32("log.writer_slots", writer_slots, 1, DXL_SHARD_MAX_RINGS);
 	U32("log.retention_check_ms", retention_check_ms, 1, 3600000);
 	U32("replica.pull_ms", pull_ms, 1, 3600000);
+	U32("replica.test_nic_pause_ms", nic_pause_ms, 0, 60000);
 	U32("replica.join_timeout_ms", join_timeout_ms, 0, 86400000);
 	U32("cm.check_ms", cm_check_ms, 1, 3600000);
 	U32("cm.min_replicas", cm_params.min_replicas, 1, DXL_CONFIG_MAX_REPLICAS);
@@ -439,6 +444,22 @@ static int start_serving(struct dxl_replica_server *s)
 	return 0;
 }
 
+/* lease_lapsed -- the lease rule (s->reg_mu held): deregister at once --
+ * or, testing only, replica.test_nic_pause_ms after the lease was first
+ * seen invalid */
+static void lease_lapsed(struct dxl_replica_server *s)
+{
+	if (s->cfg.nic_pause_ms && s->serving) {
+		uint64_t now = dxl_now_ms();
+		if (!s->lease_lost_ms)
+			s->lease_lost_ms = now;
+		if (now - s->lease_lost_ms < s->cfg.nic_pause_ms)
+			return;
+	}
+	s->lease_lost_ms = 0;
+	stop_serving(s, "zookeeper lease not valid");
+}
+
 /* lease_until -- the table RPC service's view of the lease */
 static uint64_t lease_until(void *arg)
 {
@@ -458,7 +479,7 @@ static void *guard_main(void *arg)
 		DXL_TESTPOINT("replica.lease_rule", s);
 		pthread_mutex_lock(&s->reg_mu);
 		if (!dxl_zk_lease_valid(s->zk))
-			stop_serving(s, "zookeeper lease not valid");
+			lease_lapsed(s);
 		pthread_mutex_unlock(&s->reg_mu);
 	}
 	return NULL;
@@ -828,6 +849,10 @@ static void apply_config(struct dxl_replica_server *s)
 		} else if (!primary && s->gated[i]) {
 			s->gated[i] = false;
 		}
+		/* no longer the primary (paused, not restarted): its lock words
+		 * are stale -- readers of its store take them for writes */
+		if (s->tables[i] && was_primary[i] && !primary)
+			dxl_tables_clear_locks(s->tables[i]);
 		/* the table RPCs: closed while gated, and for a shard whose
 		 * copy here is not a member's (on a new store) */
 		if (s->svc)
@@ -1335,6 +1360,8 @@ static void gate_step(struct dxl_replica_server *s)
 			continue;
 		}
 		uint32_t nlocks = 0;
+		/* words of an earlier primaryship (paused, not restarted) */
+		dxl_tables_clear_locks(s->tables[i]);
 		int ndoubt = dxl_tables_recover_locks(s->tables[i], ls, &nlocks);
 		if (ndoubt < 0) {
 			DXL_WARN("event=gate_recover_failed shard=%u msg=\"%s\"", shard, dxl_errmsg());
@@ -1650,7 +1677,9 @@ int dxl_replica_server_run(struct dxl_replica_server *s,
 			DXL_TESTPOINT("replica.lease_rule", s);
 		pthread_mutex_lock(&s->reg_mu);
 		if (!lease)
-			stop_serving(s, "zookeeper lease not valid");
+			lease_lapsed(s);
+		else
+			s->lease_lost_ms = 0;
 		pthread_mutex_unlock(&s->reg_mu);
 		enum dxl_zk_state st = dxl_zk_state(s->zk);
 		if (st == DXL_ZK_EXPIRED) {

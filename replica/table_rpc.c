@@ -27,7 +27,7 @@ static const struct {
 } OPS[] = {
 	{DXL_RPC_ID_TABLE_LOOKUP, "lookup", F_KEY, 0},
 	{DXL_RPC_ID_TABLE_INSERT, "insert", F_KEY | F_OWNER | F_TS | F_VALUE, 0},
-	{DXL_RPC_ID_TABLE_DELETE, "delete", F_KEY | F_OWNER | F_TS | F_SLOT | F_FLAGS,
+	{DXL_RPC_ID_TABLE_DELETE, "delete", F_KEY | F_OWNER | F_TS | F_SLOT | F_VERSION | F_FLAGS,
 	 DXL_TABLE_DEL_AT_SLOT},
 	{DXL_RPC_ID_TABLE_READ, "read", F_SLOT, 0},
 	{DXL_RPC_ID_TABLE_LOCK, "lock", F_SLOT | F_OWNER, 0},
@@ -35,10 +35,12 @@ static const struct {
 	{DXL_RPC_ID_TABLE_WRITEBACK, "writeback",
 	 F_SLOT | F_OWNER | F_TS | F_VERSION | F_FLAGS | F_VALUE, DXL_TABLE_WB_UNLOCK},
 	{DXL_RPC_ID_TABLE_TXN_STATUS, "txn-status", F_KEY, 0},
-	{DXL_RPC_ID_TABLE_IN_DOUBT, "in-doubt", F_KEY | F_SLOT, 0},
+	{DXL_RPC_ID_TABLE_IN_DOUBT, "in-doubt", F_KEY | F_SLOT | F_VERSION, 0},
 	{DXL_RPC_ID_TABLE_RESOLVE, "resolve", F_KEY | F_OWNER | F_TS | F_VERSION | F_FLAGS | F_VALUE,
 	 0x3u | DXL_TABLE_RESOLVE_ABORT},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, "unlock-coord", F_KEY, 0},
+	{DXL_RPC_ID_TABLE_FENCE, "fence", 0, 0},
+	{DXL_RPC_ID_TABLE_LOCK_OWNERS, "lock-owners", 0, 0},
 };
 
 static int op_index(uint16_t op)

@@ -20,9 +20,9 @@ struct tab {
 };
 
 /* the backup's applier: where each ring of the local log is applied up to */
-struct abm { /* an abort marker seen: ring (writer) and transaction */
-	uint32_t writer;
-	uint64_t txn, ts;
+struct abm { /* an abort marker seen: its ring, writer, transaction, sequence */
+	uint32_t ring, writer;
+	uint64_t txn, seq;
 };
 
 struct applier {
@@ -30,8 +30,17 @@ struct applier {
 	uint32_t nrings;
 	uint64_t *pos, *seq; /* per ring: the next record to apply */
 	uint64_t *mpos, *mseq; /* per ring: the next record to look at for markers */
+	/* the abort markers whose records the applier has not passed yet:
+	 * every one is kept (a dropped marker lets its record be applied); a
+	 * marker is forgotten only once the applier's position in its ring is
+	 * past it -- its record, earlier in the same ring, was passed too.
+	 * ab is dense; hidx (hcap slots, a power of two) maps (writer, txn) to
+	 * 1 + its index in ab, 0 = empty */
 	struct abm *ab;
 	size_t nab, abcap;
+	uint32_t *hidx;
+	size_t hcap;
+	size_t compact_at; /* compact when nab reaches it */
 	struct dxl_tables_apply_stats st;
 	uint64_t last_warn_ms;
 };
@@ -58,6 +67,22 @@ struct doubt {
 	uint32_t len;
 };
 
+/*
+ * an insert a transaction made here at its lock phase (INSERT with an
+ * owner): live and locked by it, not committed -- until its write-back
+ * (version + 2), its delete, or the release of its lock. Resolution must
+ * tell it from a committed record the transaction merely locked (a dead
+ * coordinator's never-logged insert is deleted, a locked record only
+ * unlocked). In DRAM, as the lock words; an entry is stale (ignored, and
+ * dropped by prov_prune) once the slot's lock word is not its owner's or
+ * the record is not live at its version any more.
+ */
+struct prov {
+	uint32_t table;
+	uint64_t slot, owner, version;
+	struct dxl_store_absence was; /* the key's absence the insert replaced */
+};
+
 struct dxl_tables {
 	const struct dxl_logstore *ls; /* the shard's local log (resolution) */
 	uint32_t shard;
@@ -70,6 +95,8 @@ struct dxl_tables {
 	struct doubt *dq;  /* in doubt at the gate, not yet settled */
 	size_t ndq, dqcap;
 	uint64_t reclaim_ms;
+	struct prov *pv;   /* inserts made at L (the RPC service's mutex) */
+	size_t npv, pvcap, pv_prune_at;
 	uint32_t retain_warn_ms; /* RETAIN_BLOCKED_WARN_MS unless a test says */
 	void (*resolve_hook)(void *arg, uint32_t table, uint64_t slot); /* testing */
 	void *resolve_hook_arg;
@@ -290,6 +317,8 @@ void dxl_tables_close(struct dxl_tables **tp)
 	for (size_t i = 0; i < t->ndq; i++)
 		free(t->dq[i].payload);
 	free(t->dq);
+	free(t->ap.hidx);
+	free(t->pv);
 	dxl_store_close(&t->st);
 	for (uint32_t i = 0; i < t->n; i++)
 		dxl_index_delete(&t->t[i].ix);
@@ -488,6 +517,8 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	}
 	t->ap.active = true;
 	t->ap.nab = 0;
+	if (t->ap.hidx)
+		memset(t->ap.hidx, 0, t->ap.hcap * sizeof(*t->ap.hidx));
 	t->ap.st.records += rs.records;
 	t->ap.st.applied += rs.applied;
 	t->ap.st.last_ts = DXL_MAX(t->ap.st.last_ts, rs.last_ts);
@@ -497,11 +528,88 @@ static int ap_activate(struct dxl_tables *t, const struct dxl_logstore *ls,
 	return 0;
 }
 
+static size_t ab_hash(uint32_t writer, uint64_t txn, size_t cap)
+{
+	uint64_t h = (txn ^ ((uint64_t)writer << 40)) * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* rebuild the hash index over ab[0..nab) with cap slots */
+static int ab_reindex(struct applier *ap, size_t cap)
+{
+	if (cap != ap->hcap) {
+		uint32_t *n = calloc(cap, sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "abort markers: index of %zu slots", cap);
+		free(ap->hidx);
+		ap->hidx = n;
+		ap->hcap = cap;
+	} else {
+		memset(ap->hidx, 0, cap * sizeof(*ap->hidx));
+	}
+	for (size_t i = 0; i < ap->nab; i++) {
+		size_t h = ab_hash(ap->ab[i].writer, ap->ab[i].txn, cap);
+		while (ap->hidx[h])
+			h = (h + 1) & (cap - 1);
+		ap->hidx[h] = (uint32_t)(i + 1);
+	}
+	return 0;
+}
+
+/* forget the markers the applier passed (their records were passed) */
+static void ab_compact(struct applier *ap)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < ap->nab; i++) {
+		const struct abm *m = &ap->ab[i];
+		if (m->ring < ap->nrings && m->seq < ap->seq[m->ring])
+			continue;
+		ap->ab[k++] = *m;
+	}
+	ap->nab = k;
+}
+
+static int ab_add(struct applier *ap, const struct abm *m)
+{
+	if (ap->nab == ap->abcap || ap->nab + 1 > ap->hcap / 2) {
+		if (ap->nab >= ap->compact_at) {
+			ab_compact(ap);
+			/* amortized: the next compaction after as many again */
+			ap->compact_at = DXL_MAX((size_t)4096, 2 * ap->nab);
+		}
+		if (ap->nab == ap->abcap) {
+			size_t nc = ap->abcap ? 2 * ap->abcap : 32;
+			struct abm *nb = realloc(ap->ab, nc * sizeof(*nb));
+			if (!nb)
+				return dxl_err_set(DXL_E_NOMEM, "abort markers: %zu held", ap->nab);
+			ap->ab = nb;
+			ap->abcap = nc;
+		}
+		size_t cap = ap->hcap ? ap->hcap : 64;
+		while (ap->nab + 1 > cap / 2)
+			cap *= 2;
+		int ret = ab_reindex(ap, cap);
+		if (ret)
+			return ret;
+	}
+	if (ap->nab >= UINT32_MAX - 1)
+		return dxl_err_set(DXL_E_FULL, "abort markers: %zu held", ap->nab);
+	ap->ab[ap->nab] = *m;
+	size_t h = ab_hash(m->writer, m->txn, ap->hcap);
+	while (ap->hidx[h])
+		h = (h + 1) & (ap->hcap - 1);
+	ap->hidx[h] = (uint32_t)(ap->nab + 1);
+	ap->nab++;
+	return 0;
+}
+
 /* scan_markers -- the abort markers appended since the last scan (a
  * record's marker follows it in its ring, and it is there before the
  * watermark passes the record: the coordinator holds it until then) */
 static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
 {
+	if (!t->ap.compact_at)
+		t->ap.compact_at = 4096;
 	for (uint32_t r = 0; r < t->ap.nrings; r++) {
 		struct dxl_ring_iter it;
 		struct dxl_rec rec;
@@ -511,35 +619,28 @@ static int scan_markers(struct dxl_tables *t, const struct dxl_logstore *ls)
 		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 			uint64_t txn;
 			if (dxl_abort_marker_decode(rec.payload, rec.payload_len, &txn) == 1) {
-				if (t->ap.nab == t->ap.abcap) {
-					/* markers are rare: drop the older half when full */
-					if (t->ap.abcap >= 4096) {
-						memmove(t->ap.ab, t->ap.ab + 2048,
-							(t->ap.nab - 2048) * sizeof(*t->ap.ab));
-						t->ap.nab -= 2048;
-					} else {
-						size_t nc = t->ap.abcap ? 2 * t->ap.abcap : 32;
-						struct abm *nb = realloc(t->ap.ab, nc * sizeof(*nb));
-						if (!nb)
-							return dxl_err_set(DXL_E_NOMEM, "abort markers");
-						t->ap.ab = nb;
-						t->ap.abcap = nc;
-					}
-				}
-				t->ap.ab[t->ap.nab++] = (struct abm){.writer = rec.writer, .txn = txn,
-								     .ts = rec.commit_ts};
+				struct abm m = {.ring = r, .writer = rec.writer, .txn = txn,
+						.seq = rec.seq};
+				int ret = ab_add(&t->ap, &m);
+				if (ret)
+					return ret; /* not scanned: the next call tries again */
 			}
 			t->ap.mpos[r] = it.pos;
 			t->ap.mseq[r] = it.seq;
 		}
 	}
+	t->ap.st.markers = t->ap.nab;
 	return 0;
 }
 
 static bool ap_aborted(const struct dxl_tables *t, const struct dxl_rec *rec)
 {
-	for (size_t i = 0; i < t->ap.nab; i++)
-		if (t->ap.ab[i].writer == rec->writer && t->ap.ab[i].txn == rec->txn_id)
+	const struct applier *ap = &t->ap;
+	if (!ap->nab)
+		return false;
+	size_t h = ab_hash(rec->writer, rec->txn_id, ap->hcap);
+	for (uint32_t i; (i = ap->hidx[h]); h = (h + 1) & (ap->hcap - 1))
+		if (ap->ab[i - 1].writer == rec->writer && ap->ab[i - 1].txn == rec->txn_id)
 			return true;
 	return false;
 }
@@ -667,6 +768,24 @@ static int doubt_add(struct dxl_tables *t, uint32_t ring, const struct dxl_rec *
 	return 0;
 }
 
+int dxl_tables_clear_locks(struct dxl_tables *t)
+{
+	int n = 0;
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint32_t table = t->t[i].sc.id;
+		for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+			uint64_t w = dxl_store_lock_word(t->st, table, slot);
+			if (w && dxl_store_unlock_owner(t->st, table, slot, w) == 0)
+				n++;
+		}
+	}
+	if (n)
+		DXL_INFO("event=stale_locks_cleared shard=%u locks=%d", t->shard, n);
+	return n;
+}
+
+static int prov_reserve(struct dxl_tables *t);
+
 int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls,
 			     uint32_t *nlocks)
 {
@@ -695,6 +814,24 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 			for (int k = 0; k < n && k < 64; k++) {
 				uint64_t slot;
 				if (dxl_store_find(t->st, e[k].table, e[k].key, &slot) == 0) {
+					struct dxl_record cur;
+					if (e[k].op == DXL_WS_INSERT &&
+					    (dxl_store_read(t->st, e[k].table, slot, &cur, NULL, 0) ||
+					     (cur.version != e[k].version &&
+					      cur.version + 2 != e[k].version))) {
+						/* present, and not this insert's record (an
+						 * earlier gate of this node made it at
+						 * e.version, its lock phase here at e.version
+						 * - 2): another transaction's. Locked for this
+						 * one, its abort would delete a committed
+						 * record (issue 20 review) */
+						DXL_INFO("event=txn_in_doubt_insert_present shard=%u txn=0x%" PRIx64
+							 " table=%u key=%" PRIu64 " version=%" PRIu64
+							 " present=%" PRIu64 " msg=\"another's record: not locked\"",
+							 t->shard, rec.txn_id, e[k].table, e[k].key,
+							 e[k].version, cur.version);
+						continue;
+					}
 					int r2 = dxl_store_lock_set(t->st, e[k].table, slot,
 								    rec.txn_id);
 					if (r2 && r2 != DXL_E_NOENT)
@@ -708,11 +845,26 @@ int dxl_tables_recover_locks(struct dxl_tables *t, const struct dxl_logstore *ls
 				/* an insert in doubt: the record as logged, held
 				 * for its transaction (a commit finds it, an abort
 				 * deletes it; issue 20) */
-				int x = dxl_store_insert_at(t->st, e[k].table, e[k].key, e[k].version,
-							    rec.commit_ts, e[k].value, e[k].len,
-							    rec.txn_id, NULL);
-				if (x == 1)
+				struct dxl_store_absence was;
+				uint64_t islot = 0;
+				int x = dxl_store_absence(t->st, e[k].table, e[k].key, &was);
+				if (!x)
+					x = prov_reserve(t);
+				if (!x)
+					x = dxl_store_insert_at(t->st, e[k].table, e[k].key,
+								e[k].version, rec.commit_ts,
+								e[k].value, e[k].len, rec.txn_id,
+								&islot);
+				if (x == 1) {
+					/* an abort gives the key back this absence,
+					 * as the backups have it (undo_insert) */
+					t->pv[t->npv++] = (struct prov){.table = e[k].table,
+									.slot = islot,
+									.owner = rec.txn_id,
+									.version = e[k].version,
+									.was = was};
 					nl++;
+				}
 				else if (x < 0)
 					DXL_WARN("event=txn_in_doubt_insert_failed shard=%u txn=0x%" PRIx64
 						 " table=%u key=%" PRIu64 " msg=\"%s\"",
@@ -1031,6 +1183,90 @@ static int log_aborted(const struct dxl_logstore *ls, uint64_t **ids, size_t *n)
 	return 0;
 }
 
+/* ---- inserts made at L (struct prov) ----------------------------------------- */
+
+static bool prov_live(struct dxl_tables *t, const struct prov *p)
+{
+	struct dxl_record cur;
+	return dxl_store_lock_word(t->st, p->table, p->slot) == p->owner &&
+	       dxl_store_read(t->st, p->table, p->slot, &cur, NULL, 0) == 0 && cur.live &&
+	       cur.version == p->version;
+}
+
+/* room for one more entry (stale ones dropped now and then) */
+static int prov_reserve(struct dxl_tables *t)
+{
+	if (t->npv >= t->pv_prune_at) {
+		size_t k = 0;
+		for (size_t i = 0; i < t->npv; i++)
+			if (prov_live(t, &t->pv[i]))
+				t->pv[k++] = t->pv[i];
+		t->npv = k;
+		t->pv_prune_at = DXL_MAX((size_t)256, 2 * k);
+	}
+	if (t->npv == t->pvcap) {
+		size_t nc = t->pvcap ? 2 * t->pvcap : 64;
+		struct prov *n = realloc(t->pv, nc * sizeof(*n));
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "shard %u: inserts in progress", t->shard);
+		t->pv = n;
+		t->pvcap = nc;
+	}
+	return 0;
+}
+
+/* is the record at slot an insert owner made here at its lock phase,
+ * still uncommitted? */
+static bool prov_is(struct dxl_tables *t, uint32_t table, uint64_t slot, uint64_t owner)
+{
+	for (size_t i = 0; i < t->npv; i++) {
+		const struct prov *p = &t->pv[i];
+		if (p->table == table && p->slot == slot && p->owner == owner && prov_live(t, p))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * del_keep_ts -- delete the live record at slot (its lock word is owner's)
+ * keeping its commit timestamp in the tombstone: a delete that undoes an
+ * insert (an abort) is no new state of the key -- the absence it leaves is
+ * the one the insert replaced, whose timestamp the insert carries (INSERT
+ * with an owner: the absence's), or later (a promotion gate's record: its
+ * transaction's). With timestamp 0 the next reader of the absence could
+ * commit below the delete it read (issue 20 review).
+ */
+static int del_keep_ts(struct dxl_store *st, uint32_t table, uint64_t slot, uint64_t owner)
+{
+	struct dxl_record cur;
+	int ret = dxl_store_read(st, table, slot, &cur, NULL, 0);
+	if (ret)
+		return ret;
+	return dxl_store_delete(st, table, slot, owner, cur.ts, NULL);
+}
+
+/*
+ * undo_insert -- remove the record at slot that owner inserted and never
+ * committed. One this node made at owner's lock phase (struct prov) gives
+ * the key back the absence it replaced, exactly -- the tombstone's version
+ * and timestamp, or none (dxl_store_undo_insert): the backups never saw
+ * the insert (its write set was never applied there), so a new tombstone
+ * here -- another version, or one they lack -- would part the replicas
+ * (recovery2 compares tombstones), and its version, above what another
+ * primary may give the key next, would make this node pass over that
+ * insert as older. Any other (a promotion gate's record, made from the
+ * logged write set): del_keep_ts.
+ */
+static int undo_insert(struct dxl_tables *t, uint32_t table, uint64_t slot, uint64_t owner)
+{
+	for (size_t i = 0; i < t->npv; i++) {
+		const struct prov *p = &t->pv[i];
+		if (p->table == table && p->slot == slot && p->owner == owner && prov_live(t, p))
+			return dxl_store_undo_insert(t->st, table, slot, owner, &p->was);
+	}
+	return del_keep_ts(t->st, table, slot, owner);
+}
+
 static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
 {
 	for (size_t i = 0; i < n; i++)
@@ -1100,6 +1336,59 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 	return applied;
 }
 
+/*
+ * unlock_coord_inserts -- before the locks of a gone coordinator are
+ * released: a record it inserted at L (INSERT with its transaction as the
+ * owner: live, locked; struct prov) for a transaction that never reached
+ * this shard's log was never committed -- releasing its lock alone would
+ * publish it. Such records are deleted. (A decided insert has its write
+ * set in the log: unlock_coord_forward kept it; one in doubt made
+ * unlock_coord_forward refuse.) Returns the records deleted.
+ */
+static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
+{
+	uint64_t *logged = NULL;
+	size_t nlog = 0, cap = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, t->ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
+				continue;
+			if (nlog == cap) {
+				cap = cap ? 2 * cap : 64;
+				uint64_t *x = realloc(logged, cap * sizeof(*x));
+				if (!x) {
+					free(logged);
+					return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
+				}
+				logged = x;
+			}
+			logged[nlog++] = rec.txn_id;
+		}
+	}
+	int gone = 0;
+	for (size_t i = 0; i < t->npv; i++) {
+		const struct prov *p = &t->pv[i];
+		if ((p->owner >> 48) != coord || id_in(logged, nlog, p->owner) || !prov_live(t, p))
+			continue;
+		struct dxl_record cur;
+		if (dxl_store_read(t->st, p->table, p->slot, &cur, NULL, 0))
+			continue;
+		if (undo_insert(t, p->table, p->slot, p->owner) == 0) {
+			gone++;
+			DXL_INFO("event=coord_insert_removed shard=%u table=%u key=%" PRIu64
+				 " txn=0x%" PRIx64 " msg=\"inserted by a transaction that never logged\"",
+				 t->shard, p->table, cur.key, p->owner);
+		}
+	}
+	free(logged);
+	return gone;
+}
+
 /* serve_resolution -- the resolution RPCs (no table lookup for the first) */
 static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_table_req *r,
 			    struct dxl_table_rep *rep, uint8_t *val, uint32_t vcap)
@@ -1118,10 +1407,10 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
 		if (fwd < 0)
 			return fwd;
-		int nun = dxl_store_unlock_coord(t->st, (uint32_t)r->key);
-		if (nun < 0)
-			return nun;
-		rep->slot = (uint64_t)nun;
+		int gone = unlock_coord_inserts(t, (uint32_t)r->key);
+		if (gone < 0)
+			return gone;
+		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
 		rep->holder = (uint64_t)fwd;
 		if (rep->slot || fwd)
 			DXL_INFO("event=coord_locks_released shard=%u coord=%" PRIu64 " locks=%" PRIu64
@@ -1152,6 +1441,32 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 			continue;
 		uint32_t need = DXL_IN_DOUBT_HDR + 4u * rec.nparts + rec.payload_len;
 		need = (need + 7u) & ~7u;
+		uint32_t head = DXL_IN_DOUBT_HDR + 4u * rec.nparts;
+		if (!used && (need > vcap || r->version)) {
+			/* a record larger than a reply (or the rest of one): its
+			 * header and the part of its payload from byte
+			 * r->version; rec.key = 1 says so, rec.version = where */
+			if (r->version >= rec.payload_len || head >= vcap) {
+				free(ab_ids);
+				return dxl_err_set(DXL_E_INVAL, "in-doubt: part at %" PRIu64 " of a %u-byte record",
+						   r->version, rec.payload_len);
+			}
+			uint32_t part = DXL_MIN(rec.payload_len - (uint32_t)r->version, vcap - head);
+			uint8_t *p = val;
+			memset(p, 0, head);
+			dxl_put_le64(p, rec.txn_id);
+			dxl_put_le64(p + 8, rec.commit_ts);
+			dxl_put_le16(p + 16, rec.nparts);
+			dxl_put_le32(p + 20, rec.payload_len);
+			for (unsigned i = 0; i < rec.nparts; i++)
+				dxl_put_le32(p + DXL_IN_DOUBT_HDR + 4 * i, dxl_rec_part(&rec, i));
+			memcpy(p + head, (const uint8_t *)rec.payload + r->version, part);
+			used = head + part;
+			rep->rec.key = 1;
+			rep->rec.version = r->version;
+			rep->holder = 1;
+			break;
+		}
 		if (used + need > vcap) {
 			rep->holder = 1;
 			break;
@@ -1188,16 +1503,26 @@ static int serve_resolve(struct dxl_tables *t, const struct dxl_table_req *r,
 	uint64_t slot = 0;
 	bool have = dxl_store_find(st, r->table, r->key, &slot) == 0;
 	uint64_t w = have ? dxl_store_lock_word(st, r->table, slot) : 0;
-	if (have && w && w != r->owner)
+	if (have && w && w != r->owner) {
+		rep->holder = w; /* the resolver decides whether to wait */
 		return dxl_err_set(DXL_E_BUSY, "table %u key %" PRIu64 ": locked by 0x%" PRIx64
 				   ", not by 0x%" PRIx64, r->table, r->key, w, r->owner);
+	}
 	int ret = 0;
-	if (abort) {
-		/* owner holds the lock of the key it inserts: its insert (made
-		 * at its lock phase, or by a promotion gate) */
-		if (have && w == r->owner && opv == DXL_WS_INSERT)
-			ret = dxl_store_delete(st, r->table, slot, r->owner, 0, NULL);
-	} else {
+	if (abort && have && w == r->owner) {
+		/* the record is owner's insert -- made at its lock phase here
+		 * (struct prov), or by a promotion gate as logged (version) --
+		 * and goes; a record owner only locked (another's, a committed
+		 * one) stays: the lock alone is released (issue 20 review: an
+		 * aborted insert in doubt deleted a committed record) */
+		struct dxl_record cur;
+		bool mine = prov_is(t, r->table, slot, r->owner) ||
+			    (opv == DXL_WS_INSERT &&
+			     dxl_store_read(st, r->table, slot, &cur, NULL, 0) == 0 && cur.live &&
+			     cur.version == r->version);
+		if (mine)
+			ret = undo_insert(t, r->table, slot, r->owner);
+	} else if (!abort) {
 		ret = dxl_store_apply(st, r->table, r->key, (enum dxl_ws_op)opv, r->version,
 				      r->ts, r->value, r->len);
 		if (ret > 0)
@@ -1236,6 +1561,27 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	if (op == DXL_RPC_ID_TABLE_TXN_STATUS || op == DXL_RPC_ID_TABLE_IN_DOUBT ||
 	    op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
 		return serve_resolution(t, op, r, rep, val, vcap);
+	if (op == DXL_RPC_ID_TABLE_FENCE)
+		return 0; /* handle() checked everything */
+	if (op == DXL_RPC_ID_TABLE_LOCK_OWNERS) {
+		uint32_t n = 0, cap = DXL_MIN(vcap / 4, 1000u);
+		for (uint32_t i = 0; i < t->n; i++)
+			for (uint64_t slot = 0; slot < t->t[i].sc.capacity; slot++) {
+				uint64_t w = dxl_store_lock_word(st, t->t[i].sc.id, slot);
+				if (!w)
+					continue;
+				uint32_t id = (uint32_t)(w >> 48);
+				bool seen = false;
+				for (uint32_t k = 0; k < n && !seen; k++)
+					seen = dxl_get_le32(val + 4 * k) == id;
+				if (!seen && n < cap)
+					dxl_put_le32(val + 4 * n++, id);
+			}
+		rep->slot = n;
+		rep->data = val;
+		rep->data_len = 4 * n;
+		return 0;
+	}
 	struct tab *tb = find_tab(t, r->table);
 	if (!tb)
 		return dxl_err_set(DXL_E_NOENT, "shard %u has no table %u", t->shard, r->table);
@@ -1288,24 +1634,34 @@ static int serve(struct dxl_tables *t, uint16_t op,
 		 * the commit timestamp of the absence it replaces */
 		struct dxl_store_absence ab = {0};
 		dxl_store_absence(st, r->table, r->key, &ab);
-		ret = dxl_store_insert_owned(st, r->table, r->key, r->ts, r->value,
+		/* a transaction's insert (not committed yet) carries the
+		 * timestamp of the absence it replaces, so that its abort (a
+		 * delete keeping the record's timestamp) leaves that absence
+		 * as it was; its write-back at commit puts the commit's */
+		uint64_t ts = r->owner ? DXL_MAX(r->ts, ab.ts) : r->ts;
+		if (r->owner && (ret = prov_reserve(t)))
+			return ret;
+		ret = dxl_store_insert_owned(st, r->table, r->key, ts, r->value,
 					     r->len, r->owner, &slot, NULL);
 		if (ret)
 			return ret;
 		if ((ret = read_fields(st, r->table, slot, rep))) {
 			/* an error must mean "not inserted" (the caller then
 			 * believes it holds no lock here): undo it, as LOCK
-			 * does */
+			 * does (keeping the absence's timestamp, issue 20) */
 			char msg[512];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
-			if (r->owner && dxl_store_delete(st, r->table, slot, r->owner, r->ts,
-							 NULL) == 0) {
+			if (r->owner && dxl_store_undo_insert(st, r->table, slot, r->owner, &ab) == 0) {
 				dxl_store_unlock(st, r->table, slot, r->owner);
 				return dxl_err_set(ret, "%s (not inserted)", msg);
 			}
 			return dxl_err_set(ret, "%s (inserted at slot %" PRIu64 ")", msg, slot);
 		}
 		rep->holder = ab.ts;
+		if (r->owner)
+			t->pv[t->npv++] = (struct prov){.table = r->table, .slot = slot,
+							.owner = r->owner,
+							.version = rep->rec.version, .was = ab};
 		return 0;
 	}
 	case DXL_RPC_ID_TABLE_DELETE:
@@ -1322,8 +1678,33 @@ static int serve(struct dxl_tables *t, uint16_t op,
 				return 0;
 			}
 		}
-		if ((ret = dxl_store_find(st, r->table, r->key, &slot)) ||
-		    (ret = dxl_store_delete(st, r->table, slot, r->owner, r->ts, NULL)))
+		if ((ret = dxl_store_find(st, r->table, r->key, &slot)))
+			return ret;
+		uint64_t dts = r->ts;
+		if (r->version || !dts) {
+			struct dxl_record cur;
+			if ((ret = dxl_store_read(st, r->table, slot, &cur, NULL, 0)))
+				return ret;
+			/* version: only the record of that version (an abort's
+			 * delete of its own insert, never another's record) */
+			if (r->version && cur.version != r->version)
+				return dxl_err_set(DXL_E_STATE,
+						   "table %u key %" PRIu64 ": version %" PRIu64
+						   ", the delete is for version %" PRIu64 " (not deleted)",
+						   r->table, r->key, cur.version, r->version);
+			/* no timestamp (an abort undoing its insert): the record's,
+			 * the absence's it replaced (del_keep_ts), or that very
+			 * absence for an insert made here at its lock phase
+			 * (undo_insert) */
+			if (!dts && r->version) {
+				if ((ret = undo_insert(t, r->table, slot, r->owner)))
+					return ret;
+				return read_fields(st, r->table, slot, rep);
+			}
+			if (!dts)
+				dts = cur.ts;
+		}
+		if ((ret = dxl_store_delete(st, r->table, slot, r->owner, dts, NULL)))
 			return ret;
 		return read_fields(st, r->table, slot, rep);
 	case DXL_RPC_ID_TABLE_LOCK:
@@ -1387,6 +1768,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	}
 	case DXL_RPC_ID_TABLE_RESOLVE:
 		return serve_resolve(t, r, rep);
+	case DXL_RPC_ID_TABLE_FENCE:
+		return 0; /* handle() checked everything */
 	default:
 		return dxl_err_set(DXL_E_PROTO, "unknown table operation %u", op);
 	}
@@ -1559,6 +1942,8 @@ HANDLER(txn_status, DXL_RPC_ID_TABLE_TXN_STATUS)
 HANDLER(in_doubt, DXL_RPC_ID_TABLE_IN_DOUBT)
 HANDLER(resolve, DXL_RPC_ID_TABLE_RESOLVE)
 HANDLER(unlock_coord, DXL_RPC_ID_TABLE_UNLOCK_COORD)
+HANDLER(fence, DXL_RPC_ID_TABLE_FENCE)
+HANDLER(lock_owners, DXL_RPC_ID_TABLE_LOCK_OWNERS)
 #undef HANDLER
 
 static const struct {
@@ -1576,6 +1961,8 @@ static const struct {
 	{DXL_RPC_ID_TABLE_IN_DOUBT, h_in_doubt},
 	{DXL_RPC_ID_TABLE_RESOLVE, h_resolve},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, h_unlock_coord},
+	{DXL_RPC_ID_TABLE_FENCE, h_fence},
+	{DXL_RPC_ID_TABLE_LOCK_OWNERS, h_lock_owners},
 };
 
 /* svc_main -- the service thread: its ctx, scheduler and RPC endpoint are
@@ -1715,8 +2102,14 @@ static void settle_one(struct dxl_tables *t, const struct doubt *d)
 			continue;
 		int ret = 0;
 		if (aborted) {
-			if (e[k].op == DXL_WS_INSERT)
-				ret = dxl_store_delete(t->st, e[k].table, slot, d->txn, 0, NULL);
+			/* its insert goes -- the record recover_locks made or
+			 * locked for it (version as logged, or its lock phase's
+			 * here), never another record it holds the lock of */
+			struct dxl_record cur;
+			if (e[k].op == DXL_WS_INSERT &&
+			    dxl_store_read(t->st, e[k].table, slot, &cur, NULL, 0) == 0 &&
+			    (cur.version == e[k].version || cur.version + 2 == e[k].version))
+				ret = undo_insert(t, e[k].table, slot, d->txn);
 		} else {
 			ret = dxl_store_apply(t->st, e[k].table, e[k].key, e[k].op, e[k].version,
 					      d->ts, e[k].value, e[k].len);
@@ -1724,7 +2117,13 @@ static void settle_one(struct dxl_tables *t, const struct doubt *d)
 		if (ret < 0)
 			DXL_WARN("event=txn_settle_failed shard=%u txn=0x%" PRIx64 " key=%" PRIu64
 				 " msg=\"%s\"", t->shard, d->txn, e[k].key, dxl_errmsg());
-		dxl_store_lock_set(t->st, e[k].table, slot, 0);
+		/* a CAS from its transaction to 0: a word its coordinator
+		 * released meanwhile (one-sided) and a third one took stays
+		 * that one's (issue 20 review) */
+		if ((ret = dxl_store_unlock_owner(t->st, e[k].table, slot, d->txn)) &&
+		    ret != DXL_E_STATE)
+			DXL_WARN("event=txn_settle_unlock_failed shard=%u txn=0x%" PRIx64 " key=%" PRIu64
+				 " msg=\"%s\"", t->shard, d->txn, e[k].key, dxl_errmsg());
 		done++;
 	}
 	DXL_INFO("event=txn_settled shard=%u ring=%u txn=0x%" PRIx64 " ts=%" PRIu64

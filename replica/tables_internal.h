@@ -94,9 +94,23 @@ struct dxl_tables_apply_stats {
 	uint64_t aborted;  /* write sets an abort marker cancels: passed over */
 	uint64_t last_ts;  /* commit timestamp of the last record passed */
 	uint64_t resolved; /* the resolved timestamp of the last call */
+	uint64_t markers;  /* abort markers held (their records not passed yet,
+			      or not compacted yet): never dropped */
 };
 int dxl_tables_apply(struct dxl_tables *t, const struct dxl_logstore *ls,
 		     uint64_t live_mask, uint32_t max_records);
+/*
+ * dxl_tables_clear_locks -- every lock word of t's tables set is released
+ * (a CAS word -> 0): a node that is no longer the primary (or that is
+ * promoted again) keeps the words of its earlier primaryship in DRAM when
+ * it was only paused, not restarted -- they mean nothing any more (the
+ * transactions went on at the next primary; what is undecided gets its
+ * lock again from dxl_tables_recover_locks), but a one-sided reader (state
+ * transfer, dxl cluster verify) takes them for records being written, and
+ * as a primary again the keys would stay locked by transactions that are
+ * over. Returns the words released. Not while t serves.
+ */
+int dxl_tables_clear_locks(struct dxl_tables *t);
 /*
  * dxl_tables_recover_locks -- a promoted primary, before it serves: every
  * write set in its log above its ring's watermark (a transaction not

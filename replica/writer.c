@@ -85,12 +85,21 @@ static struct entry *ent(struct dxl_log_writer *w, uint64_t i)
 
 static uint64_t hold_ts(const struct dxl_log_writer *w)
 {
-	return w->uhead < w->utail ? w->und[w->uhead % w->ucap].ts : UINT64_MAX;
+	uint64_t h = w->uhead < w->utail ? w->und[w->uhead % w->ucap].ts : UINT64_MAX;
+	return w->cfg.hold_below ? DXL_MIN(h, w->cfg.hold_below) : h;
 }
 
 static void apply_hold(struct dxl_log_writer *w)
 {
-	if (w->ap && w->cfg.hold_until_decided)
+	if (w->ap && (w->cfg.hold_until_decided || w->cfg.hold_below))
+		dxl_appender_set_hold(w->ap, hold_ts(w));
+}
+
+void dxl_log_writer_set_hold_below(struct dxl_log_writer *w, uint64_t ts)
+{
+	bool was = w->cfg.hold_below != 0;
+	w->cfg.hold_below = ts;
+	if (w->ap && (was || ts))
 		dxl_appender_set_hold(w->ap, hold_ts(w));
 }
 

@@ -440,6 +440,25 @@ int dxl_store_update(struct dxl_store *s, uint32_t table, uint64_t slot,
 int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
 		     uint64_t lock_owner, uint64_t ts, uint64_t *version);
 
+struct dxl_store_absence;
+
+/*
+ * dxl_store_undo_insert -- undo an insert that never committed: the live
+ * record at slot (locked by lock_owner) goes and its key's absence becomes
+ * exactly the one the insert replaced, was (dxl_store_absence of the key
+ * just before the insert) -- as on every replica that never saw the
+ * insert (its transaction's write set was never applied there): with a
+ * tombstone (was->slot != UINT64_MAX) the slot becomes that tombstone, its
+ * version and timestamp; without one the key is unmapped and the slot is
+ * free, no tombstone: on disk a free record of incarnation 0, as a
+ * never-used slot's, which names no key (a store opened, a state transfer
+ * or a digest reading slot by slot take no tombstone from it). The caller
+ * releases the lock afterwards.
+ * Errors: as dxl_store_delete; DXL_E_INVAL (was's version odd).
+ */
+int dxl_store_undo_insert(struct dxl_store *s, uint32_t table, uint64_t slot,
+			  uint64_t lock_owner, const struct dxl_store_absence *was);
+
 /*
  * dxl_store_read -- read the record at slot (dxl_record_read_local): fields
  * into *out, value into value[0..cap) (value may be NULL).
@@ -746,7 +765,9 @@ int dxl_abort_marker_decode(const void *payload, size_t len, uint64_t *txn_id);
  * roll-forward releases the lock next (recovery: RESOLVE, UNLOCK_COORD),
  * after which the log's retention may pass the record.
  * Errors (nothing changed): DXL_E_NOENT (unknown table), DXL_E_TOOBIG,
- * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL, a hook's error.
+ * DXL_E_INVAL (odd or 0 version, bad op), DXL_E_FULL (no free slot for a
+ * record, or for the tombstone of a delete of an absent key: a replay alone
+ * passes that one over), a hook's error.
  */
 int dxl_store_apply(struct dxl_store *s, uint32_t table, uint64_t key,
 		    enum dxl_ws_op op, uint64_t version, uint64_t ts,

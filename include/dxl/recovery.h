@@ -576,8 +576,9 @@ int dxl_xfer_follow(struct dxl_logstore *ls, uint32_t ring, struct dxl_qp *qp,
  * dxl_xfer_scan_store -- the same READs, handing every slot that passes
  * the rule and holds a key at a version to fn (table, fields, value; a
  * nonzero return stops and is returned): live records (r->live) and free
- * slots that name a key (!r->live, version >= 2: its tombstone, or a
- * superseded one: dxl_state sorts them out). E.g. the digest of a
+ * slots that name a key (!r->live, version >= 2, incarnation > 0: its
+ * tombstone, or a superseded one: dxl_state sorts them out; an undone
+ * insert's slot names none, dxl_store_undo_insert). E.g. the digest of a
  * member's store (dxl cluster verify). No writer; the source's tables
  * need not be any local store's.
  */

@@ -292,10 +292,14 @@ int dxl_replica_desc_target(const struct dxl_replica_desc *d, uint32_t shard,
  * docs/transactions.md "Coordinator dies"; any lock mode):
  *   TXN_STATUS   key = txn id              -> holder = enum dxl_txn_status
  *                (this shard's local log, every ring)
- *   IN_DOUBT     slot = ring, key = skip   -> data = the ring's write sets
- *                above its watermark and not aborted (DXL_IN_DOUBT_HDR
- *                records), from the skip-th; slot = how many, holder = 1 if
- *                more follow
+ *   IN_DOUBT     slot = ring, key = skip,  -> data = the ring's write sets
+ *                version = offset            above its watermark and not
+ *                aborted (DXL_IN_DOUBT_HDR records), from the skip-th; slot
+ *                = how many, holder = 1 if more follow. A record larger
+ *                than the reply comes in parts: slot = 0, key = 1, version
+ *                = the part's offset in its payload, data = its header
+ *                (the whole length) and the part; ask again with version =
+ *                the next offset
  *   RESOLVE      key, owner = txn id, version, ts, flags = op (1 insert,
  *                2 update, 3 delete) [| DXL_TABLE_RESOLVE_ABORT], value:
  *                forward: the entry applied idempotently by version
@@ -353,6 +357,15 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	DXL_RPC_ID_TABLE_IN_DOUBT = 1016,
 	DXL_RPC_ID_TABLE_RESOLVE = 1017,
 	DXL_RPC_ID_TABLE_UNLOCK_COORD = 1018,
+	/* nothing but the checks every request gets (epoch, serving with a
+	 * valid lease, primary, gate): a coordinator's one-sided reads posted
+	 * before it on the same QP were served while this node was the
+	 * shard's primary (docs/transactions.md "Reads are fenced") */
+	DXL_RPC_ID_TABLE_FENCE = 1019,
+	/* the coordinators holding lock words in the shard's tables: slot =
+	 * how many, data = their ids (u32 each, at most 1000) -- any
+	 * coordinator finds a dead one's leftovers without meeting them */
+	DXL_RPC_ID_TABLE_LOCK_OWNERS = 1020,
 };
 
 /* TXN_STATUS's answer (in the reply's holder field) */
@@ -545,6 +558,10 @@ struct dxl_log_writer_cfg {
 	/* the wall clock of the commit timestamps (ms since the Unix epoch);
 	 * NULL (default): the system's. Tests simulate a skewed host with it. */
 	uint64_t (*wall_ms)(void);
+	/* a resolver: no watermark at or above this timestamp until
+	 * dxl_log_writer_set_hold_below lifts it -- the dead writer's records
+	 * in doubt stay above the watermark while they are resolved (0: none) */
+	uint64_t hold_below;
 };
 
 void dxl_log_writer_cfg_init(struct dxl_log_writer_cfg *cfg);
@@ -621,12 +638,15 @@ int dxl_log_writer_append_ex(struct dxl_log_writer *w, const void *payload, uint
  * watermark may pass it once every earlier record is decided too.
  * Errors: DXL_E_NOENT (no undecided record ts), DXL_E_INVAL. */
 int dxl_log_writer_decide(struct dxl_log_writer *w, uint64_t ts);
-/* the hold: the oldest undecided record's timestamp (UINT64_MAX: none) */
+/* the hold: the oldest undecided record's timestamp, or hold_below if
+ * lower (UINT64_MAX: none) */
 uint64_t dxl_log_writer_hold(const struct dxl_log_writer *w);
 /* dxl_log_writer_observe -- later appends get timestamps above ts (a
  * coordinator folds in the commit timestamps of what its transaction read
  * or overwrote: docs/transactions.md "Commit timestamps") */
 void dxl_log_writer_observe(struct dxl_log_writer *w, uint64_t ts);
+/* dxl_log_writer_set_hold_below -- change cfg.hold_below (0: lift it) */
+void dxl_log_writer_set_hold_below(struct dxl_log_writer *w, uint64_t ts);
 
 /* records appended and not yet returned by poll */
 uint32_t dxl_log_writer_pending(const struct dxl_log_writer *w);
@@ -670,6 +690,11 @@ struct dxl_replica_cfg {
 	uint32_t cm_check_ms;    /* cm.check_ms: CM round period (500); a
 				    change of nodes/ starts a round at once */
 	uint32_t pull_ms;        /* replica.pull_ms: catch-up pass period (200) */
+	uint32_t nic_pause_ms;   /* replica.test_nic_pause_ms (testing, 0): after
+				    the lease lapsed keep the regions
+				    registered this long, as an RDMA NIC keeps
+				    serving a stopped host's memory (table
+				    RPCs are refused at once) */
 	uint64_t sync_bytes;     /* replica.sync_bytes: a catch-up pass that
 				    changed fewer bytes than this makes the
 				    shard SYNCED (256K) */

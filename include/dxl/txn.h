@@ -114,11 +114,19 @@ struct dxl_coord_cfg {
 	 * NULL (default): the system's. Testing: a coordinator on a host whose
 	 * clock is behind (docs/transactions.md "Commit timestamps"). */
 	uint64_t (*wall_ms)(void);
+	/* testing only: no FENCE after the one-sided validation READs (to
+	 * show that a paused old primary then serves stale reads). Default
+	 * false. */
+	bool no_fence;
 	/* testing only: called in the transaction's coroutine at the points of
 	 * enum dxl_txn_hook (it may block, yield or sleep: a test pauses a
 	 * transaction there to inject a fault). Default NULL. */
 	void (*test_hook)(int where, uint64_t txn_id, void *arg);
 	void *test_hook_arg;
+	/* testing only: the next N one-sided unlock CASes fail before they
+	 * are posted, as on a QP in the error state (a transport error, not
+	 * a refusal of the lock's owner). Default 0. */
+	uint32_t test_unlock_post_fail;
 };
 
 /* where dxl_coord_cfg.test_hook is called */
@@ -176,8 +184,9 @@ int dxl_coord_worker_run(struct dxl_coord_worker *w);
  * Transactions do it themselves while they run. */
 void dxl_coord_worker_poll(struct dxl_coord_worker *w);
 /* dxl_coord_worker_writebacks_pending -- committed write-backs that failed
- * at their primary and that the worker still has to finish (it tries them
- * at each dxl_txn_begin; docs/transactions.md "Write-backs handed on") */
+ * at their primary and that the worker still has to finish (queued settles:
+ * tried at each dxl_txn_begin and dxl_coord_worker_poll;
+ * docs/transactions.md "Write-backs that keep failing") */
 uint32_t dxl_coord_worker_writebacks_pending(const struct dxl_coord_worker *w);
 /* the worker of the calling thread (NULL if none) */
 struct dxl_coord_worker *dxl_coord_worker_self(void);
@@ -277,6 +286,8 @@ struct dxl_coord_stats {
 	uint64_t cache_hits, cache_misses;
 	uint64_t log_appends;
 	uint64_t view_refreshes;            /* configuration re-reads */
+	uint64_t views_live;                /* views in memory (the current one
+					       and those still in use) */
 	uint64_t resolved;                  /* dead coordinators' transactions
 					       this process resolved */
 	/* broken invariants: a one-sided write-back whose unlock CAS found

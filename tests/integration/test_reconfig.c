@@ -475,17 +475,19 @@ static void test_coord_view_newer_epoch(void **state)
 	struct dxl_coord *c = NULL;
 	assert_int_equal(dxl_coord_new(g_zk, NULL, &c), 0);
 	assert_int_equal(g_change_once, 0);
-	struct view *v = coord_view(c);
+	struct view *v = coord_view_get(c);
 	assert_int_equal(v->epoch, ep);
 	if (v->shards[0].ok)
 		fail_msg("a view of epoch %" PRIu64 " uses node %u's descriptor of epoch %" PRIu64,
 			 ep, v->shards[0].primary, g_next_epoch);
 	assert_non_null(strstr(v->shards[0].why, "read it again"));
+	coord_view_put(c, v);
 	/* the next refresh takes epoch 2 */
 	assert_int_equal(coord_refresh(c), 0);
-	v = coord_view(c);
+	v = coord_view_get(c);
 	assert_int_equal(v->epoch, g_next_epoch);
 	assert_int_equal(v->shards[0].primary, 2);
+	coord_view_put(c, v);
 	dxl_coord_delete(&c);
 }
 

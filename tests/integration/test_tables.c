@@ -882,6 +882,69 @@ static void test_txn_rpcs(void **state)
 	lk.key = 7000;
 	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, NULL, 0), DXL_E_NOENT);
 	assert_int_equal(lock_word(t1, s7), 0);
+
+	/* issue 20 review 1: RESOLVE abort of an insert whose transaction
+	 * holds the lock of a record that is not its insert (a committed one
+	 * a gate locked for it): the record stays, the lock goes */
+	fill(v, 64, 86);
+	struct dxl_table_req i86 = {.table = 1, .epoch = e, .key = 8600, .ts = 100, .value = v,
+				    .len = 64};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &i86, &rep, NULL, 0), 0);
+	uint64_t s86 = rep.slot, v86 = rep.rec.version;
+	uint64_t X86 = DXL_LOCK_OWNER(79, 1);
+	assert_int_equal(cas(t1, s86, 0, X86), 0);
+	struct dxl_table_req ra86 = {.table = 1, .epoch = e, .key = 8600, .owner = X86,
+				     .version = v86 - 10,
+				     .flags = DXL_WS_INSERT | DXL_TABLE_RESOLVE_ABORT};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_RESOLVE, &ra86, &rep, NULL, 0), 0);
+	lk.key = 8600;
+	uint8_t got[64];
+	r = call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got));
+	if (r)
+		fail_msg("the aborted insert's resolution deleted another's record: %s", dxl_errname(r));
+	assert_int_equal(rep.rec.version, v86);
+	assert_int_equal(lock_word(t1, s86), 0);
+	/* a DELETE for another version changes nothing (an abort's delete of
+	 * its own insert: never another record it holds the lock of) */
+	assert_int_equal(cas(t1, s86, 0, X86), 0);
+	struct dxl_table_req dv = {.table = 1, .epoch = e, .key = 8600, .owner = X86,
+				   .slot = s86, .version = v86 + 2, .flags = DXL_TABLE_DEL_AT_SLOT};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_DELETE, &dv, &rep, NULL, 0), DXL_E_STATE);
+	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got)), 0);
+	assert_int_equal(rep.rec.version, v86);
+	assert_int_equal(cas(t1, s86, X86, 0), X86);
+
+	/* issue 20 review 2: an aborted insert leaves the key's absence as
+	 * it found it -- the tombstone's timestamp too (a reader of the
+	 * absence orders its commit after the delete) */
+	fill(v, 64, 85);
+	struct dxl_table_req i85 = {.table = 1, .epoch = e, .key = 8500, .ts = 100, .value = v,
+				    .len = 64};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &i85, &rep, NULL, 0), 0);
+	uint64_t s85 = rep.slot;
+	uint64_t D85 = DXL_LOCK_OWNER(79, 2), Y85 = DXL_LOCK_OWNER(79, 3);
+	assert_int_equal(cas(t1, s85, 0, D85), 0);
+	struct dxl_table_req d85 = {.table = 1, .epoch = e, .key = 8500, .owner = D85, .ts = 1000,
+				    .slot = s85, .flags = DXL_TABLE_DEL_AT_SLOT};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_DELETE, &d85, &rep, NULL, 0), 0);
+	uint64_t tomb85 = rep.rec.version;
+	assert_int_equal(cas(t1, s85, D85, 0), D85);
+	/* Y inserts at its lock phase (no timestamp yet), then aborts: the
+	 * DELETE of its insert carries no timestamp */
+	i85.ts = 0;
+	i85.owner = Y85;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &i85, &rep, NULL, 0), 0);
+	assert_int_equal(rep.holder, 1000); /* the absence it replaces */
+	struct dxl_table_req a85 = {.table = 1, .epoch = e, .key = 8500, .owner = Y85};
+	assert_int_equal(call(DXL_RPC_ID_TABLE_DELETE, &a85, &rep, NULL, 0), 0);
+	lk.key = 8500;
+	assert_int_equal(call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, NULL, 0), DXL_E_NOENT);
+	print_message("  key 8500: deleted at ts 1000 (version %" PRIu64 "), an insert aborted: the miss reports version %" PRIu64 " ts %" PRIu64 "\n",
+		      tomb85, rep.rec.version, rep.rec.ts);
+	if (rep.rec.ts != 1000)
+		fail_msg("the aborted insert erased the tombstone's timestamp: a miss reports ts %" PRIu64
+			 " (the delete was at 1000)", rep.rec.ts);
+	assert_true(rep.rec.version > tomb85);
 	client_close();
 	stop(p, logf);
 	dxl_zk_delete(&zk);
@@ -1217,6 +1280,140 @@ static void test_gate_insert_in_doubt(void **state)
 	alarm(0);
 }
 
+/*
+ * Issue 20 review 1: an aborted insert in doubt must not delete another
+ * transaction's committed record at a promoted primary. X inserted key
+ * 8100 (its record acknowledged, undecided: its abort marker could not be
+ * written yet); meanwhile -- its locks released at the old primary -- Z
+ * inserted 8100 again and committed (decided). Node 2 is promoted: its gate
+ * applies Z's record (8100 present, version 20) and recovers the locks of
+ * what is in doubt. It used to lock Z's record for X (the key was present)
+ * and, once X's marker landed, settle X's abort by deleting whatever record
+ * X held: Z's committed insert vanished at the new primary while the
+ * backups kept it. Now a present record that is not X's insert is not
+ * locked for X, and an abort deletes only the insert's own version.
+ */
+static void test_gate_clobber(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(120);
+	new_cluster();
+	struct dxl_zk *zk = zk_open();
+	char dir[2][256], logf[2][256];
+	pid_t p[2];
+	static struct dxl_replica_desc d[2];
+	const char *tables[] = {"-o", TABLES, "-o", "zk.session_timeout_ms=1000", NULL};
+	for (int i = 0; i < 2; i++) {
+		snprintf(dir[i], sizeof(dir[i]), "%s/gc%d", g_tmp, i + 1);
+		snprintf(logf[i], sizeof(logf[i]), "%s/gc%d.out", g_tmp, i + 1);
+		p[i] = spawn(logf[i], false, (uint32_t)i + 1, dir[i], tables);
+	}
+	for (int i = 0; i < 2; i++)
+		wait_desc(zk, (uint32_t)i + 1, p[i], 0, &d[i], logf[i]);
+	struct dxl_cluster_config c;
+	int32_t ver = DXL_ZK_VERSION_NONE;
+	dxl_cluster_config_init(&c);
+	c.epoch = 1;
+	uint32_t b2 = 2, b1 = 1;
+	assert_int_equal(dxl_cluster_config_set_node(&c, 1, d[0].addr), 0);
+	assert_int_equal(dxl_cluster_config_set_node(&c, 2, d[1].addr), 0);
+	assert_int_equal(dxl_cluster_config_set_shard(&c, 0, 1, &b2, 1), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, DXL_ZK_VERSION_NONE, NULL), 0);
+	dxl_cluster_config_clear(&c);
+	for (int i = 0; i < 2; i++)
+		wait_desc(zk, (uint32_t)i + 1, p[i], 1, &d[i], logf[i]);
+
+	/* X's writer: its insert of 8100 (version 10) acknowledged, undecided */
+	struct dxl_log_writer_cfg wc;
+	dxl_log_writer_cfg_init(&wc);
+	wc.shard = 0;
+	wc.hold_until_decided = true;
+	struct dxl_log_writer *wx = NULL, *wz = NULL;
+	if (dxl_log_writer_new(zk, &wc, &wx) || dxl_log_writer_new(zk, &wc, &wz))
+		fail_msg("writer: %s", dxl_errmsg());
+	uint64_t X = DXL_LOCK_OWNER(91, 1), Z = DXL_LOCK_OWNER(92, 1);
+	static uint8_t vx[64], vz[64], buf[4096];
+	fill(vx, 64, 81);
+	fill(vz, 64, 82);
+	struct dxl_ws_entry ex = {.table = 1, .op = DXL_WS_INSERT, .key = 8100, .version = 10,
+				  .value = vx, .len = 64};
+	struct dxl_ws_entry ez = {.table = 1, .op = DXL_WS_INSERT, .key = 8100, .version = 20,
+				  .value = vz, .len = 64};
+	uint64_t tx = append_txn(wx, X, buf, (uint32_t)encode_ws(&ex, 1, buf, sizeof(buf)));
+	/* Z's insert of 8100 (version 20): committed, decided */
+	uint64_t tz = append_txn(wz, Z, buf, (uint32_t)encode_ws(&ez, 1, buf, sizeof(buf)));
+	assert_int_equal(dxl_log_writer_decide(wz, tz), 0);
+	assert_int_equal(dxl_log_writer_flush(wz, 5000), 0);
+
+	/* node 2 is promoted; X's writer stays live and holds: the gate stops
+	 * waiting for it after 2 s */
+	assert_int_equal(dxl_cluster_config_read(zk, &c, &ver), 0);
+	c.epoch++;
+	assert_int_equal(dxl_cluster_config_set_shard(&c, 0, 2, &b1, 1), 0);
+	assert_int_equal(dxl_cluster_config_cas(zk, &c, ver, NULL), 0);
+	uint64_t e = c.epoch;
+	dxl_cluster_config_clear(&c);
+	uint64_t t0 = dxl_now_ms();
+	while (!dxl_replica_desc_table(&d[1], 0, 1) || d[1].cfg_epoch < e) {
+		struct dxl_log_writer_result res;
+		dxl_log_writer_poll(wx, &res, 1, 25);
+		dxl_log_writer_poll(wz, &res, 1, 25);
+		int ret = dxlt_replica_desc_wait(zk, 2, 1, p[1], 1000, &d[1], NULL);
+		assert_int_equal(ret, 0);
+		if (dxl_now_ms() - t0 > 20000)
+			fail_msg("node 2 did not open its tables");
+	}
+	client_open(&d[1]);
+	const struct dxl_shard_table *t1 = dxl_replica_desc_table(&d[1], 0, 1);
+	assert_non_null(t1);
+	struct dxl_table_rep rep;
+	uint8_t got[64];
+	struct dxl_table_req lk = {.table = 1, .epoch = e, .key = 8100};
+	int r = call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got));
+	if (r)
+		fail_msg("Z's committed insert is not at the new primary: %s", g.msg);
+	uint64_t slot = rep.slot;
+	print_message("  after the gate: key 8100 version %" PRIu64 ", lock word 0x%" PRIx64 "\n",
+		      rep.rec.version, lock_word(t1, slot));
+	assert_int_equal(rep.rec.version, 20);
+	if (lock_word(t1, slot) == X)
+		print_message("  (Z's record is locked for X's insert in doubt)\n");
+	/* X's coordinator wakes up: X aborted (a marker), decided */
+	uint8_t m[DXL_ABORT_SIZE];
+	dxl_abort_marker_encode(X, m, sizeof(m));
+	uint64_t tm = append_txn(wx, X, m, sizeof(m));
+	assert_int_equal(dxl_log_writer_decide(wx, tx), 0);
+	assert_int_equal(dxl_log_writer_decide(wx, tm), 0);
+	assert_int_equal(dxl_log_writer_flush(wx, 5000), 0);
+	/* the gate's settle runs once the watermark passed X's record */
+	char out[65536];
+	uint64_t end = dxl_now_ms() + 10000;
+	for (;;) {
+		dxlt_slurp(logf[1], out, sizeof(out));
+		if (strstr(out, "event=txn_settled") && lock_word(t1, slot) == 0)
+			break;
+		if (dxl_now_ms() > end)
+			fail_msg("X's abort not settled: key 8100's lock word 0x%" PRIx64, lock_word(t1, slot));
+		usleep(20000);
+	}
+	r = call(DXL_RPC_ID_TABLE_LOOKUP, &lk, &rep, got, sizeof(got));
+	print_message("  after the settle: key 8100 %s (version %" PRIu64 ")\n", r ? "ABSENT" : "present",
+		      rep.rec.version);
+	if (r)
+		fail_msg("X's aborted insert deleted Z's committed record at the new primary (a miss at version %" PRIu64 ")",
+			 rep.rec.version);
+	assert_int_equal(rep.rec.version, 20);
+	assert_memory_equal(got, vz, 64);
+	client_close();
+	dxl_log_writer_delete(&wx);
+	dxl_log_writer_delete(&wz);
+	for (int i = 0; i < 2; i++)
+		stop(p[i], logf[i]);
+	dxl_zk_delete(&zk);
+	alarm(0);
+}
+
 int main(void)
 {
 	if (getenv("DXL_TEST_FILTER"))
@@ -1228,6 +1425,7 @@ int main(void)
 		cmocka_unit_test(test_txn_rpcs),
 		cmocka_unit_test(test_backup_apply),
 		cmocka_unit_test(test_gate_insert_in_doubt),
+		cmocka_unit_test(test_gate_clobber),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -904,12 +904,17 @@ static void test_twosided(void **state)
 }
 
 /* the stores of every replica of both shards of c, after its clean
- * shutdown: key by key, extra keys included (tests/lib/stores.h) */
-static void compare_stores(const struct cl *c)
+ * shutdown: key by key, extra keys included (tests/lib/stores.h); and what
+ * they hold is what the last transaction read (fin, taken before the
+ * shutdown): every account it found, at its version, none it did not --
+ * identical stores that lost the accounts would pass the comparison alone */
+static void compare_stores(const struct cl *c, const struct vsnap *fin)
 {
 	char root[300];
 	snprintf(root, sizeof(root), "%s/data", c->dir);
 	const uint32_t nodes[3] = {1, 2, 3};
+	uint64_t keys = 0;
+	struct dxlt_recset rs[2];
 	for (uint32_t shard = 0; shard < 2; shard++) {
 		char why[2048];
 		struct dxlt_stores_report rep;
@@ -919,8 +924,32 @@ static void compare_stores(const struct cl *c)
 			fail_msg("%s shard %u: the replicas' stores differ: %s", c->name, shard, why);
 		print_message("  shard %u: %" PRIu64 " keys identical on the 3 replicas (%" PRIu64
 			      " tombstones)\n", shard, rep.keys, rep.tombstones);
-		assert_true(rep.keys > 0);
+		assert_int_equal(rep.records, 3 * rep.keys);
+		keys += rep.keys;
+		if (dxlt_store_load(root, c->name, 1, shard, DXL_DUR_PROCESS, &rs[shard]))
+			fail_msg("%s", dxl_errmsg());
 	}
+	uint32_t present = 0;
+	for (uint64_t k = 0; k < NACCT; k++) {
+		const struct dxlt_rec *a = dxlt_recset_find(&rs[0], T_ACCT, k);
+		const struct dxlt_rec *b = dxlt_recset_find(&rs[1], T_ACCT, k);
+		if (a && b)
+			fail_msg("account %" PRIu64 " is in both shards' stores", k);
+		const struct dxlt_rec *x = a ? a : b;
+		if (fin->absent[k] && x)
+			fail_msg("account %" PRIu64 ": the last transaction found none, the stores have version %" PRIu64,
+				 k, x->version);
+		if (!fin->absent[k] && (!x || x->version != fin->v[k]))
+			fail_msg("account %" PRIu64 ": the last transaction read version %" PRIu64 ", the stores have %s%" PRIu64,
+				 k, fin->v[k], x ? "version " : "nothing: ", x ? x->version : 0);
+		present += !fin->absent[k];
+	}
+	print_message("  the %u accounts the last transaction found are in the stores at its versions\n",
+		      present);
+	assert_true(keys > 0);
+	assert_true(keys >= present);
+	dxlt_recset_free(&rs[0]);
+	dxlt_recset_free(&rs[1]);
 }
 
 static void restart_node(const struct cl *c, const char *node)
@@ -1322,8 +1351,10 @@ static void test_abort_marker_retried(void **state)
 		fail_msg("the shards did not get their 3 members back");
 	env_close(&w);
 	settle();
+	struct vsnap fin;
+	snapshot(&g_cv, &fin);
 	cluster_down(&g_cv);
-	compare_stores(&g_cv);
+	compare_stores(&g_cv, &fin);
 }
 
 /*
@@ -1557,8 +1588,10 @@ static void test_kill_primaries(void **state)
 		usleep(100 * 1000);
 	}
 	settle();
+	struct vsnap fin;
+	snapshot(&g_fo, &fin);
 	cluster_down(&g_fo);
-	compare_stores(&g_fo);
+	compare_stores(&g_fo, &fin);
 }
 
 /* ---- a coordinator dies: its transactions are resolved -------------------------- */
@@ -1664,8 +1697,10 @@ static void test_kill_coordinator(void **state)
 	print_message("  %" PRIu64 " writes beyond the recorded ones (commits not yet recorded when killed)\n",
 		      extra);
 	settle();
+	struct vsnap fin;
+	snapshot(&g_kc, &fin);
 	cluster_down(&g_kc);
-	compare_stores(&g_kc);
+	compare_stores(&g_kc, &fin);
 }
 
 static int group_setup(void **state)

@@ -11,7 +11,9 @@
  * the initial state. A read is a value read (a present version, exactly) or
  * an absence read (existence answers count: "no such key", and the
  * absence an insert relied on) made at version v: its state is the last
- * write at or below v, which must be a delete (or the initial state).
+ * write at or below v, which must be a delete (or the initial state). An
+ * absence read at version 0 of a key that was deleted is a miss without a
+ * tombstone (reclaimed: which absence is not known): it gives no edge.
  *
  * Edges (Adya's direct serialization graph):
  *   ww: the writer of version v -> the writer of the next version;
@@ -23,8 +25,9 @@
  * A history is (strictly) serializable iff the graph has no cycle.
  *
  * Transactions of unknown outcome ("maybe": the client was not told) count
- * as committed iff another counted transaction read a state they wrote,
- * else as not committed. Both ways are sound: leaving out a transaction
+ * as committed iff another counted transaction read a state they wrote (a
+ * value read: that version; an absence read: the last delete at or below
+ * its version, with no counted write after it), else as not committed. Both ways are sound: leaving out a transaction
  * nobody read from never creates a cycle, so the history passes iff one of
  * the two outcomes is serializable.
  */
@@ -71,6 +74,9 @@ struct dxlt_history_stats {
 	size_t rt_edges;  /* real-time edges */
 	size_t deletes;   /* delete (tombstone) writes counted */
 	size_t absent_reads;
+	size_t absent_unknown; /* absence reads at version 0 of a deleted
+				  key (a tombstone reclaimed: which
+				  absence is unknown): no edges */
 };
 
 /*

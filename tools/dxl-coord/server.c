@@ -153,7 +153,8 @@ static void stats_text(struct io *io, char *buf, size_t cap)
 		 "committed=%" PRIu64 "\naborted=%" PRIu64 "\nconflicts=%" PRIu64
 		 "\nunavail=%" PRIu64 "\nonesided_reads=%" PRIu64 "\nrpc_reads=%" PRIu64
 		 "\ncache_hits=%" PRIu64 "\ncache_misses=%" PRIu64 "\nlog_appends=%" PRIu64
-		 "\nview_refreshes=%" PRIu64 "\nwb_lock_lost=%" PRIu64 "\n",
+		 "\nview_refreshes=%" PRIu64 "\nviews_live=%" PRIu64 "\nresolved=%" PRIu64
+		 "\nwb_lock_lost=%" PRIu64 "\n",
 		 dxl_coord_id(s->coord), dxl_txn_mode_name(dxl_coord_mode(s->coord)),
 		 dxl_coord_epoch(s->coord), s->addr, s->cfg.threads, s->cfg.coroutines,
 		 s->conns_open, s->conns_total, s->requests, s->txn_requests,
@@ -161,7 +162,7 @@ static void stats_text(struct io *io, char *buf, size_t cap)
 		 s->proto_errors, s->closed_absurd, s->inflight, queued, st.committed,
 		 st.aborted, st.conflicts, st.unavail, st.onesided_reads, st.rpc_reads,
 		 st.cache_hits, st.cache_misses, st.log_appends, st.view_refreshes,
-		 st.wb_lock_lost);
+		 st.views_live, st.resolved, st.wb_lock_lost);
 }
 
 /* handle_frame -- one whole frame of c (frame[0..size)) */

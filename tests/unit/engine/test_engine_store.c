@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1074,6 +1075,120 @@ static void test_tombstone_reclaim(void **state)
 	dxl_store_set_reclaim_ts(f->s, 0);
 }
 
+/*
+ * A delete of an absent key applied to a full table (issue 20 review): the
+ * tombstone has no slot. It used to be dropped silently (apply returned 0):
+ * once a slot freed, an older insert of the key was applied and the
+ * deleted key came back. Now the apply fails with DXL_E_FULL and changes
+ * nothing (the applier stops there and tries again); with a slot free it
+ * leaves the tombstone, which keeps the older insert out. (A replay, the
+ * last write of each key of its window, still passes it over:
+ * tests/unit/recovery/test_replay.c.)
+ */
+static void test_apply_delete_full_table(void **state)
+{
+	struct fx *f = *state;
+	create(f, DXL_LOCKS_CPU);
+	uint8_t v[8] = "1234567";
+	for (uint64_t k = 0; k < 4; k++)
+		assert_int_equal(dxl_store_apply(f->s, 9, k, DXL_WS_INSERT, 2 + 2 * k, 10, v, 8), 1);
+	static uint8_t before[DATA_BYTES], after[DATA_BYTES];
+	snapshot(f->s, before);
+	int ret = dxl_store_apply(f->s, 9, 50, DXL_WS_DELETE, 40, 100, NULL, 0);
+	if (ret != DXL_E_FULL)
+		fail_msg("a delete of an absent key on a full table returned %d (%s), not DXL_E_FULL: its tombstone is lost",
+			 ret, dxl_errname(ret));
+	snapshot(f->s, after);
+	assert_memory_equal(before, after, DATA_BYTES);
+	/* a slot frees up (key 0 deleted, its tombstone reused: no
+	 * keep_tombstones here); the applier tries again */
+	assert_int_equal(dxl_store_apply(f->s, 9, 0, DXL_WS_DELETE, 20, 20, NULL, 0), 1);
+	assert_int_equal(dxl_store_apply(f->s, 9, 50, DXL_WS_DELETE, 40, 100, NULL, 0), 1);
+	/* the older insert of key 50 arrives: passed over */
+	assert_int_equal(dxl_store_apply(f->s, 9, 50, DXL_WS_INSERT, 38, 90, v, 8), 0);
+	assert_int_equal(dxl_store_find(f->s, 9, 50, NULL), DXL_E_NOENT);
+	struct dxl_store_absence ab;
+	assert_int_equal(dxl_store_absence(f->s, 9, 50, &ab), 0);
+	assert_int_equal(ab.version, 40);
+	assert_int_equal(ab.ts, 100);
+}
+
+/*
+ * An insert that never committed, undone (dxl_store_undo_insert), gives its
+ * key back the absence it replaced, exactly: the same tombstone (version,
+ * timestamp) as a replica that never saw the insert, or none. Before, the
+ * undo was a delete: a tombstone of a new version (above the insert's) at
+ * the primary only -- the replicas' tombstones differed (a backup with
+ * version 10, the primary 14) and a key that never existed got one at the
+ * primary alone (merge of recovery2 into txn-merge: `dxl cluster verify`).
+ */
+static void test_undo_insert_restores_absence(void **state)
+{
+	struct fx *f = *state;
+	struct dxl_store_cfg cfg;
+	dxl_store_cfg_init(&cfg);
+	cfg.keep_tombstones = true;
+	assert_int_equal(dxl_store_create(f->path, DXL_DUR_PROCESS, &ID, 3, TABLES, 2, &cfg,
+					  &f->s), 0);
+	uint8_t v[100];
+	val(v, 100, 4);
+	/* key 60 deleted (a committed delete: version 10, ts 500) */
+	uint64_t slot, ver;
+	assert_int_equal(dxl_store_apply(f->s, 7, 60, DXL_WS_INSERT, 8, 400, v, 100), 1);
+	assert_int_equal(dxl_store_apply(f->s, 7, 60, DXL_WS_DELETE, 10, 500, NULL, 0), 1);
+	struct dxl_store_absence was, ab;
+	assert_int_equal(dxl_store_absence(f->s, 7, 60, &was), 0);
+	assert_int_equal(was.version, 10);
+	/* a transaction inserts it at its lock phase, then aborts */
+	assert_int_equal(dxl_store_insert_owned(f->s, 7, 60, was.ts, v, 100, 77, &slot, &ver), 0);
+	assert_true(ver > 10);
+	/* not its lock owner: refused, nothing changes */
+	assert_int_equal(dxl_store_undo_insert(f->s, 7, slot, 78, &was), DXL_E_STATE);
+	assert_int_equal(dxl_store_find(f->s, 7, 60, NULL), 0);
+	assert_int_equal(dxl_store_undo_insert(f->s, 7, slot, 77, &was), 0);
+	assert_int_equal(dxl_store_unlock(f->s, 7, slot, 77), 0);
+	assert_int_equal(dxl_store_find(f->s, 7, 60, NULL), DXL_E_NOENT);
+	assert_int_equal(dxl_store_absence(f->s, 7, 60, &ab), 0);
+	if (ab.version != 10 || ab.ts != 500)
+		fail_msg("the undone insert left tombstone version %" PRIu64 " ts %" PRIu64
+			 ", not the one it replaced (version 10, ts 500)", ab.version, ab.ts);
+	assert_int_equal(stats(f->s, 7).tombstones, 1);
+	assert_int_equal(stats(f->s, 7).live, 0);
+	/* a write of the key from another primary (version 12) is applied */
+	assert_int_equal(dxl_store_apply(f->s, 7, 60, DXL_WS_INSERT, 12, 600, v, 100), 1);
+	assert_int_equal(dxl_store_find(f->s, 7, 60, NULL), 0);
+	/* key 61 never existed: after the undo, no tombstone */
+	assert_int_equal(dxl_store_absence(f->s, 7, 61, &was), 0);
+	assert_int_equal(was.slot, UINT64_MAX);
+	assert_int_equal(dxl_store_insert_owned(f->s, 7, 61, was.ts, v, 100, 77, &slot, &ver), 0);
+	assert_int_equal(dxl_store_undo_insert(f->s, 7, slot, 77, &was), 0);
+	assert_int_equal(dxl_store_unlock(f->s, 7, slot, 77), 0);
+	assert_int_equal(dxl_store_absence(f->s, 7, 61, &ab), 0);
+	if (ab.slot != UINT64_MAX)
+		fail_msg("the undone insert of a key that never existed left a tombstone (version %" PRIu64 ")",
+			 ab.version);
+	assert_int_equal(ab.ts, was.ts);
+	assert_int_equal(stats(f->s, 7).tombstones, 0);
+	assert_int_equal(stats(f->s, 7).live, 1);
+	/* on disk too: its slot names no key (incarnation 0) -- a store
+	 * reopened finds key 60's tombstone and none of key 61 */
+	struct dxl_record rec;
+	assert_int_equal(dxl_store_read(f->s, 7, slot, &rec, NULL, 0), 0);
+	assert_false(rec.live);
+	assert_int_equal(rec.inc, 0);
+	dxl_store_close(&f->s);
+	assert_int_equal(dxl_store_open(f->path, DXL_DUR_PROCESS, &ID, &cfg, &f->s), 0);
+	assert_int_equal(dxl_store_absence(f->s, 7, 61, &ab), 0);
+	if (ab.slot != UINT64_MAX)
+		fail_msg("reopened: key 61, inserted and undone, has a tombstone (version %" PRIu64 ")",
+			 ab.version);
+	assert_int_equal(stats(f->s, 7).tombstones, 0);
+	assert_int_equal(stats(f->s, 7).live, 1);
+	/* the slot is free again: an insert may take it */
+	assert_int_equal(dxl_store_apply(f->s, 7, 61, DXL_WS_INSERT, 2, 700, v, 100), 1);
+	assert_int_equal(dxl_store_find(f->s, 7, 61, NULL), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1091,6 +1206,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_apply_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_apply_any_order_converges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tombstone_reclaim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_apply_delete_full_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_undo_insert_restores_absence, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
