@@ -131,6 +131,23 @@ static inline uint64_t dxl_wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
 }
 
+/* murmur3's 64-bit finaliser: a bijective mix of all 64 bits, the hash of
+ * the open-addressing maps and of the state digests */
+static inline uint64_t dxl_fmix64(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ull;
+	return k ^ (k >> 33);
+}
+
+/* the hash of a (table, key) pair, for maps keyed by both */
+static inline uint64_t dxl_table_key_hash(uint32_t table, uint64_t key)
+{
+	return dxl_fmix64(key ^ ((uint64_t)table << 32 | table));
+}
+
 /* dxl_cpu_relax -- a spin-wait hint to the CPU */
 static inline void dxl_cpu_relax(void)
 {

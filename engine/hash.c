@@ -88,20 +88,10 @@ static inline uint32_t rd_le32(const void *p)
 
 /* ---- hash and addressing ----------------------------------------------------- */
 
-static inline uint64_t fmix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
 uint64_t dxl_index_hash(uint64_t seed, uint64_t key)
 {
 	/* the seed is mixed first so that related seeds give unrelated maps */
-	return fmix64(key ^ fmix64(seed + 0x9e3779b97f4a7c15ull));
+	return dxl_fmix64(key ^ dxl_fmix64(seed + 0x9e3779b97f4a7c15ull));
 }
 
 static inline uint64_t bucket_off(uint64_t bucket_no)

@@ -231,18 +231,9 @@ static int cat_decode(const uint8_t *c, uint64_t data_size, const char *path,
 
 /* ---- the key map and the free list (table mutex held) ----------------------- */
 
-static uint64_t mix(uint64_t k)
-{
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ull;
-	return k ^ (k >> 33);
-}
-
 static struct kent *map_find(struct table *t, uint64_t key)
 {
-	for (uint64_t i = mix(key) & t->map_mask;; i = (i + 1) & t->map_mask) {
+	for (uint64_t i = dxl_fmix64(key) & t->map_mask;; i = (i + 1) & t->map_mask) {
 		struct kent *e = &t->map[i];
 		if (!e->slot1)
 			return NULL;
@@ -253,7 +244,7 @@ static struct kent *map_find(struct table *t, uint64_t key)
 
 static void map_put(struct table *t, uint64_t key, uint64_t slot)
 {
-	uint64_t i = mix(key) & t->map_mask;
+	uint64_t i = dxl_fmix64(key) & t->map_mask;
 	while (t->map[i].slot1)
 		i = (i + 1) & t->map_mask;
 	t->map[i].key = key;
@@ -268,7 +259,7 @@ static void map_del(struct table *t, struct kent *e)
 		j = (j + 1) & m;
 		if (!t->map[j].slot1)
 			break;
-		uint64_t home = mix(t->map[j].key) & m;
+		uint64_t home = dxl_fmix64(t->map[j].key) & m;
 		/* the entry at j may move to i unless its home lies in (i, j] */
 		bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
 		if (!stays) {

@@ -15,22 +15,14 @@
  * digest independent of the order of the scan and of slot placement; the
  * count guards against records that cancel out.
  */
-static uint64_t fmix(uint64_t k)
-{
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ull;
-	return k ^ (k >> 33);
-}
 
 static uint64_t rec_hash(uint64_t seed, uint32_t table, uint64_t key,
 			 uint64_t version, uint32_t vcrc, uint32_t len)
 {
-	uint64_t h = fmix(seed ^ table);
-	h = fmix(h ^ key);
-	h = fmix(h ^ version);
-	return fmix(h ^ ((uint64_t)vcrc << 32 | len));
+	uint64_t h = dxl_fmix64(seed ^ table);
+	h = dxl_fmix64(h ^ key);
+	h = dxl_fmix64(h ^ version);
+	return dxl_fmix64(h ^ ((uint64_t)vcrc << 32 | len));
 }
 
 void dxl_rcv_digest_add_crc(struct dxl_digest *d, uint32_t table, uint64_t key,
@@ -201,15 +193,10 @@ struct dxl_state {
 	uint64_t mask, n;
 };
 
-static uint64_t smix(uint32_t table, uint64_t key)
-{
-	return fmix(key ^ ((uint64_t)table << 32 | table));
-}
-
 static struct dxl_state_entry *state_slot(struct dxl_state_entry *e, uint64_t mask,
 					  uint32_t table, uint64_t key)
 {
-	for (uint64_t i = smix(table, key) & mask;; i = (i + 1) & mask)
+	for (uint64_t i = dxl_table_key_hash(table, key) & mask;; i = (i + 1) & mask)
 		if (!e[i].used || (e[i].table == table && e[i].key == key))
 			return &e[i];
 }

@@ -29,19 +29,9 @@ struct imap {
 	uint64_t mask;
 };
 
-static uint64_t imix(uint32_t table, uint64_t key)
-{
-	uint64_t k = key ^ ((uint64_t)table << 32 | table);
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ull;
-	return k ^ (k >> 33);
-}
-
 static struct ikey *imap_slot(const struct imap *m, uint32_t table, uint64_t key)
 {
-	for (uint64_t i = imix(table, key) & m->mask;; i = (i + 1) & m->mask) {
+	for (uint64_t i = dxl_table_key_hash(table, key) & m->mask;; i = (i + 1) & m->mask) {
 		struct ikey *e = &m->e[i];
 		if (!e->version || (e->table == table && e->key == key))
 			return e;

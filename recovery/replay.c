@@ -34,16 +34,6 @@ struct wmap {
 	uint64_t mask, n;
 };
 
-static uint64_t wmix(uint32_t table, uint64_t key)
-{
-	uint64_t k = key ^ ((uint64_t)table << 32 | table);
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ull;
-	return k ^ (k >> 33);
-}
-
 static struct wkey *wmap_get(struct wmap *m, uint32_t table, uint64_t key, bool add)
 {
 	if (add && 2 * (m->n + 1) > m->mask + 1) {
@@ -54,7 +44,7 @@ static struct wkey *wmap_get(struct wmap *m, uint32_t table, uint64_t key, bool 
 		for (uint64_t i = 0; m->e && i <= m->mask; i++) {
 			if (!m->e[i].version)
 				continue;
-			uint64_t j = wmix(m->e[i].table, m->e[i].key) & (size - 1);
+			uint64_t j = dxl_table_key_hash(m->e[i].table, m->e[i].key) & (size - 1);
 			while (ne[j].version)
 				j = (j + 1) & (size - 1);
 			ne[j] = m->e[i];
@@ -65,7 +55,7 @@ static struct wkey *wmap_get(struct wmap *m, uint32_t table, uint64_t key, bool 
 	}
 	if (!m->e)
 		return NULL;
-	for (uint64_t i = wmix(table, key) & m->mask;; i = (i + 1) & m->mask) {
+	for (uint64_t i = dxl_table_key_hash(table, key) & m->mask;; i = (i + 1) & m->mask) {
 		struct wkey *w = &m->e[i];
 		if (!w->version) {
 			if (!add)
