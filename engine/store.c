@@ -1093,6 +1093,22 @@ static int check_locked_live(const struct table *t, uint64_t slot,
 	return 0;
 }
 
+/* the live record at slot, locked by lock_owner, and its key map entry
+ * (mutex held); *r is the record's header */
+static int locked_live_entry(struct table *t, uint64_t slot, uint64_t lock_owner,
+			     struct kent **e, struct dxl_record *r)
+{
+	int ret = check_locked_live(t, slot, lock_owner);
+	if (ret)
+		return ret;
+	dxl_record_peek(slot_at(t, slot), r);
+	*e = map_find(t, r->key);
+	DXL_ASSERTF(*e && (*e)->slot1 == slot + 1,
+		    "table %u slot %llu: key %llu not mapped to it",
+		    t->sc.id, (unsigned long long)slot, (unsigned long long)r->key);
+	return 0;
+}
+
 int dxl_store_update(struct dxl_store *s, uint32_t table, uint64_t slot,
 		     uint64_t lock_owner, uint64_t ts, const void *value,
 		     uint32_t len, uint64_t *version)
@@ -1192,17 +1208,11 @@ int dxl_store_delete(struct dxl_store *s, uint32_t table, uint64_t slot,
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&t->mu);
-	ret = check_locked_live(t, slot, lock_owner);
-	if (!ret) {
-		struct dxl_record r;
-		dxl_record_peek(slot_at(t, slot), &r);
-		struct kent *e = map_find(t, r.key);
-		DXL_ASSERTF(e && e->slot1 == slot + 1,
-			    "table %u slot %llu: key %llu not mapped to it",
-			    table, (unsigned long long)slot,
-			    (unsigned long long)r.key);
+	struct kent *e;
+	struct dxl_record r;
+	ret = locked_live_entry(t, slot, lock_owner, &e, &r);
+	if (!ret)
 		delete_locked(s, t, e, 0, ts, version);
-	}
 	pthread_mutex_unlock(&t->mu);
 	return ret;
 }
@@ -1219,15 +1229,10 @@ int dxl_store_undo_insert(struct dxl_store *s, uint32_t table, uint64_t slot,
 		return dxl_err_set(DXL_E_INVAL, "undo insert: version %llu is odd",
 				   (unsigned long long)was->version);
 	pthread_mutex_lock(&t->mu);
-	ret = check_locked_live(t, slot, lock_owner);
+	struct kent *e;
+	struct dxl_record r;
+	ret = locked_live_entry(t, slot, lock_owner, &e, &r);
 	if (!ret) {
-		struct dxl_record r;
-		dxl_record_peek(slot_at(t, slot), &r);
-		struct kent *e = map_find(t, r.key);
-		DXL_ASSERTF(e && e->slot1 == slot + 1,
-			    "table %u slot %llu: key %llu not mapped to it",
-			    table, (unsigned long long)slot,
-			    (unsigned long long)r.key);
 		if (tomb) {
 			/* the tombstone the insert replaced, as it was */
 			delete_locked(s, t, e, was->version, was->ts, NULL);
