@@ -47,19 +47,7 @@ _Static_assert(DXL_RING_WMARK_OFF + DXL_RING_WMARK_SIZE <= CTL_USED, "control bl
 static int read_at(struct dxl_qp *qp, const struct dxl_log_target *src, uint64_t off,
 		   uint8_t *dst, uint64_t len, uint32_t lkey, uint64_t *nread)
 {
-	for (uint64_t done = 0; done < len;) {
-		uint32_t n = (uint32_t)DXL_MIN(len - done, (uint64_t)(1u << 20));
-		struct dxl_wr wr = {.wr_id = FOLLOW_WRID, .op = DXL_WR_READ,
-				    .flags = DXL_WR_SIGNALED, .local = dst + done, .len = n,
-				    .lkey = lkey, .remote_addr = src->data.addr + off + done,
-				    .rkey = src->data.rkey};
-		int ret = dxl_rcv_post_wait(qp, &wr, FOLLOW_WRID);
-		if (ret)
-			return ret;
-		done += n;
-		*nread += n;
-	}
-	return 0;
+	return dxl_rcv_read_remote(qp, src, off, dst, len, lkey, FOLLOW_WRID, nread);
 }
 
 /* READ ring positions [pos, pos+len) (len <= size) of src into buf at
@@ -81,15 +69,7 @@ static uint64_t sync_range(struct dxl_region *r, uint8_t *dst, const uint8_t *sr
 	uint64_t changed = 0;
 	while (len) {
 		uint64_t o = pos % size, n = DXL_MIN(len, size - o);
-		for (uint64_t a = o; a < o + n;) {
-			uint64_t b = DXL_MIN(o + n, DXL_ALIGN_UP(a + 1, (uint64_t)PAGE));
-			if (memcmp(dst + a, src + a, b - a)) {
-				for (uint64_t i = a; i < b; i++)
-					changed += dst[i] != src[i];
-				dxl_region_memcpy_persist(r, dst + a, src + a, b - a);
-			}
-			a = b;
-		}
+		changed += dxl_rcv_sync_bytes(r, dst + o, src + o, n);
 		pos += n;
 		len -= n;
 	}

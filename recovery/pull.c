@@ -52,18 +52,18 @@ uint64_t dxl_xfer_pull_bounce_bytes(uint64_t ring_size)
 }
 
 /* READ [off, off+len) of src's data area into dst, in chunks, waiting */
-static int read_remote(struct dxl_qp *qp, const struct dxl_log_target *src,
-		       uint64_t off, uint8_t *dst, uint64_t len, uint32_t lkey,
-		       uint64_t *nread)
+int dxl_rcv_read_remote(struct dxl_qp *qp, const struct dxl_log_target *src,
+			uint64_t off, uint8_t *dst, uint64_t len, uint32_t lkey,
+			uint64_t wr_id, uint64_t *nread)
 {
 	for (uint64_t done = 0; done < len;) {
 		uint32_t n = (uint32_t)DXL_MIN(len - done, (uint64_t)CHUNK);
-		struct dxl_wr wr = {.wr_id = PULL_WRID, .op = DXL_WR_READ,
+		struct dxl_wr wr = {.wr_id = wr_id, .op = DXL_WR_READ,
 				    .flags = DXL_WR_SIGNALED, .local = dst + done,
 				    .len = n, .lkey = lkey,
 				    .remote_addr = src->data.addr + off + done,
 				    .rkey = src->data.rkey};
-		int ret = dxl_rcv_post_wait(qp, &wr, PULL_WRID);
+		int ret = dxl_rcv_post_wait(qp, &wr, wr_id);
 		if (ret)
 			return ret;
 		done += n;
@@ -72,13 +72,8 @@ static int read_remote(struct dxl_qp *qp, const struct dxl_log_target *src,
 	return 0;
 }
 
-/*
- * sync_bytes -- make [dst, dst+len) of region r equal to src: pages that
- * differ are copied and persisted, runs of them in one go. Returns the
- * number of bytes whose value changed.
- */
-static uint64_t sync_bytes(struct dxl_region *r, uint8_t *dst,
-			   const uint8_t *src, uint64_t len)
+uint64_t dxl_rcv_sync_bytes(struct dxl_region *r, uint8_t *dst,
+			    const uint8_t *src, uint64_t len)
 {
 	uint64_t changed = 0, run = 0, run_len = 0;
 	for (uint64_t off = 0; off < len; off += PAGE) {
@@ -163,15 +158,15 @@ int dxl_xfer_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 	/* control block, buffer, control block; again while the head moves */
 	for (;;) {
 		st->attempts++;
-		if ((ret = read_remote(qp, src, src->ctl_off, c1, DXL_RING_CTL_SIZE,
-				       lkey, &st->bytes_read)) ||
-		    (ret = read_remote(qp, src, src->buf_off, buf, size, lkey,
-				       &st->bytes_read)))
+		if ((ret = dxl_rcv_read_remote(qp, src, src->ctl_off, c1, DXL_RING_CTL_SIZE,
+					       lkey, PULL_WRID, &st->bytes_read)) ||
+		    (ret = dxl_rcv_read_remote(qp, src, src->buf_off, buf, size, lkey,
+					       PULL_WRID, &st->bytes_read)))
 			goto out;
 		if (test_hook)
 			test_hook(st->attempts, test_hook_arg);
-		if ((ret = read_remote(qp, src, src->ctl_off, c2, DXL_RING_CTL_SIZE,
-				       lkey, &st->bytes_read)))
+		if ((ret = dxl_rcv_read_remote(qp, src, src->ctl_off, c2, DXL_RING_CTL_SIZE,
+					       lkey, PULL_WRID, &st->bytes_read)))
 			goto out;
 		/* the replica's CPU rewrites one slot at a time: the other stays
 		 * valid, so no valid slot at all is corruption, not a race */
@@ -208,13 +203,13 @@ int dxl_xfer_pull_buf(struct dxl_logstore *ls, uint32_t ring,
 	memcpy(c1 + DXL_RING_PREQ_OFF,
 	       data + dxl_logstore_ctl_off(ls, ring) + DXL_RING_PREQ_OFF,
 	       DXL_RING_PDONE_OFF + DXL_RING_PLINE_SIZE - DXL_RING_PREQ_OFF);
-	st->changed = sync_bytes(r, data + dxl_logstore_buf_off(ls, ring),
+	st->changed = dxl_rcv_sync_bytes(r, data + dxl_logstore_buf_off(ls, ring),
 				       buf, size);
 	if (crash_hook && crash_hook(crash_hook_arg)) {
 		ret = dxl_err_set(DXL_E_IO, "pull: stopped by the test hook");
 		goto out;
 	}
-	st->changed += sync_bytes(r, data + dxl_logstore_ctl_off(ls, ring),
+	st->changed += dxl_rcv_sync_bytes(r, data + dxl_logstore_ctl_off(ls, ring),
 					c1, DXL_RING_CTL_SIZE);
 	ret = 0;
 out:

@@ -44,6 +44,18 @@ void dxl_rcv_fsync_parent(const char *path);
  * error: the source re-registered) or DXL_E_UNREACHABLE */
 int dxl_rcv_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, uint64_t wr_id);
 
+/* READ [off, off+len) of src's data region into dst, in READs of at most
+ * 1 MiB with wr_id; adds the bytes read to *nread */
+int dxl_rcv_read_remote(struct dxl_qp *qp, const struct dxl_log_target *src,
+			uint64_t off, uint8_t *dst, uint64_t len, uint32_t lkey,
+			uint64_t wr_id, uint64_t *nread);
+
+/* make [dst, dst+len) of region r equal to src: pages that differ are
+ * copied and persisted, runs of them in one go. Returns the number of
+ * bytes whose value changed. */
+uint64_t dxl_rcv_sync_bytes(struct dxl_region *r, uint8_t *dst,
+			    const uint8_t *src, uint64_t len);
+
 /* the writer's summary so far (shard, tables, counts) */
 const struct dxl_ckpt_info *dxl_rcv_writer_info(const struct dxl_ckpt_writer *w);
 
