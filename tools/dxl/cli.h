@@ -88,6 +88,12 @@ int get_desc(struct dxl_zk *zk, uint32_t id, struct dxl_replica_desc *d);
 /* cluster.c: start replica id of s (log DIR/logs/replica-<id>.log), -1 with
  * a message on failure; the last lines of its log to stderr */
 pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id);
+/* cluster.c: fork argv[0] with argv in a session of its own, stdin
+ * /dev/null, stdout and stderr appended to log (*log_off, when not NULL:
+ * the log's size before); pf_signal: SIGUSR2 arms the tcp provider's
+ * power-failure model unless DXL_FABRIC_PF says otherwise. The pid, or -1
+ * with a message */
+pid_t spawn_daemon(const char *const *argv, const char *log, bool pf_signal, long *log_off);
 void log_tail(const char *dir, uint32_t id);
 
 /* subcommands */

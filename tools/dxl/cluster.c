@@ -64,11 +64,20 @@ pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id)
 		errf("%s: %s (build it with make)", bin, strerror(errno));
 		return -1;
 	}
+	/* 'dxl cluster kill --power-fail' = SIGUSR2: the tcp provider's
+	 * power-failure model (docs/fabric.md) */
+	return spawn_daemon(argv, log, !strcmp(s->provider, "tcp"), NULL);
+}
+
+pid_t spawn_daemon(const char *const *argv, const char *log, bool pf_signal, long *log_off)
+{
 	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		errf("%s: %s", log, strerror(errno));
 		return -1;
 	}
+	if (log_off)
+		*log_off = lseek(fd, 0, SEEK_END);
 	fflush(NULL);
 	pid_t p = fork();
 	if (p < 0) {
@@ -78,16 +87,14 @@ pid_t spawn_replica(const char *dir, const struct state *s, uint32_t id)
 	}
 	if (p == 0) {
 		setsid();
-		/* 'dxl cluster kill --power-fail' = SIGUSR2: the tcp provider's
-		 * power-failure model (docs/fabric.md) */
-		if (!strcmp(s->provider, "tcp") && !getenv("DXL_FABRIC_PF"))
+		if (pf_signal && !getenv("DXL_FABRIC_PF"))
 			setenv("DXL_FABRIC_PF", "USR2:random", 1);
 		int nul = open("/dev/null", O_RDONLY);
 		if (nul >= 0)
 			dup2(nul, 0);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execv(bin, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	close(fd);

@@ -460,31 +460,7 @@ static pid_t spawn_coord(const char *dir, const struct state *s, uint32_t k,
 	const char *argv[] = {bin, "--zk", s->c.zk, "--cluster", s->c.cluster,
 			      "--listen", "127.0.0.1:0", "--session-timeout", session_timeout,
 			      NULL};
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		errf("%s: %s", log, strerror(errno));
-		return -1;
-	}
-	*off = lseek(fd, 0, SEEK_END);
-	fflush(NULL);
-	pid_t p = fork();
-	if (p < 0) {
-		errf("fork: %s", strerror(errno));
-		close(fd);
-		return -1;
-	}
-	if (p == 0) {
-		setsid();
-		int nul = open("/dev/null", O_RDONLY);
-		if (nul >= 0)
-			dup2(nul, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
-	close(fd);
-	return p;
+	return spawn_daemon(argv, log, false, off);
 }
 
 /* dir_nonempty -- path is a directory with an entry other than . and .. */
