@@ -503,9 +503,13 @@ static uint32_t fresh_inc(uint32_t inc);
 
 /*
  * After every table was scanned without error: rewrite each torn slot of
- * the free lists as a consistent free record (incarnation + 1), so a peer
- * READing it through a stale location sees "not this key" instead of a
- * record that never becomes consistent. The only write at open.
+ * the free lists as a consistent free record that names no key
+ * (incarnation 0, as a never-used slot: a live record's incarnation is
+ * never 0), so a peer READing it through a stale location sees "not this
+ * key" instead of a record that never becomes consistent. It is no
+ * tombstone: the write it cut (a delete, an undone insert) is the log's to
+ * replay, and a tombstone made up here (a version of its own, timestamp 0)
+ * would be one no other replica has. The only write at open.
  */
 static void repair_free_torn(struct dxl_store *s, struct table *t)
 {
@@ -517,7 +521,7 @@ static void repair_free_torn(struct dxl_store *s, struct table *t)
 		dxl_record_peek(slot_at(t, i), &r);
 		r.version = 0; /* the next even version */
 		r.ts = 0;
-		r.inc = fresh_inc(r.inc + 1);
+		r.inc = 0;
 		r.len = 0;
 		r.live = false;
 		put_record(s, t, i, &r, NULL, NULL);
