@@ -207,7 +207,7 @@ static int teardown(void **state)
 	(void)state;
 	/* whatever a failed test left: every process started in g_tmp */
 	char cmd[PATH_MAX + 600];
-	const char *sub[] = {"a", "b", "c", "d", "e", "f", "g", NULL};
+	const char *sub[] = {"a", "b", "c", "d", "e", "f", "g", "st", NULL};
 	for (int i = 0; sub[i]; i++) {
 		char dir[256];
 		snprintf(dir, sizeof(dir), "%s/%s", g_tmp, sub[i]);
@@ -220,6 +220,10 @@ static int teardown(void **state)
 			fprintf(stderr, "zk.sh stop %s/zk failed\n", dir);
 	}
 	procs_with(g_tmp, true);
+	/* coordinators name no directory: their cluster (up<pid>-...) */
+	char cl[64];
+	snprintf(cl, sizeof(cl), " --cluster %s-", g_cluster);
+	procs_with(cl, true);
 	uint64_t end = dxl_now_ms() + 2000;
 	while (dxl_now_ms() < end && waitpid(-1, NULL, WNOHANG) >= 0)
 		usleep(10000);
