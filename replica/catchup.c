@@ -93,30 +93,19 @@ static int rebuild(struct dxl_rcvm *m, uint32_t i)
 	struct dxl_region_id id;
 	region_id(m, &id);
 	uint32_t shard = shard_of(m, i);
-	struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
-	struct dxl_ckpt *c = NULL;
-	struct dxl_ckpt_scan scan;
-	int ret = dxl_ckpt_find(m->dir, m->cfg.durability, &id, shard, &c, &scan);
-	if (ret)
-		return ret;
-	char why[256];
-	ret = dxl_ckpt_covered(c, ls, why, sizeof(why));
-	if (ret == 0)
-		ret = dxl_err_set(DXL_E_STALE, "checkpoint %" PRIu64 " is not covered by the log: %s",
-				  dxl_ckpt_get_info(c)->seq, why);
 	struct dxl_install_stats is;
-	if (ret == 1)
-		ret = dxl_ckpt_install(dxl_tables_store(m->tables[i]), c, &is);
+	uint64_t seq = 0;
+	int ret = dxl_rcv_rebuild(m->dir, m->cfg.durability, &id, shard,
+				  dxl_tables_store(m->tables[i]), dxl_shard_logstore(m->shards[i]),
+				  &is, &seq);
 	if (!ret) {
-		dxl_rcv_mark_clear(m->dir, shard);
 		m->rc[i].marked = false;
 		m->rc[i].st.rebuilt++;
 		DXL_INFO("event=store_rebuilt shard=%u checkpoint=%" PRIu64 " entries=%" PRIu64
 			 " written=%" PRIu64 " removed=%" PRIu64 " ms=%" PRIu64
 			 " msg=\"the log from the checkpoint's position is replayed when the applier starts\"",
-			 shard, dxl_ckpt_get_info(c)->seq, is.entries, is.written, is.removed, is.ms);
+			 shard, seq, is.entries, is.written, is.removed, is.ms);
 	}
-	dxl_ckpt_close(&c);
 	return ret;
 }
 

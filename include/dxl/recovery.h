@@ -402,6 +402,24 @@ int dxl_rcv_mark_clear(const char *dir, uint32_t shard);
  * 0 if not */
 int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap);
 
+/*
+ * dxl_rcv_rebuild -- the rebuild of a marked store at open (a replica's
+ * start, replica/catchup.c): the newest complete checkpoint of shard in dir
+ * (durability mode, identity id), if ls still covers it (dxl_ckpt_covered),
+ * installed into s (dxl_ckpt_install), and only then the mark removed -- a
+ * crash or power failure anywhere before the removal finds the mark again
+ * and installs again (test_rebuild_crash). The caller replays the log from
+ * the heads afterwards (the applier's activation). *seq (may be NULL) gets
+ * the checkpoint's seq; is (may be NULL) the install's stats.
+ * Errors: dxl_ckpt_find's (DXL_E_NOENT: no complete checkpoint),
+ * DXL_E_STALE (the log no longer covers it), dxl_ckpt_install's; the mark
+ * stays on every error.
+ */
+int dxl_rcv_rebuild(const char *dir, enum dxl_durability mode,
+		    const struct dxl_region_id *id, uint32_t shard, struct dxl_store *s,
+		    const struct dxl_logstore *ls, struct dxl_install_stats *is,
+		    uint64_t *seq);
+
 /* ---- re-applying the log (restart) ---------------------------------------------- */
 
 /*
