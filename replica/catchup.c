@@ -25,6 +25,10 @@ struct rc {
 	bool ckpt_set;       /* our dxl-ckpt cursor exists */
 	uint64_t ckpt_ts;
 	uint64_t last_ckpt_ms, last_prune_ms;
+	/* the primary's view of other nodes' need cursors: for how long each
+	 * was seen unchanged here (its TTL; no clock compared with
+	 * ZooKeeper's mtime) */
+	struct dxl_rcv_watch need_watch;
 	struct dxl_rcvm_stats st;
 };
 
@@ -741,17 +745,6 @@ static void ck_finish(struct dxl_rcvm *m, const struct dxl_rcvm_tick *t)
 		 shard, j->info.seq, j->info.entries, j->info.tombstones, ms, keep, g);
 }
 
-static bool in_shard(const struct dxl_cluster_config *conf, uint32_t shard, uint32_t node)
-{
-	const struct dxl_cluster_shard *sh = conf ? dxl_cluster_config_shard(conf, shard) : NULL;
-	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
-	uint32_t n = dxl_cluster_shard_members(sh, ids);
-	for (uint32_t k = 0; k < n; k++)
-		if (ids[k] == node)
-			return true;
-	return false;
-}
-
 /* "dxl-recovery-<n>" / "dxl-ckpt-<n>": 1 / 2 and *node; 0 for other groups */
 static int cursor_kind(const char *g, uint32_t *node)
 {
@@ -770,6 +763,43 @@ static int cursor_kind(const char *g, uint32_t *node)
 	return 0;
 }
 
+static bool has(const uint32_t *v, size_t n, uint32_t x)
+{
+	for (size_t k = 0; k < n; k++)
+		if (v[k] == x)
+			return true;
+	return false;
+}
+
+void dxl_rcvm_prune_decide(struct dxl_rcv_watch *w, const struct dxl_rcvm_prune_in *in,
+			   const struct dxl_cursor_info *v, uint32_t n, const char **why,
+			   uint64_t *age)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t node = 0;
+		int kind = cursor_kind(v[k].group, &node);
+		why[k] = NULL;
+		age[k] = 0;
+		if (!kind || node == in->self)
+			continue;
+		bool member = has(in->members, in->nmembers, node);
+		if (kind == 2 && !member) {
+			why[k] = "not a member of the shard";
+		} else if (kind == 1 && member) {
+			why[k] = "a member of the shard (it caught up)";
+		} else if (kind == 1) {
+			/* its age: how long this node has seen it unchanged
+			 * (ZooKeeper's mtime compared for equality only: a
+			 * skew between this host's clock and ZooKeeper's
+			 * neither shortens nor lengthens the TTL) */
+			age[k] = dxl_rcv_watch_age(w, node, v[k].mtime_ms, v[k].next_ts, in->now_ms);
+			if (!has(in->live, in->nlive, node) && age[k] >= in->ttl_ms)
+				why[k] = "its node is not live and did not set it for recovery.need_cursor_ttl_ms";
+		}
+	}
+	dxl_rcv_watch_sweep(w);
+}
+
 /* the primary of a shard: cursors of nodes that no longer need them go */
 static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t)
 {
@@ -780,35 +810,37 @@ static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_
 		DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"", shard, dxl_errmsg());
 		return;
 	}
-	struct dxl_member_list live = {0};
-	bool live_known = false;
-	uint64_t wall = dxl_wall_ms();
+	const char **why = calloc(n + 1, sizeof(*why));
+	uint64_t *age = calloc(n + 1, sizeof(*age));
+	uint32_t members[DXL_CONFIG_MAX_REPLICAS], *live = NULL;
+	struct dxl_rcvm_prune_in in = {
+		.self = m->cfg.node_id, .ttl_ms = m->cfg.need_ttl_ms, .now_ms = t->now_ms,
+		.members = members,
+		.nmembers = dxl_cluster_shard_members(
+			t->conf ? dxl_cluster_config_shard(t->conf, shard) : NULL, members),
+	};
+	/* the live nodes, when a need cursor could be a dead node's */
+	bool need_live = false;
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t node = 0;
+		need_live |= cursor_kind(v[k].group, &node) == 1 && node != in.self &&
+			     !has(members, in.nmembers, node);
+	}
+	struct dxl_member_list ml = {0};
+	bool ok = why && age;
+	if (ok && need_live) {
+		ok = dxl_member_list(t->zk, &ml) == 0 && (live = calloc(ml.n + 1, sizeof(*live)));
+		for (size_t x = 0; ok && x < ml.n; x++)
+			live[in.nlive++] = ml.v[x].node_id;
+		in.live = live;
+	}
+	if (ok)
+		dxl_rcvm_prune_decide(&m->rc[i].need_watch, &in, v, n, why, age);
+	for (uint32_t k = 0; ok && k < n; k++) {
+		if (!why[k])
+			continue;
+		uint32_t node = 0;
 		int kind = cursor_kind(v[k].group, &node);
-		if (!kind || node == m->cfg.node_id)
-			continue;
-		bool member = in_shard(t->conf, shard, node);
-		const char *why = NULL;
-		if (kind == 2 && !member) {
-			why = "not a member of the shard";
-		} else if (kind == 1 && member) {
-			why = "a member of the shard (it caught up)";
-		} else if (kind == 1) {
-			if (!live_known) {
-				if (dxl_member_list(t->zk, &live))
-					break;
-				live_known = true;
-			}
-			bool alive = false;
-			for (size_t x = 0; x < live.n; x++)
-				alive |= live.v[x].node_id == node;
-			uint64_t age = wall > v[k].mtime_ms ? wall - v[k].mtime_ms : 0;
-			if (!alive && age >= m->cfg.need_ttl_ms)
-				why = "its node is not live and did not set it for recovery.need_cursor_ttl_ms";
-		}
-		if (!why)
-			continue;
 		int dret = dxl_cursor_delete(t->zk, v[k].group, shard);
 		if (dret && dret != DXL_E_NOENT) {
 			DXL_DEBUG("event=cursor_drop_failed shard=%u group=%s msg=\"%s\"", shard,
@@ -816,14 +848,17 @@ static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_
 			continue;
 		}
 		m->rc[i].st.cursors_dropped++;
-		DXL_WARN("event=%s shard=%u group=%s node=%u next_ts=%" PRIu64 " age_ms=%" PRIu64
+		DXL_WARN("event=%s shard=%u group=%s node=%u next_ts=%" PRIu64 " unchanged_ms=%" PRIu64
 			 " msg=\"%s: retention by age no longer keeps the log for it%s\"",
 			 kind == 1 ? "need_cursor_dropped" : "ckpt_cursor_dropped", shard, v[k].group,
-			 node, v[k].next_ts, wall > v[k].mtime_ms ? wall - v[k].mtime_ms : 0, why,
+			 node, v[k].next_ts, age[k], why[k],
 			 kind == 1 ? " (if it comes back it takes a state transfer)" : "");
 	}
-	if (live_known)
-		dxl_member_list_free(&live);
+	if (need_live)
+		dxl_member_list_free(&ml);
+	free(live);
+	free(why);
+	free(age);
 	free(v);
 }
 

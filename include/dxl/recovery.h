@@ -420,6 +420,36 @@ int dxl_rcv_rebuild(const char *dir, enum dxl_durability mode,
 		    const struct dxl_logstore *ls, struct dxl_install_stats *is,
 		    uint64_t *seq);
 
+/* ---- staleness of a cursor, without comparing clocks ------------------------------ */
+
+/*
+ * How long a value kept elsewhere (a node's need cursor in ZooKeeper) has
+ * stayed unchanged, measured on this host's monotonic clock only: the
+ * first time a (stamp, value) pair of a key is seen here starts the count,
+ * any change of either restarts it. The stamp (ZooKeeper's mtime) is only
+ * compared for equality, never against this host's clock, so a skew
+ * between the two clocks neither shortens nor lengthens the age (the TTL
+ * of need cursors, docs/recovery.md). A key seen for the first time -- or
+ * by a node that has just become the one that looks -- is 0 old: the age
+ * errs on the long side, never the short one.
+ */
+#define DXL_RCV_WATCH_MAX 64
+struct dxl_rcv_watch {
+	struct {
+		uint64_t key, stamp, value, since_ms;
+		bool seen;
+	} v[DXL_RCV_WATCH_MAX];
+	uint32_t n;
+};
+/* dxl_rcv_watch_age -- observe (stamp, value) of key at now_ms (monotonic,
+ * dxl_now_ms); returns for how long it has been seen unchanged. A full
+ * table returns 0 (never old) for keys it cannot hold. */
+uint64_t dxl_rcv_watch_age(struct dxl_rcv_watch *w, uint64_t key, uint64_t stamp,
+			   uint64_t value, uint64_t now_ms);
+/* dxl_rcv_watch_sweep -- forget the keys not observed since the last sweep
+ * (call after observing a complete listing) */
+void dxl_rcv_watch_sweep(struct dxl_rcv_watch *w);
+
 /* ---- re-applying the log (restart) ---------------------------------------------- */
 
 /*
