@@ -862,6 +862,56 @@ static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_
 	free(v);
 }
 
+uint32_t dxl_rcvm_cap_groups(const struct dxl_cursor_info *v, uint32_t n, uint64_t to_ts,
+			     char *buf, size_t cap)
+{
+	static const char *const what[] = {"stale", "transfer", "no_rebuild"};
+	size_t off = 0;
+	uint32_t transfers = 0;
+	buf[0] = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		if (v[k].next_ts > to_ts)
+			continue;
+		uint32_t node;
+		int kind = cursor_kind(v[k].group, &node);
+		transfers += kind == 1;
+		int w = snprintf(buf + off, cap - off, "%s%s:%s", off ? "," : "", v[k].group,
+				 what[kind]);
+		if (w < 0 || (size_t)w >= cap - off) {
+			buf[off] = 0; /* what fits */
+			break;
+		}
+		off += (size_t)w;
+	}
+	if (!off)
+		snprintf(buf, cap, "none");
+	return transfers;
+}
+
+void dxl_rcvm_cap_passed(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk, uint64_t to_ts,
+			 char *buf, size_t cap)
+{
+	struct dxl_cursor_info *v = NULL;
+	uint32_t n = 0;
+	snprintf(buf, cap, "unknown");
+	if (!zk || dxl_cursor_list(zk, shard_of(m, i), &v, &n)) {
+		dxl_err_clear();
+		return;
+	}
+	dxl_rcvm_cap_groups(v, n, to_ts, buf, cap);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t node;
+		if (v[k].next_ts <= to_ts && cursor_kind(v[k].group, &node) == 1)
+			DXL_WARN("event=retention_cap_transfer shard=%u node=%u need_ts=%" PRIu64
+				 " reclaimed_to_ts=%" PRIu64
+				 " msg=\"log.retention_bytes reclaimed records node %u still needs while it"
+				 " catches up: it takes a full state transfer (a larger log.retention_bytes,"
+				 " or log.ring_size, keeps a node this far behind)\"",
+				 shard_of(m, i), node, v[k].next_ts, to_ts, node);
+	}
+	free(v);
+}
+
 void dxl_rcvm_tick(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t)
 {
 	struct rc *rc = &m->rc[i];

@@ -1,4 +1,4 @@
-/* test_cursor_prune.c -- which consumer-group cursors a shard's primary drops (replica/catchup.c dxl_rcvm_prune_decide): a dead node's need cursor only after the primary has seen it unchanged for recovery.need_cursor_ttl_ms on its own monotonic clock, whatever the skew between its wall clock and ZooKeeper's mtime */
+/* test_cursor_prune.c -- which consumer-group cursors a shard's primary drops (replica/catchup.c dxl_rcvm_prune_decide): a dead node's need cursor only after the primary has seen it unchanged for recovery.need_cursor_ttl_ms on its own monotonic clock, whatever the skew between its wall clock and ZooKeeper's mtime; and whom the size cap's event=retention_cap names (dxl_rcvm_cap_groups) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,11 +123,36 @@ static void test_members_and_checkpoints(void **state)
 	assert_null(why[4]);     /* not a node's */
 }
 
+/* the size cap's line names who lost what (dxl_rcvm_cap_groups) */
+static void test_cap_names_the_groups(void **state)
+{
+	(void)state;
+	struct dxl_cursor_info v[5];
+	memset(v, 0, sizeof(v));
+	const char *g[5] = {"dxl-recovery-4", "dxl-ckpt-2", "app-slow", "dxl-ckpt-3", "app-fast"};
+	uint64_t ts[5] = {100, 150, 1, 500, 900};
+	for (int k = 0; k < 5; k++) {
+		snprintf(v[k].group, sizeof(v[k].group), "%s", g[k]);
+		v[k].next_ts = ts[k];
+	}
+	char buf[256];
+	/* records up to ts 200 reclaimed: the first three needed some */
+	assert_int_equal(dxl_rcvm_cap_groups(v, 5, 200, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "dxl-recovery-4:transfer,dxl-ckpt-2:no_rebuild,app-slow:stale");
+	assert_int_equal(dxl_rcvm_cap_groups(v, 5, 0, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "none");
+	/* a short buffer: whole entries only */
+	char small[30];
+	dxl_rcvm_cap_groups(v, 5, 1000, small, sizeof(small));
+	assert_string_equal(small, "dxl-recovery-4:transfer");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ttl_is_skew_free),
 		cmocka_unit_test(test_members_and_checkpoints),
+		cmocka_unit_test(test_cap_names_the_groups),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
