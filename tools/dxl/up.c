@@ -1,6 +1,7 @@
-/* up.c -- dxl cluster up | down (docs/cli.md): a local cluster started
+/* up.c -- dxl cluster up | down | start (docs/cli.md): a local cluster started
  * safely (every option checked before anything starts; a failed start
- * undoes what it began) and stopped again. */
+ * undoes what it began), stopped again, and started again on its data
+ * under its last configuration. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
