@@ -248,8 +248,19 @@ static void dispatcher(void *arg)
 			dxl_co_suspend(dxl_now_ns() + 1000000ull);
 			w->disp_waiting = false;
 		} else {
-			/* the queue is empty; the I/O thread cannot resume a
-			 * coroutine of another thread, so look again in 1 ms */
+			/* the queue is empty: the worker's log writers still
+			 * progress -- watermark heartbeats past its decided
+			 * records, a failed member noticed and the writer
+			 * reopened under the new configuration -- and queued
+			 * settles are retried. Without this a worker with no
+			 * request holds a new primary's promotion gate until
+			 * its writer is treated as gone (two session timeouts),
+			 * and its committed records stay locked there as in
+			 * doubt until its next request (docs/replica.md "The
+			 * promotion gate"). Then, as the I/O thread cannot
+			 * resume a coroutine of another thread, look again in
+			 * 1 ms */
+			dxl_coord_worker_poll(w->cw);
 			dxl_co_sleep_ms(1);
 		}
 	}
