@@ -352,17 +352,61 @@ static bool in_ids(const uint32_t *ids, uint32_t n, uint32_t id)
 	return false;
 }
 
+/* reorder -- the next epoch lists node b first among shard's backups (the
+ * same members, their data identities kept); *epoch = its epoch */
+static int reorder(struct dxl_zk *zk, uint32_t shard, uint32_t b, uint64_t *epoch)
+{
+	for (int attempt = 0;; attempt++) {
+		struct dxl_cluster_config c, w;
+		int32_t ver;
+		int ret = dxl_cluster_config_read(zk, &c, &ver);
+		if (ret)
+			return ret;
+		dxl_cluster_config_init(&w);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, shard);
+		uint32_t bk[DXL_CONFIG_MAX_BACKUPS], nb = 0;
+		if (!sh || !in_ids(sh->backups, sh->nbackups, b)) {
+			dxl_cluster_config_clear(&c);
+			return dxl_err_set(DXL_E_STATE, "node %u is no longer a backup of shard %u", b, shard);
+		}
+		bk[nb++] = b;
+		for (uint32_t i = 0; i < sh->nbackups; i++)
+			if (sh->backups[i] != b)
+				bk[nb++] = sh->backups[i];
+		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t nm = dxl_cluster_shard_members(sh, m);
+		ret = dxl_cluster_config_copy(&w, &c);
+		if (!ret)
+			ret = dxl_cluster_config_set_shard(&w, shard, sh->primary, bk, nb);
+		for (uint32_t i = 0; !ret && i < nm; i++)
+			if (dxl_cluster_shard_data_id(sh, m[i]))
+				ret = dxl_cluster_config_set_data_id(&w, shard, m[i],
+								     dxl_cluster_shard_data_id(sh, m[i]));
+		w.epoch = c.epoch + 1;
+		if (!ret)
+			ret = dxl_cluster_config_cas(zk, &w, ver, NULL);
+		if (!ret)
+			*epoch = w.epoch;
+		dxl_cluster_config_clear(&c);
+		dxl_cluster_config_clear(&w);
+		if (ret != DXL_E_STALE || attempt >= 10)
+			return ret;
+		sleep_ms(100); /* the CM wrote meanwhile */
+	}
+}
+
 /*
  * promote-returned: the backup that was held down, copied its way back and
- * was added again becomes a primary. The CM promotes the first member that
- * counts (MEMBER for this epoch, its recorded data identity), in the
- * configuration's order, and a returned node is added last: so every other
- * member of one of its shards is killed at once. Then it must become that
- * shard's primary within the session timeout + 15 s -- else the step fails.
- * It may legitimately not be asked to: it leads every shard already
- * (counted in promote_skipped, the reason in promote_why). Then the killed
- * nodes restart on their data directories (the shard waited for them:
- * min_replicas 2 keeps dead members listed).
+ * was added again becomes a primary. The CM promotes the first backup that
+ * counts (MEMBER for this epoch, its recorded data identity) when the
+ * primary dies, and a returned node is added last: so the next epoch lists
+ * it first (the same members, reordered, as an operator could), and the
+ * primary is killed. It must then become primary within the session
+ * timeout + 15 s -- else the step fails. It may legitimately not be asked
+ * to: it leads every shard it is a member of already (counted in
+ * promote_skipped, the reason in promote_why). (Killing every other member
+ * instead does not promote it: the CM does not replace a dead primary while
+ * the shard cannot drop below cm.min_replicas.)
  */
 static int f_promote(struct dxlt_nem *n, uint64_t *rng, char *d, size_t cap)
 {
@@ -377,89 +421,80 @@ static int f_promote(struct dxlt_nem *n, uint64_t *rng, char *d, size_t cap)
 	struct dxl_replica_desc *desc = calloc(1, sizeof(*desc));
 	struct dxl_cluster_config c;
 	dxl_cluster_config_init(&c);
-	uint32_t victims[DXL_CONFIG_MAX_REPLICAS], nv = 0, shard = 0;
+	uint32_t victim = 0, shard = 0;
+	uint64_t epoch = 0;
 	char why[256] = "";
 	if (!desc) {
 		ret = dxl_err_set(DXL_E_NOMEM, "descriptor");
 		goto out;
 	}
-	/* its shards where it is a backup; it must count there (its join is
-	 * over: wait for it, as the CM would) */
+	if ((ret = dxl_cluster_config_read(zk, &c, NULL)))
+		goto out;
+	uint32_t cand[16], nc = 0;
+	for (uint32_t i = 0; i < c.nshards && nc < 16; i++)
+		if (c.shards[i].primary != b && in_ids(c.shards[i].backups, c.shards[i].nbackups, b))
+			cand[nc++] = c.shards[i].id;
+	if (!nc) {
+		n->promote_skipped++;
+		snprintf(n->promote_why, sizeof(n->promote_why),
+			 "node %u already leads every shard it is a member of", b);
+		snprintf(d, cap, "node %u (back from being held down): %s, nothing to promote", b,
+			 n->promote_why);
+		goto out;
+	}
+	shard = cand[dxlt_nem_rand(rng, nc)];
+	if ((ret = reorder(zk, shard, b, &epoch)))
+		goto out;
+	/* it counts for that epoch (its join is over: wait, as the CM would) */
 	uint64_t end = dxl_now_ms() + 30000;
 	for (;;) {
 		dxl_cluster_config_clear(&c);
 		if ((ret = dxl_cluster_config_read(zk, &c, NULL)))
 			goto out;
-		uint32_t cand[16], nc = 0;
-		for (uint32_t i = 0; i < c.nshards && nc < 16; i++) {
-			uint32_t m[DXL_CONFIG_MAX_REPLICAS];
-			uint32_t nm = dxl_cluster_shard_members(&c.shards[i], m);
-			if (c.shards[i].primary != b && in_ids(m, nm, b))
-				cand[nc++] = i;
-		}
-		if (!nc) {
-			n->promote_skipped++;
-			snprintf(n->promote_why, sizeof(n->promote_why),
-				 "node %u already leads every shard it is a member of", b);
-			snprintf(d, cap, "node %u (back from being held down): %s, nothing to promote", b,
-				 n->promote_why);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, shard);
+		if (!sh || !sh->nbackups || sh->backups[0] != b) {
+			ret = dxl_err_set(DXL_E_STATE,
+					  "promote-returned: epoch %llu no longer lists node %u first in shard %u",
+					  (unsigned long long)c.epoch, b, shard);
 			goto out;
 		}
-		const struct dxl_cluster_shard *sh = &c.shards[cand[dxlt_nem_rand(rng, nc)]];
 		if (counts(zk, &c, sh, b, desc, why, sizeof(why))) {
-			shard = sh->id;
-			uint32_t m[DXL_CONFIG_MAX_REPLICAS];
-			uint32_t nm = dxl_cluster_shard_members(sh, m);
-			for (uint32_t i = 0; i < nm; i++)
-				if (m[i] != b)
-					victims[nv++] = m[i];
+			victim = sh->primary;
 			break;
 		}
 		if (dxl_now_ms() > end) {
 			ret = dxl_err_set(DXL_E_TIMEDOUT,
-					  "promote-returned: the returned node does not count 30 s after the shards had 3 members: %s",
+					  "promote-returned: the returned node does not count 30 s after it was listed first: %s",
 					  why);
 			goto out;
 		}
-		sleep_ms(200);
+		sleep_ms(100);
 	}
 	n->t_inject_ms = dxl_wall_ms();
-	for (uint32_t i = 0; i < nv; i++)
-		if ((ret = dxlt_nem_kill(n, victims[i], "KILL")))
-			goto out;
-	/* the CM may first promote another victim whose session outlived the
-	 * first one's; in the end only b counts */
+	if ((ret = dxlt_nem_kill(n, victim, "KILL")))
+		goto out;
 	end = dxl_now_ms() + n->session_timeout_ms + 15000;
 	uint32_t p = 0;
 	for (;;) {
 		uint32_t bk[8], nb;
 		if (dxlt_nem_members(n, shard, &p, bk, 8, &nb))
 			p = 0;
-		if (p == b || dxl_now_ms() > end)
+		if ((p && p != victim) || dxl_now_ms() > end)
 			break;
 		sleep_ms(100);
 	}
 	uint64_t took = dxl_wall_ms() - n->t_inject_ms;
 	if (p != b) {
-		ret = dxl_err_set(DXL_E_TIMEDOUT,
-				  "promote-returned: node %u (back from being held down, counted: MEMBER for epoch %llu) was not made primary of shard %u within %llu ms after every other member was killed (primary now %u)",
-				  b, (unsigned long long)c.epoch, shard, (unsigned long long)took, p);
-		/* the killed nodes still come back (the next schedule) */
-		for (uint32_t i = 0; i < nv; i++)
-			dxlt_nem_restart(n, victims[i]);
+		ret = dxl_err_set(DXL_E_STATE,
+				  "promote-returned: node %u (back from being held down; first backup of shard %u at epoch %llu and counted) was not made primary %llu ms after primary %u was killed (primary now %u)",
+				  b, shard, (unsigned long long)c.epoch, (unsigned long long)took, victim, p);
+		dxlt_nem_restart(n, victim); /* for the next schedule */
 		goto out;
 	}
 	n->promoted++;
-	size_t o = (size_t)snprintf(d, cap, "kill -9 nodes");
-	for (uint32_t i = 0; i < nv && o < cap; i++)
-		o += (size_t)snprintf(d + o, cap - o, " %u", victims[i]);
-	if (o < cap)
-		snprintf(d + o, cap - o, " (shard %u's other members): node %u (back from being held down) primary after %llu ms",
-			 shard, b, (unsigned long long)took);
-	for (uint32_t i = 0; i < nv; i++)
-		if ((ret = dxlt_nem_restart(n, victims[i])))
-			goto out;
-	n->t_inject_ms = dxl_wall_ms(); /* liveness: from when they are back */
+	snprintf(d, cap, "epoch %llu lists node %u (back from being held down) first in shard %u; kill -9 primary %u: node %u primary after %llu ms",
+		 (unsigned long long)epoch, b, shard, victim, b, (unsigned long long)took);
+	ret = dxlt_nem_restart(n, victim);
 out:
 	dxl_cluster_config_clear(&c);
 	free(desc);
