@@ -25,8 +25,19 @@
  * (tests/lib/nemesis.h: kill -9 of a primary or a backup, SIGSTOP past the
  * session timeout then SIGCONT, power failure, coordinator kill, ZooKeeper
  * server kill and restart, a backup held down for steps then returned and
- * promoted; and this test's stop-coordinator: a coordinator process
- * stopped past its session timeout, then continued) and runs it. After the schedule:
+ * promoted -- listed first among a shard's backups, its primary killed: it
+ * must become primary; the reconfiguration kinds of issue 16: a restart with
+ * ZooKeeper replies lost, pauses at test points, a restart on an empty data
+ * directory, crosswise joins, a second failure during a join pull; and this
+ * test's stop-coordinator: a coordinator process stopped past its session
+ * timeout, then continued) and runs it. Each kind counts as covered when
+ * applied with its fault firing (tests/lib/nemesis.h); in CI's run (>= 30
+ * steps, or DXL_NEMESIS_COVER=1) each step first draws a kind not covered
+ * yet, a schedule runs up to 3 more steps to finish a hold -> return ->
+ * promote chain, and up to 4 more schedules run while a kind is uncovered:
+ * the test fails if one stays so. A `dxl log load --verify` appends to
+ * every shard through the whole schedule; after it, every member's copy
+ * must hold each acknowledged append. After the schedule:
  *   - SmallBank + audits: the conflict graph (tests/lib/history.h) of every
  *     committed transaction (versions read and written), seeded with the
  *     versions at the schedule's start: no cycle; every version between the
@@ -50,8 +61,11 @@
  * DXL_NEMESIS_EXPECT_ANOMALY=1 (fail unless an anomaly is found),
  * DXL_NEMESIS_NIC_PAUSE_MS=N (replica.test_nic_pause_ms: a stopped
  * replica's memory stays readable N ms after its lease lapsed, as with RDMA),
- * DXL_NEMESIS_NO_LIVENESS=1 (report gaps, do not fail on them).
- * A failing schedule prints the command that runs it again.
+ * DXL_NEMESIS_NO_LIVENESS=1 (report gaps, do not fail on them),
+ * DXL_NEMESIS_PLAN=kind,kind,... (the kinds of the steps, in order: with
+ * the seed, a schedule replays), DXL_NEMESIS_COVER=1 (the coverage draw
+ * and floors in a shorter run).
+ * A failing schedule prints the command that runs it again (seed + plan).
  */
 #include <setjmp.h>
 #include <stdarg.h>
