@@ -1679,13 +1679,28 @@ struct logcheck {
 	uint32_t shards_verified;
 };
 
+/* the last cap - 1 bytes of a file into buf */
+static void tail_of(const char *path, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	long sz = ftell(f);
+	fseek(f, sz > (long)cap - 1 ? sz - ((long)cap - 1) : 0, SEEK_SET);
+	size_t n = fread(buf, 1, cap - 1, f);
+	buf[n] = 0;
+	fclose(f);
+}
+
 static void log_load_start(struct logcheck *lc, uint32_t si)
 {
 	memset(lc, 0, sizeof(*lc));
 	snprintf(lc->out, sizeof(lc->out), "%s/load-%u.out", g_tmp, si);
 	snprintf(lc->err, sizeof(lc->err), "%s/load-%u.err", g_tmp, si);
 	const char *argv[] = {g_dxl, "log", "load", "--dir", g_dir, "--rate", "100", "--duration", "0",
-			      "--unavail-ms", "600000", "--verify", NULL};
+			      "--unavail-ms", "60000", "--verify", NULL};
 	lc->pid = dxlt_spawn_io(argv, NULL, lc->out, lc->err);
 	assert_true(lc->pid > 0);
 }
@@ -1695,7 +1710,13 @@ static void log_load_start(struct logcheck *lc, uint32_t si)
 static void log_load_check(struct logcheck *lc, struct verdict *v)
 {
 	kill(lc->pid, SIGTERM);
-	int st = dxlt_wait_exit(lc->pid, 180000);
+	/* it waits for its appends in flight (up to --unavail-ms), then tails
+	 * each member's copy */
+	int st = dxlt_wait_exit(lc->pid, 240000);
+	if (st < 0) {
+		kill(lc->pid, SIGKILL);
+		waitpid(lc->pid, NULL, 0);
+	}
 	FILE *f = fopen(lc->out, "r");
 	char line[1024];
 	bool shard_seen[64] = {false};
@@ -1727,9 +1748,13 @@ static void log_load_check(struct logcheck *lc, struct verdict *v)
 	print_message("    log: dxl log load --verify (exit %d): %" PRIu64 " member copies checked, %u of %u shards, %" PRIu64
 		      " acknowledged appends checked per copy in all, %" PRIu64 " missing, %" PRIu64 " reclaimed by retention\n",
 		      st, lc->copies, lc->shards_verified, g_nem.nshards, lc->acked, lc->missing, lc->reclaimed);
-	if (lc->shards_verified < g_nem.nshards)
-		fail_msg("dxl log load --verify checked %u of %u shards (exit %d; see %s and %s)", lc->shards_verified,
-			 g_nem.nshards, st, lc->out, lc->err);
+	if (lc->shards_verified < g_nem.nshards) {
+		static char o[4096], e[4096];
+		tail_of(lc->out, o, sizeof(o));
+		tail_of(lc->err, e, sizeof(e));
+		fail_msg("dxl log load --verify checked %u of %u shards (exit %d); the end of its output:\n%s\nof its errors:\n%s",
+			 lc->shards_verified, g_nem.nshards, st, o, e);
+	}
 }
 
 static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, const int *plan, unsigned nplan,
