@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
 
@@ -1247,6 +1248,59 @@ static void test_tail_member_only(void **state)
 }
 
 /*
+ * A daemon whose first registration create (nodes/<id>) is applied but loses
+ * its reply (the ZooKeeper shim): it ended its start-up with "connection
+ * loss" (exit 5) -- a node that never comes back after a restart. It
+ * retries: the znode is its own session's, registering again replaces the
+ * payload. (Found by test_nemesis's zk-lost-reply kind.)
+ */
+static void test_register_lost_reply(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	static char bin[PATH_MAX];
+	assert_int_equal(dxlt_prog_path("dxl-replica", bin, sizeof(bin)), 0);
+	char dir[256], logf[256];
+	snprintf(dir, sizeof(dir), "%s/c%d-d1", g_tmp, g_case);
+	snprintf(logf, sizeof(logf), "%s/c%d-d1.out", g_tmp, g_case);
+	static const char *const extra[] = {"-o", "zk.session_timeout_ms=1000", NULL};
+	struct dxlt_replica r = {.bin = bin, .logfile = logf, .append = true, .node = 1,
+				 .dir = dir, .zk = g_zkc, .cluster = g_cluster, .extra = extra};
+	pid_t p = dxlt_spawn_env(&r, "DXL_ZK_FAULTS", "create:/nodes/:reply");
+	if (p < 0)
+		fail_msg("spawn: %s", dxl_errmsg());
+	uint64_t end = dxl_now_ms() + 20000;
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	bool reg = false;
+	while (!reg && dxl_now_ms() < end) {
+		int st;
+		if (waitpid(p, &st, WNOHANG) == p) {
+			char cmd[600];
+			snprintf(cmd, sizeof(cmd), "tail -5 '%s' >&2", logf);
+			if (system(cmd)) {
+			}
+			fail_msg("the replica exited during its start-up (status 0x%x) after its registration's reply was lost",
+				 st);
+		}
+		reg = dxl_replica_desc_get(g_zk, 1, d) == 0;
+		if (!reg)
+			usleep(50000);
+	}
+	free(d);
+	if (!reg)
+		fail_msg("the replica did not register in 20 s");
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "grep -q 'event=zk_fault_injected op=create path=.*/nodes/1 kind=lost_reply' '%s'",
+		 logf);
+	if (system(cmd) != 0)
+		fail_msg("the lost reply was not injected (%s)", logf);
+	kill(p, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
+}
+
+/*
  * dxl log load --verify read the first replica of the shard's replica set
  * it could tail -- with the primary down, a backup still joining, which
  * lacks the records acknowledged before it joined: it reported them
@@ -1612,6 +1666,8 @@ int main(void)
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_tail_member_only, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_load_verify_members_only, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_register_lost_reply, case_setup,
 						case_teardown),
 	};
 	if (getenv("DXL_TEST_FILTER")) /* a cmocka pattern: one case */
