@@ -1681,8 +1681,8 @@ static bool chain_pending(void)
  * appends -- every member's copy of each shard (a member that says MEMBER
  * with the data identity the configuration recorded for it: the rule of
  * `dxl log load --verify`, which reads members only) is read with the
- * library: the log file copied, opened (dxl_region_open, dxl_logstore_open)
- * and every ring walked from its persisted head; each acknowledged append
+ * library: the log file opened in place (dxl_region_open, dxl_logstore_open:
+ * header checks only) and every ring walked from its persisted head; each acknowledged append
  * must be there exactly once, unless older than the oldest of the run's
  * records the copy retains (reclaimed by retention, counted apart).
  * (`dxl log load --verify` itself tails each member; its tail holds at the
@@ -1837,14 +1837,13 @@ static void log_load_check(struct logcheck *lc, struct verdict *v)
 				dxl_replica_desc_get(zk, m[i], d) ? NULL : dxl_replica_desc_shard(d, shard);
 			if (!sd || sd->state != DXL_SHARD_MEMBER || (rec && sd->data_id != rec))
 				continue; /* not a member with every record (yet) */
-			char from[700], to[700];
+			/* read in place: opening a region and its log only
+			 * checks their headers, the walk only reads, and
+			 * nothing appends now */
+			char from[700];
 			snprintf(from, sizeof(from), "%s/data/%u/shard-%u.log", g_dir, m[i], shard);
-			snprintf(to, sizeof(to), "%s/log-copy-%u-%u", g_tmp, m[i], shard);
-			if (copy_file(from, to))
-				fail_msg("copy %s: %s", from, strerror(errno));
 			uint64_t *ts = NULL;
-			long n = scan_copy(to, m[i], prefix[shard], &ts);
-			unlink(to);
+			long n = scan_copy(from, m[i], prefix[shard], &ts);
 			if (n < 0)
 				fail_msg("member %u's log of shard %u cannot be opened: %s", m[i], shard, dxl_errmsg());
 			copies++;
