@@ -1383,7 +1383,7 @@ static void test_load_verify_members_only(void **state)
 	if (strstr(e, "is missing") || vfailed)
 		fail_msg("dxl log load --verify read joining node 2 and reported acknowledged records missing (exit %d):\n%s%s",
 			 st, o, e);
-	if (!strstr(o, "replica 2 is not a member with every record yet (joining)"))
+	if (!strstr(o, "replica 2 of shard 0 is not a member with every record yet (joining)"))
 		fail_msg("dxl log load --verify did not say it skipped joining node 2 (exit %d):\n%s%s", st, o, e);
 	if (!strstr(e, "no member could be tailed") || st != 1)
 		fail_msg("dxl log load --verify: exit %d, want 1 with no member to read:\n%s%s", st, o, e);

@@ -39,7 +39,8 @@ static void load_usage(FILE *out)
 "Each record's payload is 'load:<run>:<shard>:<n>' padded to --size. With\n"
 "--verify, after the run it tails every shard from the earliest record on each\n"
 "member and checks that every acknowledged record is there exactly once, in\n"
-"commit-timestamp order (exit 1 otherwise). Only members are read: a replica\n"
+"commit-timestamp order, in every member's copy it could tail (at least one;\n"
+"exit 1 otherwise). Only members are read: a replica\n"
 "that says MEMBER with the data identity the configuration recorded for it; one\n"
 "still joining or catching up, or on a new store, is skipped (it may lack\n"
 "records acknowledged before it came), and a member that is down is skipped.\n"
@@ -444,8 +445,9 @@ static int check_copy(struct worker *w, uint32_t replica, const struct vstate *v
 	return (missing || dup || disorder) ? -1 : 0;
 }
 
-/* verify_shard -- 0 if every member's copy delivers every acknowledged
- * record exactly once, in order; prints a verdict per copy. Only members
+/* verify_shard -- 0 if every member's copy that could be tailed (at least
+ * one) delivers every acknowledged record exactly once, in order; prints a
+ * verdict per copy. Only members
  * are read: a copy that says MEMBER with the data identity the
  * configuration recorded for it (as dxl tail does). A replica still
  * joining or catching up, or on a new store, may lack records that were
@@ -471,15 +473,15 @@ static int verify_shard(struct dxl_zk *zk, struct worker *w)
 	for (uint32_t r = 0; r < nid; r++) {
 		static struct dxl_replica_desc d;
 		if (get_desc(zk, ids[r], &d)) {
-			printf("verify: shard %u: member %u is not registered (down): not read\n",
-			       w->shard, ids[r]);
+			printf("verify: not read: member %u of shard %u is not registered (down)\n",
+			       ids[r], w->shard);
 			continue;
 		}
 		const struct dxl_shard_desc *sd = dxl_replica_desc_shard(&d, w->shard);
 		if (!sd || sd->state != DXL_SHARD_MEMBER || (rec[r] && sd->data_id != rec[r])) {
-			printf("verify: shard %u: replica %u is not a member with every record yet (%s%s): "
-			       "not read\n",
-			       w->shard, ids[r], sd ? dxl_shard_state_name(sd->state) : "does not host it",
+			printf("verify: not read: replica %u of shard %u is not a member with every record "
+			       "yet (%s%s)\n",
+			       ids[r], w->shard, sd ? dxl_shard_state_name(sd->state) : "does not host it",
 			       sd && sd->state == DXL_SHARD_MEMBER ? ", on a new store" : "");
 			continue;
 		}
@@ -490,8 +492,10 @@ static int verify_shard(struct dxl_zk *zk, struct worker *w)
 			if (!(tr = tail_copy(zk, w, &d, sd, &v)))
 				break;
 		if (tr) {
-			errf("verify: shard %u on replica %u: %s", w->shard, ids[r], dxl_errmsg());
-			ret = -1;
+			/* not evidence of a loss: another member's copy decides
+			 * (none: the shard is not verified) */
+			printf("verify: not read: replica %u of shard %u could not be tailed: %s\n",
+			       ids[r], w->shard, dxl_errmsg());
 			continue;
 		}
 		checked++;
