@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
 #include "coordinator/coord_internal.h"
@@ -104,6 +105,18 @@ static int view_build(struct dxl_coord *c, struct view **out)
 		if (r) {
 			snprintf(vs->why, sizeof(vs->why), "shard %u: primary %u: %s", sh->id,
 				 sh->primary, r == DXL_E_NOENT ? "not registered (down?)" : dxl_errmsg());
+			continue;
+		}
+		/* any registered replica names the cluster's fabric provider,
+		 * whatever its epoch or state (dxl_coord_new waits for one) */
+		v->provider = d->provider;
+		v->provider_known = true;
+		if (c->f && d->provider != c->provider) {
+			snprintf(vs->why, sizeof(vs->why),
+				 "shard %u: primary %u serves the %s fabric, this coordinator "
+				 "runs on %s (restart it)", sh->id, sh->primary,
+				 dxl_fabric_provider_name(d->provider),
+				 dxl_fabric_provider_name(c->provider));
 			continue;
 		}
 		/* exactly this epoch: a descriptor of a newer one belongs to
@@ -268,12 +281,25 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 		goto fail;
 	c->id = id;
 	c->session_epoch = dxl_zk_session_epoch(zk);
-	/* the configuration first: the fabric is the primaries' provider */
-	if ((ret = coord_refresh(c))) {
+	/* the configuration first: the fabric is the primaries' provider,
+	 * named by their descriptors. While none is registered yet (a cluster
+	 * starting, every primary failing over) wait for one: a fabric
+	 * guessed now (tcp) could never reach verbs replicas later. */
+	uint64_t until = dxl_now_ms() + c->cfg.log_unavail_ms;
+	while (!(ret = coord_refresh(c)) && !c->view->provider_known &&
+	       dxl_now_ms() < until)
+		usleep(50000);
+	if (!ret && !c->view->provider_known)
+		ret = dxl_err_set(DXL_E_UNAVAIL,
+				  "no replica of the cluster registered in ZooKeeper within %u ms "
+				  "(its descriptor names the fabric provider): is the cluster up?",
+				  c->cfg.log_unavail_ms);
+	if (ret) {
 		dxl_coord_znode_delete(zk, c->id);
 		goto fail;
 	}
 	struct view *v0 = c->view;
+	c->provider = v0->provider;
 	const char *peer = NULL;
 	for (uint32_t s = 0; s < v0->nshards && !peer; s++)
 		if (v0->shards[s].ok)

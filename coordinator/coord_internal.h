@@ -47,6 +47,7 @@ struct view {
 	atomic_uint refs;
 	uint64_t epoch;
 	enum dxl_fabric_provider provider;
+	bool provider_known;        /* some replica's descriptor named it */
 	uint32_t nshards;
 	struct view_shard *shards;  /* [nshards] */
 };
@@ -56,6 +57,7 @@ struct dxl_coord {
 	struct dxl_coord_cfg cfg;
 	_Atomic uint32_t id;
 	struct dxl_fabric *f;
+	enum dxl_fabric_provider provider; /* f's (the replicas', at start) */
 	pthread_mutex_t mu;         /* view publication and references, workers */
 	struct view *view;          /* current (under mu); holds one reference */
 	atomic_uint_fast64_t epoch; /* the current view's epoch (any thread) */

@@ -43,7 +43,7 @@ if [ $# -eq 0 ] && [ "${DXL_TEST_RDMA:-1}" != 0 ]; then
 	# here, reported as SKIPPED, never as a pass
 	echo "=== Soft-RoCE guest (verbs provider)"
 	rdma_rc=0
-	scripts/rdma-guest.sh -q --timeout 580 --list tests/rdma/smoke.list \
+	scripts/rdma-guest.sh -q --timeout 900 --list tests/rdma/smoke.list \
 		--list tests/rdma/dxl.list --list tests/rdma/fabric.list \
 		--list tests/rdma/cluster.list || rdma_rc=$?
 	case $rdma_rc in

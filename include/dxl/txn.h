@@ -148,8 +148,13 @@ struct dxl_txn;
  * it must outlive the coordinator): registers coords/<id> (ephemeral: the
  * session is the coordinator's lease), reads the configuration and opens
  * its fabric (the primaries' provider). The tables are learned from the primaries' descriptors.
+ * The provider is named by the replicas' descriptors: while no replica of
+ * the configuration is registered (a cluster starting) it waits for one, up
+ * to cfg->log_unavail_ms. A replica that later serves another provider is
+ * reported unreachable ("restart it"), never tried with the wrong one.
  * Errors: DXL_E_INVAL (bad cfg), DXL_E_EXIST (coords/<id> is taken),
- * DXL_E_UNAVAIL (no configuration), fabric and ZooKeeper errors.
+ * DXL_E_UNAVAIL (no configuration, or no replica registered in time),
+ * fabric and ZooKeeper errors.
  */
 int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 		  struct dxl_coord **out);

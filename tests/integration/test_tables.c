@@ -34,6 +34,7 @@
 #include "dxl/membership.h"
 #include "dxl/replica.h"
 #include "dxl/rpc.h"
+#include "dxl/txn.h"
 #include "tests/lib/fabric_fixture.h"
 #include "tests/lib/proc.h"
 
@@ -1414,6 +1415,62 @@ static void test_gate_clobber(void **state)
 	alarm(0);
 }
 
+/* ---- a coordinator started before any replica registered ------------------ */
+
+/* The coordinator's fabric provider is the replicas' (their descriptors name
+ * it). Started while the configuration's replicas are not registered yet
+ * (a cluster starting), it must wait for one -- a guessed provider (tcp)
+ * could never reach verbs replicas, and every transaction then failed with
+ * "connection refused" (the Soft-RoCE guest's test_txn, setup lost 5 min).
+ * Without any registration within log_unavail_ms: DXL_E_UNAVAIL, said so. */
+static void test_coord_waits_for_a_replica(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(90);
+	new_cluster();
+	struct dxl_zk *zk = zk_open();
+	set_config(zk, 0, 1, "127.0.0.1:1"); /* node 1: not running yet */
+	struct dxl_coord_cfg cfg;
+	dxl_coord_cfg_init(&cfg);
+	cfg.log_unavail_ms = 700;
+	struct dxl_coord *c = NULL;
+	uint64_t t0 = dxl_now_ms();
+	int ret = dxl_coord_new(zk, &cfg, &c);
+	uint64_t took = dxl_now_ms() - t0;
+	print_message("no replica registered: %s after %" PRIu64 " ms: %s\n",
+		      ret ? dxl_errname(ret) : "started", took, ret ? dxl_errmsg() : "");
+	if (!ret)
+		dxl_coord_delete(&c);
+	assert_int_equal(ret, DXL_E_UNAVAIL);
+	assert_non_null(strstr(dxl_errmsg(), "no replica of the cluster registered"));
+	assert_true(took >= 650);
+	/* its registration must not be left behind */
+	assert_null(c);
+
+	/* the replica comes up while the coordinator waits: it starts, on the
+	 * replica's provider */
+	char dir[300], logf[300];
+	snprintf(dir, sizeof(dir), "%s/cw1", g_tmp);
+	snprintf(logf, sizeof(logf), "%s/cw1.out", g_tmp);
+	const char *tables[] = {"-o", TABLES, NULL};
+	pid_t p = spawn(logf, false, 1, dir, tables);
+	cfg.log_unavail_ms = 60000;
+	t0 = dxl_now_ms();
+	ret = dxl_coord_new(zk, &cfg, &c);
+	if (ret)
+		fail_msg("coordinator: %s", dxl_errmsg());
+	print_message("started %" PRIu64 " ms after the replica was spawned\n",
+		      dxl_now_ms() - t0);
+	struct dxl_replica_desc d;
+	assert_int_equal(dxl_replica_desc_get(zk, 1, &d), 0);
+	assert_int_equal(d.provider, dxlt_test_provider());
+	dxl_coord_delete(&c);
+	stop(p, logf);
+	dxl_zk_delete(&zk);
+	alarm(0);
+}
+
 int main(void)
 {
 	if (getenv("DXL_TEST_FILTER"))
@@ -1426,6 +1483,7 @@ int main(void)
 		cmocka_unit_test(test_backup_apply),
 		cmocka_unit_test(test_gate_insert_in_doubt),
 		cmocka_unit_test(test_gate_clobber),
+		cmocka_unit_test(test_coord_waits_for_a_replica),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
