@@ -701,7 +701,14 @@ static int f_pause(struct dxlt_nem *n, uint64_t *rng, char *d, size_t cap)
 	snprintf(d, cap, "kill -9 node %u (%s of shard %u), down %llu ms, restarted with DXL_TESTPOINTS=%s",
 		 node, backup ? "a backup" : "primary", shard, (unsigned long long)down, spec);
 	sleep_ms(down);
-	return dxlt_nem_restart_env(n, node, "DXL_TESTPOINTS", spec);
+	if ((ret = dxlt_nem_restart_env(n, node, "DXL_TESTPOINTS", spec)))
+		return ret;
+	/* liveness from when it is registered again: a primary restarted
+	 * before its session expired is the shard's primary again, and its
+	 * pauses (every publication, on purpose) delay its service beyond the
+	 * bound of a plain kill (kill-primary checks that one) */
+	n->t_inject_ms = dxl_wall_ms();
+	return 0;
 }
 
 /* empty-dir-restart: kill -9, every file of the data directory removed,
