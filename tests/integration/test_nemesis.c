@@ -1675,7 +1675,7 @@ static bool chain_pending(void)
 /* ---- the log: acknowledged appends through the schedule ------------------------------ */
 
 /*
- * `dxl log load` appends to every shard through the whole schedule (100/s,
+ * `dxl log load` appends to every shard through the whole schedule (20/s,
  * its own writer ring per shard) and writes each acknowledged append
  * (--acked). After the schedule -- coordinators and load stopped, nothing
  * appends -- every member's copy of each shard (a member that says MEMBER
@@ -1720,7 +1720,7 @@ static void log_load_start(struct logcheck *lc, uint32_t si)
 	snprintf(lc->err, sizeof(lc->err), "%s/load-%u.err", g_tmp, si);
 	snprintf(lc->acked, sizeof(lc->acked), "%s/load-%u.acked", g_tmp, si);
 	const char *argv[] = {g_dxl,        "log",   "load",         "--dir",     g_dir,
-			      "--rate",     "100",   "--duration",   "0",         "--unavail-ms",
+			      "--rate",     "20",    "--duration",   "0",         "--unavail-ms",
 			      "60000",      "--acked", lc->acked,    NULL};
 	lc->pid = dxlt_spawn_io(argv, NULL, lc->out, lc->err);
 	assert_true(lc->pid > 0);
