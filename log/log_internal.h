@@ -16,6 +16,10 @@ void dxl_fsync_parent(const char *path);
  * instead of being called (0 = call it) */
 extern void (*dxl_test_fsync_dir_hook)(const char *dir);
 extern int dxl_test_fallocate_err;
+/* tests only: called by dxl_region_persist before it makes [addr, addr+len)
+ * durable (and by dxl_region_memcpy_persist in process mode after the copy):
+ * a crash-test's power-failure model of CPU writes (test_rebuild_crash) */
+extern void (*dxl_test_persist_hook)(struct dxl_region *r, const void *addr, size_t len);
 
 /* dxl_region_sb_decode -- check and decode a region superblock (fuzzed) */
 int dxl_region_sb_decode(const uint8_t *sb, size_t len, const char *path,

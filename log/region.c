@@ -383,11 +383,17 @@ static void check_range(const struct dxl_region *r, const void *addr, size_t len
 		    addr, len);
 }
 
+/* tests only (log_internal.h): called where written bytes are about to be
+ * made durable -- a point where a simulated power failure may strike */
+void (*dxl_test_persist_hook)(struct dxl_region *r, const void *addr, size_t len);
+
 void dxl_region_persist(struct dxl_region *r, const void *addr, size_t len)
 {
 	if (!len)
 		return;
 	check_range(r, addr, len);
+	if (dxl_test_persist_hook)
+		dxl_test_persist_hook(r, addr, len);
 	if (r->mode == DXL_DUR_PROCESS) {
 		/* the stores are in the page cache already; order them */
 		atomic_thread_fence(memory_order_seq_cst);
@@ -405,6 +411,8 @@ void dxl_region_memcpy_persist(struct dxl_region *r, void *dst,
 	if (r->mode == DXL_DUR_PROCESS) {
 		r->memcpy_fn(dst, src, len,
 			     PMEM2_F_MEM_NONTEMPORAL | PMEM2_F_MEM_NOFLUSH);
+		if (dxl_test_persist_hook)
+			dxl_test_persist_hook(r, dst, len);
 		atomic_thread_fence(memory_order_seq_cst);
 		return;
 	}

@@ -346,3 +346,33 @@ int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap)
 	}
 	return 1;
 }
+
+/* ---- the rebuild at open ----------------------------------------------------------- */
+
+int dxl_rcv_rebuild(const char *dir, enum dxl_durability mode,
+		    const struct dxl_region_id *id, uint32_t shard, struct dxl_store *s,
+		    const struct dxl_logstore *ls, struct dxl_install_stats *is,
+		    uint64_t *seq)
+{
+	if (!dir || !id || !s || !ls)
+		return dxl_err_set(DXL_E_INVAL, "dxl_rcv_rebuild: NULL argument");
+	struct dxl_ckpt *c = NULL;
+	int ret = dxl_ckpt_find(dir, mode, id, shard, &c, NULL);
+	if (ret)
+		return ret;
+	uint64_t cseq = dxl_ckpt_get_info(c)->seq;
+	if (seq)
+		*seq = cseq;
+	char why[256];
+	ret = dxl_ckpt_covered(c, ls, why, sizeof(why));
+	if (ret == 0)
+		ret = dxl_err_set(DXL_E_STALE, "checkpoint %" PRIu64 " is not covered by the log: %s",
+				  cseq, why);
+	/* the order that makes a crash safe: install, then unmark */
+	if (ret == 1)
+		ret = dxl_ckpt_install(s, c, is);
+	if (!ret)
+		ret = dxl_rcv_mark_clear(dir, shard);
+	dxl_ckpt_close(&c);
+	return ret;
+}

@@ -25,6 +25,10 @@ struct rc {
 	bool ckpt_set;       /* our dxl-ckpt cursor exists */
 	uint64_t ckpt_ts;
 	uint64_t last_ckpt_ms, last_prune_ms;
+	/* the primary's view of other nodes' need cursors: for how long each
+	 * was seen unchanged here (its TTL; no clock compared with
+	 * ZooKeeper's mtime) */
+	struct dxl_rcv_watch need_watch;
 	struct dxl_rcvm_stats st;
 };
 
@@ -42,6 +46,7 @@ struct ckjob {
 	char msg[512];
 	struct dxl_ckpt_info info;
 	uint64_t t0_ms;
+	uint64_t write_ms; /* the write itself (the thread's own clock) */
 };
 
 struct xfer {
@@ -93,30 +98,19 @@ static int rebuild(struct dxl_rcvm *m, uint32_t i)
 	struct dxl_region_id id;
 	region_id(m, &id);
 	uint32_t shard = shard_of(m, i);
-	struct dxl_logstore *ls = dxl_shard_logstore(m->shards[i]);
-	struct dxl_ckpt *c = NULL;
-	struct dxl_ckpt_scan scan;
-	int ret = dxl_ckpt_find(m->dir, m->cfg.durability, &id, shard, &c, &scan);
-	if (ret)
-		return ret;
-	char why[256];
-	ret = dxl_ckpt_covered(c, ls, why, sizeof(why));
-	if (ret == 0)
-		ret = dxl_err_set(DXL_E_STALE, "checkpoint %" PRIu64 " is not covered by the log: %s",
-				  dxl_ckpt_get_info(c)->seq, why);
 	struct dxl_install_stats is;
-	if (ret == 1)
-		ret = dxl_ckpt_install(dxl_tables_store(m->tables[i]), c, &is);
+	uint64_t seq = 0;
+	int ret = dxl_rcv_rebuild(m->dir, m->cfg.durability, &id, shard,
+				  dxl_tables_store(m->tables[i]), dxl_shard_logstore(m->shards[i]),
+				  &is, &seq);
 	if (!ret) {
-		dxl_rcv_mark_clear(m->dir, shard);
 		m->rc[i].marked = false;
 		m->rc[i].st.rebuilt++;
 		DXL_INFO("event=store_rebuilt shard=%u checkpoint=%" PRIu64 " entries=%" PRIu64
 			 " written=%" PRIu64 " removed=%" PRIu64 " ms=%" PRIu64
 			 " msg=\"the log from the checkpoint's position is replayed when the applier starts\"",
-			 shard, dxl_ckpt_get_info(c)->seq, is.entries, is.written, is.removed, is.ms);
+			 shard, seq, is.entries, is.written, is.removed, is.ms);
 	}
-	dxl_ckpt_close(&c);
 	return ret;
 }
 
@@ -624,8 +618,10 @@ static void *ck_main(void *arg)
 	struct dxl_region_id id;
 	region_id(m, &id);
 	DXL_TESTPOINT("recovery.checkpoint.write", m); /* (tests: a slow write) */
+	uint64_t t0 = dxl_now_ms();
 	j->result = dxl_ckpt_write_from(m->dir, &id, dxl_tables_store(m->tables[j->i]), j->start,
 					j->nrings, j->ring_size, j->start_ts, &j->info);
+	j->write_ms = dxl_now_ms() - t0;
 	snprintf(j->msg, sizeof(j->msg), "%s", j->result ? dxl_errmsg() : "");
 	atomic_store(&j->done, true);
 	return NULL;
@@ -747,20 +743,9 @@ static void ck_finish(struct dxl_rcvm *m, const struct dxl_rcvm_tick *t)
 		}
 	}
 	DXL_INFO("event=checkpoint_done shard=%u seq=%" PRIu64 " entries=%" PRIu64
-		 " tombstones=%" PRIu64 " ms=%" PRIu64 " keep_ts=%" PRIu64
+		 " tombstones=%" PRIu64 " ms=%" PRIu64 " write_ms=%" PRIu64 " keep_ts=%" PRIu64
 		 " msg=\"the log from its start is kept (cursor %s); a lost store is rebuilt from it\"",
-		 shard, j->info.seq, j->info.entries, j->info.tombstones, ms, keep, g);
-}
-
-static bool in_shard(const struct dxl_cluster_config *conf, uint32_t shard, uint32_t node)
-{
-	const struct dxl_cluster_shard *sh = conf ? dxl_cluster_config_shard(conf, shard) : NULL;
-	uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
-	uint32_t n = dxl_cluster_shard_members(sh, ids);
-	for (uint32_t k = 0; k < n; k++)
-		if (ids[k] == node)
-			return true;
-	return false;
+		 shard, j->info.seq, j->info.entries, j->info.tombstones, ms, j->write_ms, keep, g);
 }
 
 /* "dxl-recovery-<n>" / "dxl-ckpt-<n>": 1 / 2 and *node; 0 for other groups */
@@ -781,6 +766,43 @@ static int cursor_kind(const char *g, uint32_t *node)
 	return 0;
 }
 
+static bool has(const uint32_t *v, size_t n, uint32_t x)
+{
+	for (size_t k = 0; k < n; k++)
+		if (v[k] == x)
+			return true;
+	return false;
+}
+
+void dxl_rcvm_prune_decide(struct dxl_rcv_watch *w, const struct dxl_rcvm_prune_in *in,
+			   const struct dxl_cursor_info *v, uint32_t n, const char **why,
+			   uint64_t *age)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t node = 0;
+		int kind = cursor_kind(v[k].group, &node);
+		why[k] = NULL;
+		age[k] = 0;
+		if (!kind || node == in->self)
+			continue;
+		bool member = has(in->members, in->nmembers, node);
+		if (kind == 2 && !member) {
+			why[k] = "not a member of the shard";
+		} else if (kind == 1 && member) {
+			why[k] = "a member of the shard (it caught up)";
+		} else if (kind == 1) {
+			/* its age: how long this node has seen it unchanged
+			 * (ZooKeeper's mtime compared for equality only: a
+			 * skew between this host's clock and ZooKeeper's
+			 * neither shortens nor lengthens the TTL) */
+			age[k] = dxl_rcv_watch_age(w, node, v[k].mtime_ms, v[k].next_ts, in->now_ms);
+			if (!has(in->live, in->nlive, node) && age[k] >= in->ttl_ms)
+				why[k] = "its node is not live and did not set it for recovery.need_cursor_ttl_ms";
+		}
+	}
+	dxl_rcv_watch_sweep(w);
+}
+
 /* the primary of a shard: cursors of nodes that no longer need them go */
 static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_tick *t)
 {
@@ -791,35 +813,37 @@ static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_
 		DXL_DEBUG("event=cursors_unknown shard=%u msg=\"%s\"", shard, dxl_errmsg());
 		return;
 	}
-	struct dxl_member_list live = {0};
-	bool live_known = false;
-	uint64_t wall = dxl_wall_ms();
+	const char **why = calloc(n + 1, sizeof(*why));
+	uint64_t *age = calloc(n + 1, sizeof(*age));
+	uint32_t members[DXL_CONFIG_MAX_REPLICAS], *live = NULL;
+	struct dxl_rcvm_prune_in in = {
+		.self = m->cfg.node_id, .ttl_ms = m->cfg.need_ttl_ms, .now_ms = t->now_ms,
+		.members = members,
+		.nmembers = dxl_cluster_shard_members(
+			t->conf ? dxl_cluster_config_shard(t->conf, shard) : NULL, members),
+	};
+	/* the live nodes, when a need cursor could be a dead node's */
+	bool need_live = false;
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t node = 0;
+		need_live |= cursor_kind(v[k].group, &node) == 1 && node != in.self &&
+			     !has(members, in.nmembers, node);
+	}
+	struct dxl_member_list ml = {0};
+	bool ok = why && age;
+	if (ok && need_live) {
+		ok = dxl_member_list(t->zk, &ml) == 0 && (live = calloc(ml.n + 1, sizeof(*live)));
+		for (size_t x = 0; ok && x < ml.n; x++)
+			live[in.nlive++] = ml.v[x].node_id;
+		in.live = live;
+	}
+	if (ok)
+		dxl_rcvm_prune_decide(&m->rc[i].need_watch, &in, v, n, why, age);
+	for (uint32_t k = 0; ok && k < n; k++) {
+		if (!why[k])
+			continue;
+		uint32_t node = 0;
 		int kind = cursor_kind(v[k].group, &node);
-		if (!kind || node == m->cfg.node_id)
-			continue;
-		bool member = in_shard(t->conf, shard, node);
-		const char *why = NULL;
-		if (kind == 2 && !member) {
-			why = "not a member of the shard";
-		} else if (kind == 1 && member) {
-			why = "a member of the shard (it caught up)";
-		} else if (kind == 1) {
-			if (!live_known) {
-				if (dxl_member_list(t->zk, &live))
-					break;
-				live_known = true;
-			}
-			bool alive = false;
-			for (size_t x = 0; x < live.n; x++)
-				alive |= live.v[x].node_id == node;
-			uint64_t age = wall > v[k].mtime_ms ? wall - v[k].mtime_ms : 0;
-			if (!alive && age >= m->cfg.need_ttl_ms)
-				why = "its node is not live and did not set it for recovery.need_cursor_ttl_ms";
-		}
-		if (!why)
-			continue;
 		int dret = dxl_cursor_delete(t->zk, v[k].group, shard);
 		if (dret && dret != DXL_E_NOENT) {
 			DXL_DEBUG("event=cursor_drop_failed shard=%u group=%s msg=\"%s\"", shard,
@@ -827,14 +851,67 @@ static void prune_cursors(struct dxl_rcvm *m, uint32_t i, const struct dxl_rcvm_
 			continue;
 		}
 		m->rc[i].st.cursors_dropped++;
-		DXL_WARN("event=%s shard=%u group=%s node=%u next_ts=%" PRIu64 " age_ms=%" PRIu64
+		DXL_WARN("event=%s shard=%u group=%s node=%u next_ts=%" PRIu64 " unchanged_ms=%" PRIu64
 			 " msg=\"%s: retention by age no longer keeps the log for it%s\"",
 			 kind == 1 ? "need_cursor_dropped" : "ckpt_cursor_dropped", shard, v[k].group,
-			 node, v[k].next_ts, wall > v[k].mtime_ms ? wall - v[k].mtime_ms : 0, why,
+			 node, v[k].next_ts, age[k], why[k],
 			 kind == 1 ? " (if it comes back it takes a state transfer)" : "");
 	}
-	if (live_known)
-		dxl_member_list_free(&live);
+	if (need_live)
+		dxl_member_list_free(&ml);
+	free(live);
+	free(why);
+	free(age);
+	free(v);
+}
+
+uint32_t dxl_rcvm_cap_groups(const struct dxl_cursor_info *v, uint32_t n, uint64_t to_ts,
+			     char *buf, size_t cap)
+{
+	static const char *const what[] = {"stale", "transfer", "no_rebuild"};
+	size_t off = 0;
+	uint32_t transfers = 0;
+	buf[0] = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		if (v[k].next_ts > to_ts)
+			continue;
+		uint32_t node;
+		int kind = cursor_kind(v[k].group, &node);
+		transfers += kind == 1;
+		int w = snprintf(buf + off, cap - off, "%s%s:%s", off ? "," : "", v[k].group,
+				 what[kind]);
+		if (w < 0 || (size_t)w >= cap - off) {
+			buf[off] = 0; /* what fits */
+			break;
+		}
+		off += (size_t)w;
+	}
+	if (!off)
+		snprintf(buf, cap, "none");
+	return transfers;
+}
+
+void dxl_rcvm_cap_passed(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk, uint64_t to_ts,
+			 char *buf, size_t cap)
+{
+	struct dxl_cursor_info *v = NULL;
+	uint32_t n = 0;
+	snprintf(buf, cap, "unknown");
+	if (!zk || dxl_cursor_list(zk, shard_of(m, i), &v, &n)) {
+		dxl_err_clear();
+		return;
+	}
+	dxl_rcvm_cap_groups(v, n, to_ts, buf, cap);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t node;
+		if (v[k].next_ts <= to_ts && cursor_kind(v[k].group, &node) == 1)
+			DXL_WARN("event=retention_cap_transfer shard=%u node=%u need_ts=%" PRIu64
+				 " reclaimed_to_ts=%" PRIu64
+				 " msg=\"log.retention_bytes reclaimed records node %u still needs while it"
+				 " catches up: it takes a full state transfer (a larger log.retention_bytes,"
+				 " or log.ring_size, keeps a node this far behind)\"",
+				 shard_of(m, i), node, v[k].next_ts, to_ts, node);
+	}
 	free(v);
 }
 

@@ -124,4 +124,46 @@ struct dxl_rcvm_stats {
 };
 void dxl_rcvm_stats(const struct dxl_rcvm *m, uint32_t i, struct dxl_rcvm_stats *out);
 
+/*
+ * dxl_rcvm_prune_decide -- which cursors of a shard's listing v[0..n) the
+ * shard's primary drops (why[k] != NULL: the reason): a checkpoint cursor
+ * dxl-ckpt-<node> of a node that is not a member; a need cursor
+ * dxl-recovery-<node> of a member (it caught up), or of a node that is not
+ * live and whose cursor this node has seen unchanged for ttl_ms
+ * (dxl_rcv_watch_age on w, the monotonic now_ms: ZooKeeper's mtime is never
+ * compared with this host's clock). age[k]: that time (need cursors).
+ * Other groups are never dropped. w is swept: call with complete listings.
+ */
+struct dxl_rcvm_prune_in {
+	uint32_t self;            /* this node */
+	uint64_t ttl_ms;          /* recovery.need_cursor_ttl_ms */
+	uint64_t now_ms;          /* dxl_now_ms() */
+	const uint32_t *members;  /* the shard's members */
+	uint32_t nmembers;
+	const uint32_t *live;     /* the live nodes (nodes/) */
+	uint32_t nlive;
+};
+void dxl_rcvm_prune_decide(struct dxl_rcv_watch *w, const struct dxl_rcvm_prune_in *in,
+			   const struct dxl_cursor_info *v, uint32_t n, const char **why,
+			   uint64_t *age);
+
+/*
+ * dxl_rcvm_cap_groups -- the consumer groups of listing v[0..n) that the
+ * size cap passed (next_ts <= to_ts: they needed a reclaimed record) and
+ * what that means for each, into buf: "group:what,..." with what =
+ * transfer (dxl-recovery-<n>: node n, catching up, takes a state
+ * transfer), no_rebuild (dxl-ckpt-<n>: node n's checkpoint no longer
+ * rebuilds a lost store), stale (any other group: DXL_E_STALE). "none" if
+ * none. Returns the number of dxl-recovery groups passed.
+ */
+uint32_t dxl_rcvm_cap_groups(const struct dxl_cursor_info *v, uint32_t n, uint64_t to_ts,
+			     char *buf, size_t cap);
+/*
+ * dxl_rcvm_cap_passed -- the same for shard index i from ZooKeeper's
+ * listing (buf "unknown" if it cannot be read); each node catching up
+ * that the cap passed also gets its own line, event=retention_cap_transfer.
+ */
+void dxl_rcvm_cap_passed(struct dxl_rcvm *m, uint32_t i, struct dxl_zk *zk, uint64_t to_ts,
+			 char *buf, size_t cap);
+
 #endif /* DXL_REPLICA_CATCHUP_INTERNAL_H */

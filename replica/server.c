@@ -87,6 +87,7 @@ struct dxl_replica_server {
 	 * would say it on every pass and ring) */
 	uint64_t cap_warn_ms[DXL_REPLICA_MAX_SHARDS];
 	uint64_t cap_records[DXL_REPLICA_MAX_SHARDS], cap_from_ts[DXL_REPLICA_MAX_SHARDS];
+	uint64_t cap_to_ts[DXL_REPLICA_MAX_SHARDS];
 	uint64_t cap_need_ts[DXL_REPLICA_MAX_SHARDS];
 	uint32_t cap_rings[DXL_REPLICA_MAX_SHARDS];
 	uint64_t last_pull_ms;
@@ -1082,7 +1083,8 @@ static void join_pulls(struct dxl_replica_server *s)
 
 static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		       uint32_t ring, uint64_t now_ms, uint64_t keep_from,
-		       uint64_t applied_pos, uint64_t *cap_records, uint64_t *cap_from_ts)
+		       uint64_t applied_pos, uint64_t *cap_records, uint64_t *cap_from_ts,
+		       uint64_t *cap_to_ts)
 {
 	uint64_t wm = dxl_logstore_watermark(ls, ring);
 	if (!wm)
@@ -1112,8 +1114,11 @@ static int retain_ring(struct dxl_replica_server *s, struct dxl_logstore *ls,
 		bool over = end_pos - pos > limit;
 		if (!old && !over)
 			break; /* (2) neither too old nor beyond the size */
-		if (!old && rec.commit_ts >= keep_from && !needed++)
-			needed_ts = rec.commit_ts;
+		if (!old && rec.commit_ts >= keep_from) {
+			if (!needed++)
+				needed_ts = rec.commit_ts;
+			*cap_to_ts = DXL_MAX(*cap_to_ts, rec.commit_ts);
+		}
 		npos = pos + rec.total_len;
 		nseq = rec.seq + 1;
 		last_ts = rec.commit_ts;
@@ -1185,16 +1190,22 @@ static void cap_warn(struct dxl_replica_server *s, uint32_t i)
 	uint64_t now = dxl_now_ms();
 	if (!s->cap_records[i] || (s->cap_warn_ms[i] && now - s->cap_warn_ms[i] < CAP_WARN_MS))
 		return;
+	/* who lost what (recovery: a node catching up transfers state) */
+	char passed[1024] = "unknown";
+	if (s->rcvm)
+		dxl_rcvm_cap_passed(s->rcvm, i, s->zk, s->cap_to_ts[i], passed, sizeof(passed));
 	DXL_WARN("event=retention_cap shard=%u rings=0x%x records=%" PRIu64 " from_ts=%" PRIu64
-		 " need_ts=%" PRIu64 " msg=\"log.retention_bytes reclaimed records a cursor still"
+		 " to_ts=%" PRIu64 " need_ts=%" PRIu64 " passed=%s"
+		 " msg=\"log.retention_bytes reclaimed records a cursor still"
 		 " needs (since the last such line, at most one every %d s): a consumer group behind"
-		 " it gets DXL_E_STALE, a node catching up transfers state, a member's checkpoint no"
-		 " longer rebuilds a lost store\"",
+		 " it gets DXL_E_STALE (stale), a node catching up transfers state (transfer), a"
+		 " member's checkpoint no longer rebuilds a lost store (no_rebuild)\"",
 		 dxl_shard_id(s->shards[i]), s->cap_rings[i], s->cap_records[i], s->cap_from_ts[i],
-		 s->cap_need_ts[i], CAP_WARN_MS / 1000);
+		 s->cap_to_ts[i], s->cap_need_ts[i], passed, CAP_WARN_MS / 1000);
 	s->cap_warn_ms[i] = now;
 	s->cap_records[i] = 0;
 	s->cap_from_ts[i] = 0;
+	s->cap_to_ts[i] = 0;
 	s->cap_rings[i] = 0;
 }
 
@@ -1244,7 +1255,7 @@ int dxl_replica_server_retain(struct dxl_replica_server *s, uint64_t now_ms)
 			uint64_t capped = s->cap_records[i];
 			int n = retain_ring(s, ls, r, now_ms, keep_from,
 					    dxl_tables_applied_pos(s->tables[i], r),
-					    &s->cap_records[i], &s->cap_from_ts[i]);
+					    &s->cap_records[i], &s->cap_from_ts[i], &s->cap_to_ts[i]);
 			if (n < 0) {
 				DXL_WARN("event=retention_failed shard=%u ring=%u msg=\"%s\"",
 					 dxl_shard_id(s->shards[i]), r, dxl_errmsg());

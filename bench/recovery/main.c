@@ -32,7 +32,8 @@ static const char usage[] =
 "      load     N records of --value bytes put into a store (one table, the\n"
 "               hash index following through the store's hooks, as a\n"
 "               replica's tables do): records/s of the applier;\n"
-"      ckpt     a checkpoint of that store written (dxl_ckpt_write): s, MB/s;\n"
+"      ckpt     a checkpoint of that store written (dxl_ckpt_write): s, MB/s,\n"
+"               its thread's CPU s, the file's size and disk use;\n"
 "      log      N x --log-frac updates of random keys logged (4 rings) and\n"
 "               applied after the checkpoint's position;\n"
 "      rebuild  a new store and index from the checkpoint (dxl_ckpt_install)\n"
@@ -280,17 +281,20 @@ static int run_one(const char *dir, uint64_t n, uint32_t vsize, double log_frac,
 	if ((ret = blog_open(&lg, p_log, mode, ring)))
 		goto out;
 	struct dxl_ckpt_info info;
+	double ckpt_cpu0 = cpu_now();
 	t0 = dxl_now_ns();
 	if ((ret = dxl_ckpt_write(dir, &ID, src.s, lg.ls, &info)))
 		goto out;
-	double ckpt_s = secs(t0);
+	double ckpt_s = secs(t0), ckpt_cpu_s = cpu_now() - ckpt_cpu0;
 	char cpath[600];
 	snprintf(cpath, sizeof(cpath), "%s/ckpt-0-%020" PRIu64 ".dat", dir, info.seq);
-	struct stat cst;
+	struct stat cst = {0};
 	stat(cpath, &cst);
 	double ckpt_mb = (double)(info.entries * (DXL_CKPT_ENTRY_HDR + DXL_ALIGN_UP(vsize, 8u))) / 1e6;
-	printf("N=%" PRIu64 ": checkpoint %.2f s (%.0f MB/s, %" PRIu64 " entries)\n", n, ckpt_s,
-	       ckpt_mb / ckpt_s, info.entries);
+	printf("N=%" PRIu64 ": checkpoint %.2f s (%.0f MB/s of entries, %" PRIu64
+	       " entries; %.2f s of CPU); file %.1f MB, %.1f MB on disk\n",
+	       n, ckpt_s, ckpt_mb / ckpt_s, info.entries, ckpt_cpu_s, (double)cst.st_size / 1e6,
+	       (double)cst.st_blocks * 512 / 1e6);
 	fflush(stdout);
 	/* the log after it: updates, logged and applied */
 	t0 = dxl_now_ns();
@@ -381,9 +385,11 @@ static int run_one(const char *dir, uint64_t n, uint32_t vsize, double log_frac,
 		ret = ca.err;
 		goto out;
 	}
+	double la[3] = {0};
+	getloadavg(la, 3);
 	printf("N=%" PRIu64 ": applier %.0f updates/s alone, %.0f with %" PRIu64
-	       " checkpoints written meanwhile (%.0f%%)\n",
-	       n, alone, with, ca.ckpts, 100.0 * with / alone);
+	       " checkpoints written meanwhile (%.0f%%); load average %.1f\n",
+	       n, alone, with, ca.ckpts, 100.0 * with / alone, la[0]);
 	fflush(stdout);
 	json_t *o = json_object();
 	json_object_set_new(o, "records", json_integer((json_int_t)n));
@@ -393,6 +399,10 @@ static int run_one(const char *dir, uint64_t n, uint32_t vsize, double log_frac,
 	json_object_set_new(o, "load_records_per_s", json_real((double)n / load_s));
 	json_object_set_new(o, "checkpoint_s", json_real(ckpt_s));
 	json_object_set_new(o, "checkpoint_mb_per_s", json_real(ckpt_mb / ckpt_s));
+	json_object_set_new(o, "checkpoint_cpu_s", json_real(ckpt_cpu_s));
+	json_object_set_new(o, "checkpoint_file_bytes", json_integer((json_int_t)cst.st_size));
+	json_object_set_new(o, "checkpoint_disk_bytes",
+			    json_integer((json_int_t)cst.st_blocks * 512));
 	json_object_set_new(o, "log_records", json_integer((json_int_t)nlog));
 	json_object_set_new(o, "log_append_apply_s", json_real(log_s));
 	json_object_set_new(o, "install_s", json_real(inst_s));
@@ -412,6 +422,7 @@ static int run_one(const char *dir, uint64_t n, uint32_t vsize, double log_frac,
 	json_object_set_new(o, "apply_with_checkpoints_per_s", json_real(with));
 	json_object_set_new(o, "checkpoints_during", json_integer((json_int_t)ca.ckpts));
 	json_object_set_new(o, "digest_equal", json_boolean(!*mismatch));
+	json_object_set_new(o, "load_avg_1m", json_real(la[0]));
 	json_array_append_new(out, o);
 out:
 	if (ret)

@@ -13,7 +13,9 @@
 #   teardown  'dxl cluster down'
 # Environment (the spec's env or the cell's): DXL_BIN [build/bin], ACCOUNTS
 # [20000], SHARDS [3], REPLICAS [3], DURABILITY [msync], PROVIDER [tcp],
-# MODE [hybrid], THREADS [1], COROUTINES [8]; OFFERED: an offered rate
+# MODE [hybrid], THREADS [1], COROUTINES [8]; REPLICA_OPTS: more replica
+# options for 'dxl cluster up', space-separated key=value (e.g.
+# recovery.checkpoint_ms=1); OFFERED: an offered rate
 # (transactions/s, open loop: latency from each one's intended start; the
 # coroutines then cap what is in flight).
 set -euo pipefail
@@ -28,7 +30,8 @@ setup)
 	"$B/dxl" cluster up --dir "$d" --replicas "$replicas" --shards "$shards" \
 		--provider "$provider" --durability "$durability" --ring-size 16M \
 		--writer-slots 16 --session-timeout 2000 \
-		-o "engine.tables=1:8:$cap,2:8:$cap" -o engine.lock_mode=nic
+		-o "engine.tables=1:8:$cap,2:8:$cap" -o engine.lock_mode=nic \
+		$(for o in ${REPLICA_OPTS:-}; do printf -- '-o %s ' "$o"; done)
 	"$B/dxl-bench-smallbank" load --dir "$d" --accounts "$accounts" --threads 1 --coroutines 16
 	python3 - "$d/cluster.json" "$DXLB_STATE" <<'PY'
 import json, os, sys

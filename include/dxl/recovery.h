@@ -402,6 +402,54 @@ int dxl_rcv_mark_clear(const char *dir, uint32_t shard);
  * 0 if not */
 int dxl_rcv_marked(const char *dir, uint32_t shard, char *reason, size_t cap);
 
+/*
+ * dxl_rcv_rebuild -- the rebuild of a marked store at open (a replica's
+ * start, replica/catchup.c): the newest complete checkpoint of shard in dir
+ * (durability mode, identity id), if ls still covers it (dxl_ckpt_covered),
+ * installed into s (dxl_ckpt_install), and only then the mark removed -- a
+ * crash or power failure anywhere before the removal finds the mark again
+ * and installs again (test_rebuild_crash). The caller replays the log from
+ * the heads afterwards (the applier's activation). *seq (may be NULL) gets
+ * the checkpoint's seq; is (may be NULL) the install's stats.
+ * Errors: dxl_ckpt_find's (DXL_E_NOENT: no complete checkpoint),
+ * DXL_E_STALE (the log no longer covers it), dxl_ckpt_install's; the mark
+ * stays on every error.
+ */
+int dxl_rcv_rebuild(const char *dir, enum dxl_durability mode,
+		    const struct dxl_region_id *id, uint32_t shard, struct dxl_store *s,
+		    const struct dxl_logstore *ls, struct dxl_install_stats *is,
+		    uint64_t *seq);
+
+/* ---- staleness of a cursor, without comparing clocks ------------------------------ */
+
+/*
+ * How long a value kept elsewhere (a node's need cursor in ZooKeeper) has
+ * stayed unchanged, measured on this host's monotonic clock only: the
+ * first time a (stamp, value) pair of a key is seen here starts the count,
+ * any change of either restarts it. The stamp (ZooKeeper's mtime) is only
+ * compared for equality, never against this host's clock, so a skew
+ * between the two clocks neither shortens nor lengthens the age (the TTL
+ * of need cursors, docs/recovery.md). A key seen for the first time -- or
+ * by a node that has just become the one that looks -- is 0 old: the age
+ * errs on the long side, never the short one.
+ */
+#define DXL_RCV_WATCH_MAX 64
+struct dxl_rcv_watch {
+	struct {
+		uint64_t key, stamp, value, since_ms;
+		bool seen;
+	} v[DXL_RCV_WATCH_MAX];
+	uint32_t n;
+};
+/* dxl_rcv_watch_age -- observe (stamp, value) of key at now_ms (monotonic,
+ * dxl_now_ms); returns for how long it has been seen unchanged. A full
+ * table returns 0 (never old) for keys it cannot hold. */
+uint64_t dxl_rcv_watch_age(struct dxl_rcv_watch *w, uint64_t key, uint64_t stamp,
+			   uint64_t value, uint64_t now_ms);
+/* dxl_rcv_watch_sweep -- forget the keys not observed since the last sweep
+ * (call after observing a complete listing) */
+void dxl_rcv_watch_sweep(struct dxl_rcv_watch *w);
+
 /* ---- re-applying the log (restart) ---------------------------------------------- */
 
 /*

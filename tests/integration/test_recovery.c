@@ -833,7 +833,10 @@ static void test_stale_cursors_dropped(void **state)
  * (it needs everything), log.retention_bytes is 8K, and keys are written
  * for 4 s: each node says it at most once per shard in that time (one
  * line per shard every 10 s), and at least once. Before, node 1 logged it
- * dozens of times.
+ * dozens of times. The line names whom it cost what (passed=: the group
+ * gets DXL_E_STALE, "stale"; a node catching up -- a need cursor
+ * dxl-recovery-9 at ts 1 -- takes a state transfer, "transfer", also said
+ * on a line of its own, event=retention_cap_transfer).
  */
 static void test_retention_cap_said_once(void **state)
 {
@@ -844,30 +847,46 @@ static void test_retention_cap_said_once(void **state)
 	cluster_up_opts(c, "cap", "3", opts);
 	load(c);
 	struct dxl_zk *zk = zk_open(c);
-	for (uint32_t sh = 0; sh < 2; sh++)
+	for (uint32_t sh = 0; sh < 2; sh++) {
 		assert_int_equal(dxl_cursor_set(zk, "app-slow", sh, 1, DXL_ZK_VERSION_ANY, NULL), 0);
+		/* a node 9 catching up (not live: the primary keeps its
+		 * cursor for need_cursor_ttl_ms, 10 minutes) */
+		assert_int_equal(dxl_cursor_set(zk, "dxl-recovery-9", sh, 1, DXL_ZK_VERSION_ANY,
+						NULL), 0);
+	}
 	uint64_t t0 = dxl_now_ms();
 	int round = 1;
 	while (dxl_now_ms() - t0 < 4000)
 		update(c, round++, 1, NKEYS);
 	usleep(500 * 1000); /* the last passes */
-	for (uint32_t sh = 0; sh < 2; sh++)
+	for (uint32_t sh = 0; sh < 2; sh++) {
 		dxl_cursor_delete(zk, "app-slow", sh);
+		dxl_cursor_delete(zk, "dxl-recovery-9", sh);
+	}
 	dxl_zk_delete(&zk);
-	int lines[4] = {0}, most = 0, total = 0;
+	int lines[4] = {0}, most = 0, total = 0, named9 = 0, named_app = 0, xfer = 0;
 	for (uint32_t n = 1; n <= 3; n++) {
-		lines[n] = count_log(c, n, "event=retention_cap");
+		lines[n] = count_log(c, n, "event=retention_cap ");
 		most = lines[n] > most ? lines[n] : most;
 		total += lines[n];
+		/* it says whom: the group gets DXL_E_STALE, node 9 transfers */
+		named9 += count_log(c, n, "event=retention_cap .*passed=[^ ]*dxl-recovery-9:transfer");
+		named_app += count_log(c, n, "event=retention_cap .*passed=[^ ]*app-slow:stale");
+		xfer += count_log(c, n, "event=retention_cap_transfer shard=[01] node=9 ");
 	}
 	int bad = check_all(c, "after the size cap");
 	print_message("  %d rounds of %d writes in 4 s with a cursor that needs everything: "
 		      "event=retention_cap lines on nodes 1-3: %d %d %d\n",
 		      round - 1, NKEYS, lines[1], lines[2], lines[3]);
+	print_message("  lines naming node 9 (transfer): %d, the group (stale): %d; "
+		      "event=retention_cap_transfer for node 9: %d\n", named9, named_app, xfer);
 	cluster_down(c);
 	assert_int_equal(bad, 0);
 	assert_true(total >= 3);  /* it is said, on every node */
 	assert_true(most <= 2);   /* once per shard in 4 s */
+	assert_true(named9 >= 3); /* with whom it cost what */
+	assert_true(named_app >= 3);
+	assert_true(xfer >= 3);
 }
 
 static int group_setup(void **state)
