@@ -722,19 +722,20 @@ static bool is_view_error(int err)
 	       err == DXL_E_UNREACHABLE || err == DXL_E_TIMEDOUT;
 }
 
-/* an error of a phase before the commit point: conflicts and changes of
- * the configuration make the transaction retryable (DXL_E_CONFLICT) */
+/* an error of a phase before the commit point: a change of the
+ * configuration (no serving primary, a promotion gate, a dead or fenced
+ * member, a stale epoch) is DXL_E_UNAVAIL -- nothing of the transaction
+ * happened; dxl_txn_run retries it by time (log_unavail_ms), and a client
+ * tells it from contention (DXL_E_CONFLICT, retried max_tries times) by
+ * the code alone */
 static int phase_err(struct dxl_txn *t, int err, const char *phase)
 {
 	if (is_view_error(err)) {
 		char msg[400];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 		coord_mark_stale(t->w->c, msg);
-		/* no serving primary (a failover, a promotion gate): UNAVAIL,
-		 * which dxl_txn_run retries for log_unavail_ms -- not a conflict
-		 * that max_tries quick retries use up during a gate */
-		return dxl_err_set(err == DXL_E_UNAVAIL ? DXL_E_UNAVAIL : DXL_E_CONFLICT,
-				   "%s: %s (configuration changing: retry)", phase, msg);
+		return dxl_err_set(DXL_E_UNAVAIL, "%s: %s (configuration changing: retry)", phase,
+				   msg);
 	}
 	return err;
 }
@@ -1140,6 +1141,8 @@ static int op_fail(struct dxl_txn *t, int err, const char *what)
 	err = phase_err(t, err, what);
 	if (err == DXL_E_CONFLICT)
 		st_add(&t->w->st.conflicts, 1);
+	else if (err == DXL_E_UNAVAIL)
+		st_add(&t->w->st.unavail, 1);
 	release_all(t);
 	return err;
 }
@@ -2661,10 +2664,12 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 		phase = "log";
 		ret = log_phase(t);
 		if (ret) {
-			/* not committed: aborted, markers written */
-			int err = (ret == DXL_E_CONFLICT || ret == DXL_E_STALE) && !t->info.maybe
-					  ? DXL_E_CONFLICT
-					  : DXL_E_UNAVAIL; /* maybe: never retried blindly */
+			/* not committed: aborted, markers written. Whatever failed
+			 * here (a primary changed while committing, a stale epoch,
+			 * a registration over, a log that cannot be written) is
+			 * the configuration, not contention: DXL_E_UNAVAIL,
+			 * retried by time unless maybe (never retried blindly) */
+			int err = DXL_E_UNAVAIL;
 			char msg[400];
 			snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 			coord_mark_stale(t->w->c, msg);
@@ -2679,6 +2684,8 @@ int dxl_txn_commit(struct dxl_txn *t, struct dxl_txn_info *info)
 		ret = phase_err(t, ret, phase);
 		if (ret == DXL_E_CONFLICT)
 			st_add(&t->w->st.conflicts, 1);
+		else if (ret == DXL_E_UNAVAIL)
+			st_add(&t->w->st.unavail, 1);
 		char msg[400];
 		snprintf(msg, sizeof(msg), "%s", dxl_errmsg());
 		release_all(t);
@@ -2757,10 +2764,15 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 	 * may belong to a coordinator that died (resolved once its session
 	 * expires), for log_unavail_ms at least */
 	bool foreign = false; /* met another coordinator's lock */
-	/* no serving primary (a failover): retried for log_unavail_ms too,
-	 * whatever max_tries says (that counts conflicts) */
+	/* no serving primary, a changing configuration (DXL_E_UNAVAIL): retried
+	 * for log_unavail_ms too, whatever max_tries says (that counts
+	 * conflicts) -- and so are the conflicts after it: a promoted backup
+	 * may hold a record it applied locked until the transaction is settled
+	 * there (measured: ~0.4 s after a promotion gate), which max_tries
+	 * quick retries would take for contention */
+	bool reconfig = false;
 	for (uint32_t k = 1;
-	     k <= max_tries || ((foreign || ret == DXL_E_UNAVAIL) && dxl_now_ms() < deadline); k++) {
+	     k <= max_tries || ((foreign || reconfig) && dxl_now_ms() < deadline); k++) {
 		struct dxl_txn *t;
 		if ((ret = dxl_txn_begin(w, &t)))
 			return ret;
@@ -2786,6 +2798,7 @@ int dxl_txn_run(struct dxl_coord_worker *w, dxl_txn_fn fn, void *arg, uint32_t m
 		last.attempts = k;
 		if (info)
 			*info = last;
+		reconfig = reconfig || ret == DXL_E_UNAVAIL;
 		bool retry = ret == DXL_E_CONFLICT ||
 			     (ret == DXL_E_UNAVAIL && !last.maybe && dxl_now_ms() < deadline);
 		if (!retry)

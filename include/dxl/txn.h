@@ -48,11 +48,14 @@ extern "C" {
  *
  * Errors of the transaction calls (negative DXL_E_*, dxl_errmsg() says
  * what and where):
- *   DXL_E_CONFLICT  aborted by a conflict (lock held, version changed) or by
- *                   a configuration change before the commit point: nothing
- *                   of it happened; run it again (dxl_txn_run does)
- *   DXL_E_UNAVAIL   a shard has no serving primary or its log cannot be
- *                   written (nothing happened, except with *maybe, below)
+ *   DXL_E_CONFLICT  aborted by a conflict (lock held, version changed):
+ *                   nothing of it happened; run it again (dxl_txn_run does,
+ *                   max_tries times)
+ *   DXL_E_UNAVAIL   a shard has no serving primary, its configuration is
+ *                   changing (a promotion gate, a dead or fenced member, a
+ *                   stale epoch) or its log cannot be written: nothing
+ *                   happened, except with *maybe (below); retry later
+ *                   (dxl_txn_run does, for coord.log_unavail_ms)
  *   DXL_E_NOENT     no such key (get, put, delete), nothing changed
  *   DXL_E_EXIST     insert of a key that exists
  *   DXL_E_INVAL     bad request: unknown table, NULL buffer, too many
@@ -280,7 +283,11 @@ int dxl_txn_footprint(const struct dxl_txn *t, struct dxl_txn_access *out,
 /*
  * dxl_txn_run -- begin, fn, commit; on DXL_E_CONFLICT (from fn or commit)
  * run it again after a short randomized backoff, at most max_tries times
- * (0 = 1000). fn returns 0 to commit, a negative code to abort with it;
+ * (0 = 1000); on DXL_E_UNAVAIL without maybe (a changing configuration)
+ * run it again after 0..80 ms until log_unavail_ms have passed, whatever
+ * max_tries says -- and conflicts after it too (a promoted primary's
+ * records locked until settled), as after meeting another coordinator's
+ * lock. fn returns 0 to commit, a negative code to abort with it;
  * DXL_E_EXIST and DXL_E_NOENT are returned only once validated
  * (dxl_txn_validate; else the attempt is a conflict).
  * Returns 0 or the last error; info (may be NULL) describes the last run.

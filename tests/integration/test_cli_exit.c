@@ -146,6 +146,7 @@ static void test_dxl_exit_codes(void **state)
 	snprintf(zk, sizeof(zk), "127.0.0.1:%d", closed_port(&fd));
 	static const char *const cmds[][2] = {
 		{"cluster", "up"},   {"cluster", "status"}, {"cluster", "down"},
+		{"cluster", "start"},
 		{"cluster", "kill"}, {"cluster", "restart"}, {"cluster", "add"},
 		{"cluster", "verify"}, {"log", "append"},   {"log", "load"},
 		{"tail", NULL},      {"get", NULL},         {"put", NULL},
@@ -175,6 +176,7 @@ static void test_dxl_exit_codes(void **state)
 	expect(2, "bad value", A("cluster", "kill", "one", "--dir", none));
 	expect(2, "bad value", A("cluster", "kill", "1", "--signal", "HUP", "--dir", none));
 	expect(2, "bad value", A("cluster", "verify", "--wait", "soon", "--dir", none));
+	expect(2, "bad value", A("cluster", "start", "--timeout", "soon", "--dir", none));
 	expect(2, "bad value", A("log", "append", "--shard", "x", "--dir", none, "r"));
 	expect(2, "bad value", A("log", "load", "--rate", "fast", "--dir", none));
 	expect(2, "bad value", A("tail", "--shard", "0", "--from", "yesterday", "--dir", none));
@@ -189,6 +191,7 @@ static void test_dxl_exit_codes(void **state)
 	/* no DIR/cluster.json: 3 */
 	expect(3, "no cluster.json", A("cluster", "status", "--dir", none));
 	expect(3, "no cluster.json", A("cluster", "down", "--dir", none));
+	expect(3, "no cluster.json", A("cluster", "start", "--dir", none));
 	expect(3, "no cluster.json", A("cluster", "kill", "1", "--dir", none));
 	expect(3, "no cluster.json", A("cluster", "restart", "1", "--dir", none));
 	expect(3, "no cluster.json", A("cluster", "add", "--dir", none));

@@ -242,11 +242,11 @@ static void test_readme_txn(void **state)
 	(void)state;
 	if (!need_cluster_env())
 		skip();
-	alarm(120);
+	alarm(180);
 	static char cmd[8192];
 	block("txn", cmd, sizeof(cmd));
 	print_message("running README.md's walkthrough:\n%s", cmd);
-	int rc = sh(cmd, 100);
+	int rc = sh(cmd, 160);
 	print_message("%s", g_out);
 	assert_int_equal(rc, 0);
 	EXPECT_IN("coordinator 1: pid");
@@ -254,6 +254,9 @@ static void test_readme_txn(void **state)
 	EXPECT_IN("committed commit_ts=");
 	EXPECT_IN("coordinator 1 (pid");
 	EXPECT_IN("is down");
+	/* started again on its data: the committed insert is there */
+	EXPECT_IN("is up again on its data");
+	EXPECT_IN("world\n");
 	assert_int_equal(pids_with(g_tmp, false), 0); /* the coordinator too */
 	alarm(0);
 }

@@ -98,6 +98,7 @@ void log_tail(const char *dir, uint32_t id);
 
 /* subcommands */
 int cmd_cluster_up(int argc, char **argv);
+int cmd_cluster_start(int argc, char **argv);
 int cmd_cluster_add(int argc, char **argv);
 int cmd_cluster_verify(int argc, char **argv);
 int cmd_cluster_status(int argc, char **argv);

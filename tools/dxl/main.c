@@ -35,7 +35,9 @@ static void usage(FILE *out)
 "                   the cluster configuration (and --coordinators); every\n"
 "                   option checked first, a failed start undone\n"
 "  cluster status   configuration, registered nodes, what is missing\n"
-"  cluster down     stop what 'cluster up' started\n"
+"  cluster down     stop what 'cluster up' started (data and logs stay)\n"
+"  cluster start    start a stopped cluster again on its data under its last\n"
+"                   configuration (after 'cluster down' or a reboot)\n"
 "  cluster kill     kill (or stop, or power-fail) one replica\n"
 "  cluster restart  start a killed replica again on its data\n"
 "  cluster add      start one more replica: it catches up and joins\n"
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "cluster") || !strcmp(argv[1], "log")) {
 		if (argc < 3) {
 			fprintf(stderr, "dxl %s: missing subcommand (%s)\n", argv[1],
-				!strcmp(argv[1], "cluster") ? "up, status, down, kill, restart, add or verify" : "append or load");
+				!strcmp(argv[1], "cluster") ? "up, status, down, start, kill, restart, add or verify" : "append or load");
 			return EX_USAGE;
 		}
 		snprintf(cmdname, sizeof(cmdname), "dxl %s %s", argv[1], argv[2]);
@@ -85,6 +87,8 @@ int main(int argc, char **argv)
 				return cmd_cluster_status(sub_argc, sub_argv);
 			if (!strcmp(argv[2], "down"))
 				return cmd_cluster_down(sub_argc, sub_argv);
+			if (!strcmp(argv[2], "start"))
+				return cmd_cluster_start(sub_argc, sub_argv);
 			if (!strcmp(argv[2], "kill"))
 				return cmd_cluster_kill(sub_argc, sub_argv);
 			if (!strcmp(argv[2], "restart"))

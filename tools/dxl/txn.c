@@ -35,7 +35,8 @@ enum {
 	"    0  committed (get: the key exists)\n"                             \
 	"    1  failed: no coordinator, ZooKeeper unreachable, the request\n"  \
 	"       refused (unknown table, value too big, key exists...), the\n"   \
-	"       shard unavailable\n"                                            \
+	"       shard unavailable (DXL_E_UNAVAIL: no serving primary, its\n"    \
+	"       configuration changing; sent again until --timeout)\n"          \
 	"    2  bad command line (or a bad line on stdin: dxl txn)\n"           \
 	"    3  no such key (DXL_E_NOENT): nothing was changed\n"               \
 	"    4  aborted by conflicts on every try (DXL_E_CONFLICT)\n"
@@ -62,9 +63,10 @@ struct topts {
 	"  --tries N          runs of the transaction when conflicts abort it\n" \
 	"                     (0: the coordinator's default, 1000) [0]\n"        \
 	"  --timeout MS       give up after MS: waiting for the reply, and sending\n" \
-	"                     again a transaction aborted while the shard's\n" \
-	"                     configuration changes (a failover; then\n" \
-	"                     DXL_E_UNAVAIL, exit 1) [30000]\n" \
+	"                     again a transaction the coordinator reports\n" \
+	"                     DXL_E_UNAVAIL (no serving primary, the shard's\n" \
+	"                     configuration changing: a failover; nothing of it\n" \
+	"                     happened) every 100 ms; then exit 1 [30000]\n" \
 	"  -h, --help         this text\n"
 
 static void kv_usage(FILE *out)
@@ -396,7 +398,8 @@ static int status_exit(int status)
 	switch (status) {
 	case 0: return TX_OK;
 	case DXL_E_NOENT: return TX_NOENT;
-	case DXL_E_CONFLICT: return TX_CONFLICT;
+	case DXL_E_CONFLICT: return TX_CONFLICT; /* contention only */
+	case DXL_E_UNAVAIL: return TX_FAIL;      /* no primary, configuration changing */
 	default: return TX_FAIL;
 	}
 }
@@ -409,12 +412,11 @@ static int run_ops(const struct topts *o, const struct dxl_cproto_op *ops, uint3
 	int ret = find_coord(o, addr, sizeof(addr));
 	if (ret)
 		return ret;
-	/* a transaction aborted because the configuration was changing (a
-	 * failover: the coordinator reports it as a conflict, "configuration
-	 * changing: retry") is the shard being unavailable, not contention: it
-	 * is sent again (it was aborted before its commit point: nothing of it
-	 * happened) until --timeout has passed since the first send, then
-	 * reported as DXL_E_UNAVAIL, exit 1 */
+	/* a transaction the coordinator reports DXL_E_UNAVAIL without maybe
+	 * (a shard without a serving primary, its configuration changing: the
+	 * coordinator retried it for coord.log_unavail_ms; nothing of it
+	 * happened) is sent again until --timeout has passed since the first
+	 * send, then reported: exit 1. Decided by the status code alone. */
 	uint64_t deadline = dxl_now_ms() + o->timeout_ms, first = dxl_now_ms();
 	uint32_t resent = 0;
 	uint8_t *rbuf = NULL;
@@ -438,20 +440,10 @@ static int run_ops(const struct topts *o, const struct dxl_cproto_op *ops, uint3
 			free(m);
 			return TX_FAIL;
 		}
-		bool changing = m->kind == DXL_CPROTO_TXN_REPLY && m->status == DXL_E_CONFLICT &&
-				memmem(m->msg, m->msg_len, "configuration changing",
-				       strlen("configuration changing"));
-		if (!changing)
-			break;
-		if (dxl_now_ms() + 100 >= deadline) {
-			errf("DXL_E_UNAVAIL: the shard's configuration kept changing for %.1f s "
-			     "(%u request(s), --timeout %u ms); last: %.*s",
-			     (double)(dxl_now_ms() - first) / 1000, resent + 1, o->timeout_ms,
-			     (int)m->msg_len, m->msg);
-			free(rbuf);
-			free(m);
-			return TX_FAIL;
-		}
+		bool unavail = m->kind == DXL_CPROTO_TXN_REPLY && m->status == DXL_E_UNAVAIL &&
+			       !m->maybe;
+		if (!unavail || dxl_now_ms() + 100 >= deadline)
+			break; /* reported below: DXL_E_UNAVAIL is exit 1 */
 		resent++;
 		free(rbuf);
 		rbuf = NULL;
@@ -459,8 +451,9 @@ static int run_ops(const struct topts *o, const struct dxl_cproto_op *ops, uint3
 		usleep(100000);
 	}
 	if (resent)
-		fprintf(stderr, "%s: the configuration was changing: sent %u more time(s), %.1f s\n",
-			g_cmd, resent, (double)(dxl_now_ms() - first) / 1000);
+		fprintf(stderr, "%s: the shard was unavailable (DXL_E_UNAVAIL): sent %u more "
+			"time(s), %.1f s%s\n", g_cmd, resent, (double)(dxl_now_ms() - first) / 1000,
+			m->status == DXL_E_UNAVAIL ? " (--timeout reached)" : "");
 	if (m->kind == DXL_CPROTO_ERROR) {
 		errf("the coordinator refused the request: %s: %.*s", dxl_errname(m->status),
 		     (int)m->msg_len, m->msg);
@@ -525,6 +518,9 @@ static int run_ops(const struct topts *o, const struct dxl_cproto_op *ops, uint3
 	if (m->status) {
 		if (m->status == DXL_E_NOENT && !txn_mode)
 			errf("table %u key %" PRIu64 ": not found", ops[0].table, ops[0].key);
+		else if (m->status == DXL_E_UNAVAIL && !m->maybe)
+			errf("DXL_E_UNAVAIL: unavailable, nothing was changed (retry later): %.*s",
+			     (int)m->msg_len, m->msg);
 		else
 			errf("%s%.*s", m->msg_len ? "" : dxl_errname(m->status), (int)m->msg_len,
 			     m->msg);

@@ -1,10 +1,12 @@
-/* up.c -- dxl cluster up | down (docs/cli.md): a local cluster started
+/* up.c -- dxl cluster up | down | start (docs/cli.md): a local cluster started
  * safely (every option checked before anything starts; a failed start
- * undoes what it began) and stopped again. */
+ * undoes what it began), stopped again, and started again on its data
+ * under its last configuration. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
@@ -49,7 +51,8 @@ static void up_usage(FILE *out)
 "run is refused at once; a ZooKeeper an earlier start left running in DIR/zk\n"
 "is reused. Without --force a start is refused (exit 1, nothing changed)\n"
 "when DIR/data/<id> holds data or ZooKeeper already has a configuration of\n"
-"cluster NAME.\n"
+"cluster NAME: 'dxl cluster start' brings a stopped cluster back on its data\n"
+"under its last configuration.\n"
 "\n"
 "  --dir DIR          state directory [./dxl-cluster]: DIR/cluster.json (pids,\n"
 "                     connect string), DIR/logs/replica-<id>.log, DIR/data/<id>,\n"
@@ -720,10 +723,11 @@ int cmd_cluster_up(int argc, char **argv)
 				snprintf(path, sizeof(path), "%s/data", dir);
 			if (dir_nonempty(path)) {
 				errf("%s holds the data of an earlier cluster (stopped with 'cluster "
-				     "down'?): refused, nothing started. Use another --dir, remove "
-				     "it, or give --force to start on it under a new configuration "
-				     "(replica 1 primary: records only other replicas held may be "
-				     "lost)", path);
+				     "down'?): refused, nothing started. 'dxl cluster start --dir %s' "
+				     "starts that cluster again on its data under its last "
+				     "configuration; or use another --dir, remove it, or give --force "
+				     "to start on it under a new configuration (replica 1 primary: "
+				     "records only other replicas held may be lost)", path, dir);
 				return EX_FAIL;
 			}
 		}
@@ -911,7 +915,8 @@ static void down_usage(FILE *out)
 "coordinators it started (they finish the transactions in flight), then every\n"
 "replica listed in DIR/cluster.json (a clean shutdown), SIGKILL those still\n"
 "running after 10 s, then stop the ZooKeeper 'cluster up' started (if any).\n"
-"Data and logs stay in DIR.\n"
+"Data and logs stay in DIR, and the configuration in ZooKeeper: 'dxl cluster\n"
+"start --dir DIR' starts the cluster again on them.\n"
 "\n"
 "  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
 "  -h, --help         this text\n"
@@ -999,6 +1004,472 @@ int cmd_cluster_down(int argc, char **argv)
 			printf("zookeeper %s: stopped\n", s.c.zk);
 		}
 	}
-	printf("cluster %s is down; data and logs remain in %s\n", s.c.cluster, dir);
+	printf("cluster %s is down; data and logs remain in %s ('dxl cluster start --dir %s' "
+	       "starts it again)\n", s.c.cluster, dir, dir);
 	return ret;
+}
+
+/* ---- dxl cluster start ------------------------------------------------------ */
+
+static void start_usage(FILE *out)
+{
+	fprintf(out,
+"Usage: dxl cluster start [--dir DIR] [--timeout MS]\n"
+"\n"
+"Start a stopped cluster again -- after 'dxl cluster down', or after the\n"
+"machine rebooted -- on its data and under its last configuration: the\n"
+"ZooKeeper 'cluster up' started in DIR/zk (on its data), every replica of\n"
+"DIR/cluster.json on its data directory with its original options, then as\n"
+"many coordinators as it had. Nothing is created anew and the configuration\n"
+"is not rewritten: each replica recovers its shards from its data directory,\n"
+"a member with its member mark serves at once, and the configuration\n"
+"manager goes on from the configuration ZooKeeper holds.\n"
+"\n"
+"Before anything is started (ZooKeeper of DIR/zk aside, which the checks\n"
+"need and a refusal stops again), the start is refused with the reason and\n"
+"nothing changed when:\n"
+"  - DIR/cluster.json is missing (exit 3) or one of its replicas or\n"
+"    coordinators still runs (exit 1: 'dxl cluster status')\n"
+"  - a replica's data directory DIR/data/<id> is missing or empty (exit 1)\n"
+"  - ZooKeeper does not answer (exit 4), or has no configuration of the\n"
+"    cluster (exit 3: it lost it -- a new or wiped ZooKeeper; 'dxl cluster up\n"
+"    --force' starts anew on this data under a new configuration, replica 1\n"
+"    primary, and records only other replicas held may be lost)\n"
+"  - the configuration names a member that is not a replica of\n"
+"    DIR/cluster.json (exit 1)\n"
+"  - a shard has no member whose copy the configuration can trust (exit 1):\n"
+"    one whose member mark DIR/data/<id>/shard-<s>.member names the data\n"
+"    identity the configuration recorded for it and, with durability\n"
+"    'process', this boot (the page cache of an earlier boot is gone). A\n"
+"    member without such a mark is started too: it catches up from one that\n"
+"    has it (a line says so).\n"
+"  - a replica id is registered in ZooKeeper by a live process (exit 1); the\n"
+"    registration of a process that died without closing its session (a\n"
+"    crash, a reboot) is waited for until ZooKeeper expires it.\n"
+"Then it waits until every shard of the configuration is served (each\n"
+"member registered for the configuration's epoch and 'member' of the\n"
+"shard) and every coordinator serves. A start that fails then is undone like\n"
+"a failed 'cluster up' (what it started is stopped, cluster.json restored;\n"
+"the data stays).\n"
+"\n"
+"  --dir DIR          the directory of 'dxl cluster up' [./dxl-cluster]\n"
+"  --timeout MS       how long the shards may take to be served [60000]\n"
+"  -h, --help         this text\n"
+"\n" EXIT_CODES_HELP);
+}
+
+/* the session timeout the replicas were started with (their -o options) */
+static uint32_t state_session_ms(const struct state *s)
+{
+	uint32_t ms = 3000;
+	for (uint32_t i = 0; i < s->nopts; i++)
+		if (!strncmp(s->opts[i], "zk.session_timeout_ms=", 22))
+			parse_u32(s->opts[i] + 22, &ms);
+	return ms;
+}
+
+static void read_boot(char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return;
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+}
+
+/*
+ * mark_trusted -- member node's copy of shard sh in DIR/data/<node> is the
+ * one the configuration recorded (docs/replica.md "Member mark"): its mark
+ * names the recorded data identity (any, when none is recorded) and, with
+ * durability process, this boot. Otherwise false with the reason in why.
+ */
+static bool mark_trusted(const char *dir, const struct state *s,
+			 const struct dxl_cluster_shard *sh, uint32_t node, const char *boot,
+			 char *why, size_t cap)
+{
+	char path[PATH_MAX + 64], text[256] = "";
+	snprintf(path, sizeof(path), "%s/data/%u/shard-%u.member", dir, node, sh->id);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(why, cap, "no member mark data/%u/shard-%u.member (%s)", node, sh->id,
+			 strerror(errno));
+		return false;
+	}
+	size_t got = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[got] = 0;
+	uint64_t id = 0;
+	char b[64] = "";
+	const char *bl = strstr(text, "\nboot_id=");
+	if (bl)
+		sscanf(bl + 9, "%63[^\n]", b);
+	if (strncmp(text, "data_id=", 8) || sscanf(text + 8, "%" SCNx64, &id) != 1 || !id) {
+		snprintf(why, cap, "data/%u/shard-%u.member is not a member mark", node, sh->id);
+		return false;
+	}
+	uint64_t rec = dxl_cluster_shard_data_id(sh, node);
+	if (rec && rec != id) {
+		snprintf(why, cap, "its data identity 0x%" PRIx64 " is not the configuration's 0x%" PRIx64
+			 " (the data directory was recreated)", id, rec);
+		return false;
+	}
+	if (!strcmp(s->durability, "process") && (!boot[0] || strcmp(b, boot))) {
+		snprintf(why, cap, "durability 'process': its mark is of another boot (%s), whose "
+			 "page cache is gone", b[0] ? b : "none");
+		return false;
+	}
+	return true;
+}
+
+/*
+ * start_checks -- what must hold before any replica starts (see
+ * start_usage), zk connected and the configuration read into cfg. 0 or an
+ * exit code with a message.
+ */
+static int start_checks(const char *dir, const struct state *s, struct dxl_zk *zk,
+			struct dxl_cluster_config *cfg)
+{
+	int r = dxl_cluster_config_read(zk, cfg, NULL);
+	if (r == DXL_E_NOENT) {
+		errf("ZooKeeper %s has no configuration of cluster %s: it lost it (a new or wiped "
+		     "ZooKeeper?). Refused, nothing started. 'dxl cluster up --dir %s --force' "
+		     "starts anew on this data under a new configuration (replica 1 primary: "
+		     "records only other replicas held may be lost)", s->c.zk, s->c.cluster, dir);
+		return EX_CLUSTER;
+	}
+	if (r) {
+		errf("reading the configuration of cluster %s: %s", s->c.cluster, dxl_errmsg());
+		return r == DXL_E_UNAVAIL ? EX_ZK : EX_FAIL;
+	}
+	char boot[64];
+	read_boot(boot, sizeof(boot));
+	for (uint32_t k = 0; k < cfg->nshards; k++) {
+		const struct dxl_cluster_shard *sh = &cfg->shards[k];
+		uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t n = dxl_cluster_shard_members(sh, ids), trusted = 0;
+		char whys[DXL_CONFIG_MAX_REPLICAS][384];
+		for (uint32_t m = 0; m < n; m++) {
+			bool listed = false;
+			for (uint32_t i = 0; i < s->nreplicas; i++)
+				listed |= s->ids[i] == ids[m];
+			if (!listed) {
+				errf("the configuration (epoch %llu) names node %u a member of shard %u, "
+				     "but %s/cluster.json has no replica %u: refused, nothing started",
+				     (unsigned long long)cfg->epoch, ids[m], sh->id, dir, ids[m]);
+				return EX_FAIL;
+			}
+			whys[m][0] = 0;
+			if (mark_trusted(dir, s, sh, ids[m], boot, whys[m], sizeof(whys[m])))
+				trusted++;
+		}
+		if (!trusted) {
+			errf("shard %u: none of its %u member(s) in the configuration (epoch %llu) holds "
+			     "a copy it can trust -- the shard's acknowledged records cannot be "
+			     "vouched for: refused, nothing started", sh->id, n,
+			     (unsigned long long)cfg->epoch);
+			for (uint32_t m = 0; m < n; m++)
+				fprintf(stderr, "  replica %u: %s\n", ids[m], whys[m]);
+			return EX_FAIL;
+		}
+		for (uint32_t m = 0; m < n; m++)
+			if (whys[m][0])
+				printf("shard %u: replica %u will catch up from a member (%s)\n", sh->id,
+				       ids[m], whys[m]);
+	}
+	/* registrations: a live process elsewhere is refused; an expired
+	 * process's session (a crash, a reboot) is waited for */
+	uint64_t end = dxl_now_ms() + 3ull * state_session_ms(s) + 5000;
+	bool said[MAX_REPLICAS] = {false};
+	for (;;) {
+		uint32_t held = 0;
+		for (uint32_t i = 0; i < s->nreplicas; i++) {
+			char *js = NULL;
+			int64_t sess = 0;
+			if (dxl_member_get(zk, s->ids[i], &js, &sess) != 0)
+				continue;
+			json_t *o = json_loads(js, 0, NULL);
+			json_int_t p = 0;
+			json_unpack(o, "{s?I}", "pid", &p);
+			json_decref(o);
+			free(js);
+			if (p > 0 && pid_alive((pid_t)p) && is_replica((pid_t)p)) {
+				errf("replica %u is registered in ZooKeeper by a running process (pid "
+				     "%lld): refused, nothing started ('dxl cluster status')", s->ids[i],
+				     (long long)p);
+				return EX_FAIL;
+			}
+			if (!said[i])
+				printf("replica %u: waiting until ZooKeeper expires the session of its "
+				       "last process (pid %lld)\n", s->ids[i], (long long)p);
+			said[i] = true;
+			held++;
+		}
+		if (!held)
+			return 0;
+		if (dxl_now_ms() > end) {
+			errf("%u replica id(s) still registered in ZooKeeper after %.1f s: refused, "
+			     "nothing started", held, (double)(3ull * state_session_ms(s) + 5000) / 1000);
+			return EX_FAIL;
+		}
+		usleep(200000);
+	}
+}
+
+/* shards_served -- every shard of the current configuration has each member
+ * registered for its epoch and 'member' of it: 1; 0 not yet (what is
+ * missing in why); -1 on a ZooKeeper error */
+static int shards_served(struct dxl_zk *zk, uint64_t *epoch, char *why, size_t cap)
+{
+	struct dxl_cluster_config cfg;
+	if (dxl_cluster_config_read(zk, &cfg, NULL)) {
+		snprintf(why, cap, "reading the configuration: %s", dxl_errmsg());
+		return 0;
+	}
+	*epoch = cfg.epoch;
+	int ok = 1;
+	for (uint32_t k = 0; ok && k < cfg.nshards; k++) {
+		const struct dxl_cluster_shard *sh = &cfg.shards[k];
+		uint32_t ids[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t n = dxl_cluster_shard_members(sh, ids);
+		for (uint32_t m = 0; ok && m < n; m++) {
+			static struct dxl_replica_desc d;
+			int r = get_desc(zk, ids[m], &d);
+			if (r < 0) {
+				ok = -1;
+				break;
+			}
+			const struct dxl_shard_desc *sd = r ? NULL : dxl_replica_desc_shard(&d, sh->id);
+			if (r)
+				snprintf(why, cap, "shard %u: member %u not registered", sh->id, ids[m]);
+			else if (d.cfg_epoch != cfg.epoch)
+				snprintf(why, cap, "shard %u: member %u registered for epoch %llu, the "
+					 "configuration's is %llu", sh->id, ids[m],
+					 (unsigned long long)d.cfg_epoch, (unsigned long long)cfg.epoch);
+			else if (!sd || sd->state != DXL_SHARD_MEMBER)
+				snprintf(why, cap, "shard %u: member %u is %s", sh->id, ids[m],
+					 sd ? dxl_shard_state_name(sd->state) : "not hosting it");
+			else
+				continue;
+			ok = 0;
+		}
+	}
+	dxl_cluster_config_clear(&cfg);
+	return ok;
+}
+
+int cmd_cluster_start(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"timeout", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir0 = "./dxl-cluster";
+	uint32_t timeout_ms = 60000;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir0 = optarg; break;
+		case 't':
+			if (parse_u32(optarg, &timeout_ms) || timeout_ms < 1000 ||
+			    timeout_ms > 3600000) {
+				errf("--timeout '%s': milliseconds, 1000..3600000", optarg);
+				return EX_USAGE;
+			}
+			break;
+		case 'h': start_usage(stdout); return EX_OK;
+		default: start_usage(stderr); return EX_USAGE;
+		}
+	}
+	if (optind < argc) {
+		errf("unexpected argument '%s' (see --help)", argv[optind]);
+		return EX_USAGE;
+	}
+	char dir[PATH_MAX];
+	if (!realpath(dir0, dir)) {
+		errf("%s: %s (no cluster started with 'dxl cluster up --dir %s')", dir0,
+		     strerror(errno), dir0);
+		return EX_CLUSTER;
+	}
+	static struct state s;
+	int ret = state_read(dir, &s);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < s.nreplicas; i++)
+		if (pid_alive(s.pids[i]) && is_replica(s.pids[i])) {
+			errf("replica %u of %s runs (pid %d): the cluster is not stopped ('dxl cluster "
+			     "status --dir %s'; 'dxl cluster restart' starts one replica)", s.ids[i],
+			     dir, (int)s.pids[i], dir);
+			return EX_FAIL;
+		}
+	for (uint32_t k = 0; k < s.ncoords; k++)
+		if (pid_alive(s.coord_pids[k]) && is_prog(s.coord_pids[k], "dxl-coord")) {
+			errf("a coordinator of %s runs (pid %d): 'dxl cluster down --dir %s' first",
+			     dir, (int)s.coord_pids[k], dir);
+			return EX_FAIL;
+		}
+	char bin[PATH_MAX + 16];
+	snprintf(bin, sizeof(bin), "%s/dxl-replica", g_self_dir);
+	if (access(bin, X_OK) != 0) {
+		errf("%s: %s (build it with make)", bin, strerror(errno));
+		return EX_FAIL;
+	}
+	for (uint32_t i = 0; i < s.nreplicas; i++) {
+		char data[PATH_MAX + 32];
+		snprintf(data, sizeof(data), "%s/data/%u", dir, s.ids[i]);
+		if (!dir_nonempty(data)) {
+			errf("%s (replica %u's data directory) is missing or empty: refused, nothing "
+			     "started. A replica without its data is added anew with 'dxl cluster "
+			     "add' once the cluster runs", data, s.ids[i]);
+			return EX_FAIL;
+		}
+	}
+	static struct up_undo u;
+	memset(&u, 0, sizeof(u));
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/cluster.json", dir);
+	u.old_json = slurp_file(path, &u.old_len);
+	u.old_state = u.old_json != NULL;
+	struct sigaction sa, old_int, old_term, old_hup;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_up_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	sigaction(SIGHUP, &sa, &old_hup);
+	g_up_stop = 0;
+	/* from here on cluster.json lists what this start started (pid 0: not
+	 * started yet), for undo_start and 'cluster down' */
+	uint32_t n = s.nreplicas, ncoords = s.ncoords;
+	for (uint32_t i = 0; i < n; i++)
+		s.pids[i] = 0;
+	s.ncoords = 0;
+	struct dxl_zk *zk = NULL;
+	if (s.zk_dir[0]) {
+		char zd[PATH_MAX + 8];
+		snprintf(zd, sizeof(zd), "%s", s.zk_dir);
+		bool was_running = zk_running(dir);
+		u.zk_dir_new = access(zd, F_OK) != 0;
+		ret = start_zk(&s, dir);
+		u.zk_started = !was_running;
+		if (!ret && strcmp(zd, s.zk_dir))
+			printf("note: ZooKeeper of %s started in %s (cluster.json said %s)\n", dir,
+			       s.zk_dir, zd);
+	}
+	if (!ret && (ret = zk_connect(&s.c, &zk)) == EX_USAGE)
+		ret = EX_FAIL;
+	struct dxl_cluster_config cfg;
+	dxl_cluster_config_init(&cfg);
+	if (!ret)
+		ret = start_checks(dir, &s, zk, &cfg);
+	uint64_t epoch0 = cfg.epoch;
+	dxl_cluster_config_clear(&cfg);
+	if (ret) {
+		/* refused: only the ZooKeeper of DIR/zk may have been started */
+		if (u.zk_started && s.zk_dir[0]) {
+			stop_zk(s.zk_dir);
+			if (u.zk_dir_new)
+				rm_tree(s.zk_dir);
+		}
+		dxl_zk_delete(&zk);
+		free(u.old_json);
+		sigaction(SIGINT, &old_int, NULL);
+		sigaction(SIGTERM, &old_term, NULL);
+		sigaction(SIGHUP, &old_hup, NULL);
+		return ret;
+	}
+	uint32_t started = 0;
+	for (uint32_t i = 0; !ret && i < n && !g_up_stop; i++) {
+		pid_t p = spawn_replica(dir, &s, s.ids[i]);
+		if (p < 0) {
+			ret = EX_FAIL;
+			break;
+		}
+		s.pids[i] = p;
+		started++;
+		if (state_write(dir, &s))
+			ret = EX_FAIL;
+	}
+	if (!ret && started < n)
+		ret = EX_FAIL; /* interrupted */
+	/* every replica registered, and every shard served */
+	uint64_t start = dxl_now_ms(), end = start + timeout_ms, epoch = 0;
+	char why[512] = "";
+	while (!ret) {
+		if (g_up_stop) {
+			errf("interrupted");
+			ret = EX_FAIL;
+			break;
+		}
+		for (uint32_t i = 0; !ret && i < n; i++)
+			if (waitpid(s.pids[i], NULL, WNOHANG) == s.pids[i] || !pid_alive(s.pids[i])) {
+				errf("replica %u (pid %d) exited during start-up", s.ids[i],
+				     (int)s.pids[i]);
+				log_tail(dir, s.ids[i]);
+				ret = EX_FAIL;
+			}
+		if (ret)
+			break;
+		int r = shards_served(zk, &epoch, why, sizeof(why));
+		if (r < 0) {
+			ret = EX_FAIL;
+			break;
+		}
+		if (r > 0)
+			break;
+		if (dxl_now_ms() > end) {
+			errf("the shards were not all served within %.1f s (--timeout): %s (see "
+			     "%s/logs)", (double)timeout_ms / 1000, why, dir);
+			ret = EX_FAIL;
+			break;
+		}
+		usleep(100000);
+	}
+	static uint32_t coord_ids[STATE_MAX_COORDS];
+	static char coord_addrs[STATE_MAX_COORDS][256];
+	char session[16];
+	snprintf(session, sizeof(session), "%u", state_session_ms(&s));
+	for (uint32_t k = 0; !ret && k < ncoords; k++) {
+		long off = 0;
+		pid_t p = spawn_coord(dir, &s, k + 1, session, &off);
+		if (p < 0) {
+			ret = EX_FAIL;
+			break;
+		}
+		s.coord_pids[s.ncoords++] = p;
+		if (state_write(dir, &s))
+			ret = EX_FAIL;
+		else
+			ret = wait_coord(dir, k + 1, p, off, &coord_ids[k], coord_addrs[k],
+					 sizeof(coord_addrs[k]));
+		if (!ret && g_up_stop) {
+			errf("interrupted");
+			ret = EX_FAIL;
+		}
+	}
+	dxl_zk_delete(&zk);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	sigaction(SIGHUP, &old_hup, NULL);
+	if (ret) {
+		undo_start(dir, &s, &u);
+		free(u.old_json);
+		return ret;
+	}
+	free(u.old_json);
+	printf("cluster %s is up again on its data: %u replicas, %u shards served in %.1f s, "
+	       "config epoch %llu (was %llu when started)\n", s.c.cluster, n, s.nshards,
+	       (double)(dxl_now_ms() - start) / 1000, (unsigned long long)epoch,
+	       (unsigned long long)epoch0);
+	printf("zookeeper: %s%s\n", s.c.zk, s.zk_dir[0] ? " (started here)" : "");
+	for (uint32_t i = 0; i < n; i++)
+		printf("replica %u: pid %d\n", s.ids[i], (int)s.pids[i]);
+	for (uint32_t k = 0; k < s.ncoords; k++)
+		printf("coordinator %u: pid %d addr %s\n", coord_ids[k], (int)s.coord_pids[k],
+		       coord_addrs[k]);
+	return EX_OK;
 }
