@@ -179,7 +179,7 @@ void dxl_testpoint_hit(const char *name, void *ctx)
 		wait_file(name, copy.path);
 		break;
 	case TP_SLEEP:
-		DXL_INFO("event=testpoint_sleep point=%s ms=%u", name, copy.ms);
+		DXL_WARN("event=testpoint_sleep point=%s ms=%u", name, copy.ms);
 		usleep(copy.ms * 1000u);
 		break;
 	}

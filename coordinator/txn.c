@@ -89,6 +89,7 @@ struct dxl_coord_worker {
 	/* settles whose first attempt failed (release_all, commit_phase) */
 	struct settle *settles;
 	uint32_t nsettle, settlecap;
+	uint64_t settle_gen; /* +1 when the queue is dropped (a renewal) */
 	bool settling;
 	struct dxl_txn *settler;     /* the handle settles run with (own scratch) */
 	uint32_t inc;                /* the coordinator's registration it works for */
@@ -1412,6 +1413,7 @@ static void settles_drop(struct dxl_coord_worker *w)
 	for (uint32_t i = 0; i < w->nsettle; i++)
 		free(w->settles[i].value);
 	w->nsettle = 0;
+	w->settle_gen++; /* a drain suspended in a settle must not touch it */
 }
 
 static bool settle_retryable(int err)
@@ -1633,7 +1635,18 @@ static void settle_drain(struct dxl_coord_worker *w, uint64_t txn, uint32_t budg
 				}
 				e->after_und = false; /* decided: released now */
 			}
-			int ret = settle_once(w, w->settler, e);
+			/* settle_once yields: meanwhile other coroutines push
+			 * (w->settles may move: realloc) or a renewal drops the
+			 * whole queue (settles_drop). Work on a copy; take the
+			 * entry again afterwards, if it is still there. */
+			struct settle cur = *e;
+			uint64_t gen = w->settle_gen;
+			int ret = settle_once(w, w->settler, &cur);
+			if (gen != w->settle_gen)
+				break; /* dropped, values freed: nothing is ours */
+			e = &w->settles[i];
+			cur.next_ms = DXL_MIN(cur.next_ms, e->next_ms); /* hurried meanwhile */
+			*e = cur;
 			/* never dropped (review of issue 12, #6): whatever the
 			 * error, the lock is still set by a live coordinator,
 			 * which the sweep for gone ones skips; a resolver waiting

@@ -487,7 +487,8 @@ static void *guard_main(void *arg)
 }
 
 /* publish -- register nodes/<id> with the current descriptors; DXL_E_EXIST
- * is retried for exist_wait_ms (a dead previous incarnation's session) */
+ * is retried for exist_wait_ms (a dead previous incarnation's session), a
+ * connection loss too (a lost reply) */
 static int publish(struct dxl_replica_server *s, bool wait_exist)
 {
 	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
@@ -533,9 +534,18 @@ static int publish(struct dxl_replica_server *s, bool wait_exist)
 				2 * dxl_zk_session_timeout_ms(s->zk) :
 				s->cfg.exist_wait_ms;
 	uint64_t deadline = dxl_now_ms() + wait;
+	uint64_t unavail_deadline = dxl_now_ms() + 2 * dxl_zk_session_timeout_ms(s->zk);
 	bool warned = false;
 	for (;;) {
 		ret = dxl_member_register(s->zk, s->cfg.node_id, json);
+		/* a connection loss (a create whose reply was lost: it may have
+		 * been applied) is retried too: registering an id this session
+		 * holds replaces its payload (issue 16.6; it ended the daemon's
+		 * start-up: found by test_nemesis's zk-lost-reply) */
+		if (ret == DXL_E_UNAVAIL && dxl_now_ms() < unavail_deadline) {
+			usleep(100 * 1000);
+			continue;
+		}
 		if (ret != DXL_E_EXIST || !wait_exist || dxl_now_ms() >= deadline)
 			break;
 		if (!warned)

@@ -25,8 +25,19 @@
  * (tests/lib/nemesis.h: kill -9 of a primary or a backup, SIGSTOP past the
  * session timeout then SIGCONT, power failure, coordinator kill, ZooKeeper
  * server kill and restart, a backup held down for steps then returned and
- * promoted; and this test's stop-coordinator: a coordinator process
- * stopped past its session timeout, then continued) and runs it. After the schedule:
+ * promoted -- listed first among a shard's backups, its primary killed: it
+ * must become primary; the reconfiguration kinds of issue 16: a restart with
+ * ZooKeeper replies lost, pauses at test points, a restart on an empty data
+ * directory, crosswise joins, a second failure during a join pull; and this
+ * test's stop-coordinator: a coordinator process stopped past its session
+ * timeout, then continued) and runs it. Each kind counts as covered when
+ * applied with its fault firing (tests/lib/nemesis.h); in CI's run (>= 30
+ * steps, or DXL_NEMESIS_COVER=1) each step first draws a kind not covered
+ * yet, a schedule runs up to 3 more steps to finish a hold -> return ->
+ * promote chain, and up to 4 more schedules run while a kind is uncovered:
+ * the test fails if one stays so. A `dxl log load --verify` appends to
+ * every shard through the whole schedule; after it, every member's copy
+ * must hold each acknowledged append. After the schedule:
  *   - SmallBank + audits: the conflict graph (tests/lib/history.h) of every
  *     committed transaction (versions read and written), seeded with the
  *     versions at the schedule's start: no cycle; every version between the
@@ -50,8 +61,11 @@
  * DXL_NEMESIS_EXPECT_ANOMALY=1 (fail unless an anomaly is found),
  * DXL_NEMESIS_NIC_PAUSE_MS=N (replica.test_nic_pause_ms: a stopped
  * replica's memory stays readable N ms after its lease lapsed, as with RDMA),
- * DXL_NEMESIS_NO_LIVENESS=1 (report gaps, do not fail on them).
- * A failing schedule prints the command that runs it again.
+ * DXL_NEMESIS_NO_LIVENESS=1 (report gaps, do not fail on them),
+ * DXL_NEMESIS_PLAN=kind,kind,... (the kinds of the steps, in order: with
+ * the seed, a schedule replays), DXL_NEMESIS_COVER=1 (the coverage draw
+ * and floors in a shorter run).
+ * A failing schedule prints the command that runs it again (seed + plan).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,6 +83,8 @@
 #include "bench/lib/smallbank.c" /* the workload (bench/lib is not in libdxl) */
 #include "common/common.h"
 #include "common/endian.h"
+#include "dxl/log.h"
+#include "dxl/replica.h"
 #include "dxl/txn.h"
 #include "tests/integration/test_membership_util.h"
 #include "tests/lib/cli_run.h"
@@ -526,7 +542,9 @@ static uint32_t g_nch, g_ninc;
 static int g_live[2];
 static uint64_t g_sched_base, g_sched_t0, g_sched_seed;
 
-static void spawn_child(int slot)
+/* a coordinator process in slot; name=value (name may be NULL) in its
+ * environment (DXL_ZK_FAULTS, DXL_TESTPOINTS: tests/lib/faults.h) */
+static void spawn_child_env(int slot, const char *name, const char *value)
 {
 	struct child *ch = &g_ch[g_nch];
 	ch->inc = ++g_ninc;
@@ -535,31 +553,45 @@ static void spawn_child(int slot)
 	snprintf(spec, sizeof(spec), "%u %llu %llu %llu %u %s %s %s", ch->inc,
 		 (unsigned long long)g_sched_base, (unsigned long long)g_sched_t0,
 		 (unsigned long long)g_sched_seed, g_flags, g_zks.connect, g_name, ch->path);
-	char env[2100];
-	snprintf(env, sizeof(env), "DXL_NEMESIS_CHILD=%s", spec);
 	char err[320];
 	snprintf(err, sizeof(err), "%s/child-%u.err", g_tmp, ch->inc);
 	setenv("DXL_NEMESIS_CHILD", spec, 1);
+	if (name)
+		setenv(name, value, 1);
 	const char *argv[] = {g_self, NULL};
 	ch->pid = dxlt_spawn_io(argv, NULL, err, err);
 	unsetenv("DXL_NEMESIS_CHILD");
+	if (name)
+		unsetenv(name);
 	assert_true(ch->pid > 0);
 	g_live[slot] = (int)g_nch;
 	g_nch++;
 	assert_true(g_nch < MAXCH);
 }
 
-static int coord_kill(void *arg, uint64_t *rng, char *desc, size_t cap)
+static void spawn_child(int slot)
+{
+	spawn_child_env(slot, NULL, NULL);
+}
+
+static int coord_kill_env(void *arg, uint64_t *rng, const char *name, const char *value, char *desc,
+			  size_t cap)
 {
 	(void)arg;
 	int slot = (int)dxlt_nem_rand(rng, 2);
 	struct child *ch = &g_ch[g_live[slot]];
 	kill(ch->pid, SIGKILL);
 	waitpid(ch->pid, NULL, 0);
-	snprintf(desc, cap, "kill -9 coordinator process %u", ch->inc);
 	ch->pid = 0;
-	spawn_child(slot);
+	spawn_child_env(slot, name, value);
+	snprintf(desc, cap, "kill -9 coordinator process %u, process %u started", ch->inc,
+		 g_ch[g_live[slot]].inc);
 	return 0;
+}
+
+static int coord_kill(void *arg, uint64_t *rng, char *desc, size_t cap)
+{
+	return coord_kill_env(arg, rng, NULL, NULL, desc, cap);
 }
 
 /*
@@ -1568,8 +1600,291 @@ static void count_reregistrations(uint64_t *rereg, uint64_t *old_txns)
 	}
 }
 
-static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *max_gap_out,
-			 struct verdict *v)
+/* injections that fired, over every process so far: the replicas' logs
+ * and the coordinator processes' stderr */
+static uint64_t count_events(const char *needle)
+{
+	uint64_t k = dxlt_nem_count_replica_logs(&g_nem, needle);
+	for (uint32_t i = 0; i < g_nch; i++) {
+		char err[320];
+		snprintf(err, sizeof(err), "%s/child-%u.err", g_tmp, g_ch[i].inc);
+		k += count_lines(err, needle);
+	}
+	return k;
+}
+
+/* coverage: kind k was applied, and what it injects fired (a lost reply,
+ * a test-point sleep, a second failure inside a join pull, a promotion) */
+static bool covered(uint32_t k)
+{
+	const char *nm = g_nem.kinds[k].name;
+	if (!g_nem.applied[k])
+		return false;
+	if (!strcmp(nm, "zk-lost-reply"))
+		return count_events("event=zk_fault_injected") > 0;
+	if (!strcmp(nm, "pause-points"))
+		return count_events("event=testpoint_sleep") > 0;
+	if (!strcmp(nm, "join-second-failure"))
+		return g_nem.joins_struck > 0;
+	if (!strcmp(nm, "empty-dir-restart"))
+		return g_nem.empty_new_id > 0;
+	if (!strcmp(nm, "promote-returned"))
+		return g_nem.promoted > 0;
+	return true;
+}
+
+/* the coverage draw: when g_cover, a step runs a kind not covered yet that
+ * can run now (chosen by g_cover_rng; kinds that can run only now --
+ * return-backup, promote-returned -- first), else the seeded draw */
+static bool g_cover;
+static uint64_t g_cover_rng;
+
+static int cover_pick(void)
+{
+	int cand[DXLT_NEM_MAX_KINDS], nc = 0;
+	for (int pass = 0; pass < 2 && !nc; pass++)
+		for (uint32_t k = 0; k < g_nem.nkinds; k++) {
+			const struct dxlt_fault *f = &g_nem.kinds[k];
+			bool cond = !strcmp(f->name, "return-backup") ||
+				    !strcmp(f->name, "promote-returned");
+			if (!f->weight || covered(k) || (f->can && !f->can(&g_nem)) ||
+			    (pass == 0 && !cond))
+				continue;
+			cand[nc++] = (int)k;
+		}
+	/* hold-backup is covered only with its return and the promotion */
+	int hold = dxlt_nem_kind(&g_nem, "hold-backup"), ret_ = dxlt_nem_kind(&g_nem, "return-backup"),
+	    prom = dxlt_nem_kind(&g_nem, "promote-returned");
+	if (!nc && hold >= 0 && g_nem.kinds[hold].weight && !g_nem.held && !g_nem.returned &&
+	    ((ret_ >= 0 && g_nem.kinds[ret_].weight && !covered((uint32_t)ret_)) ||
+	     (prom >= 0 && g_nem.kinds[prom].weight && !covered((uint32_t)prom))))
+		cand[nc++] = hold;
+	return nc ? cand[dxlt_nem_rand(&g_cover_rng, (uint64_t)nc)] : -1;
+}
+
+/* a chain the coverage draw started is still under way (a held backup to
+ * return, a returned one to promote) */
+static bool chain_pending(void)
+{
+	int ret_ = dxlt_nem_kind(&g_nem, "return-backup"), prom = dxlt_nem_kind(&g_nem, "promote-returned");
+	return (g_nem.held && ret_ >= 0 && !covered((uint32_t)ret_)) ||
+	       (g_nem.held && prom >= 0 && !covered((uint32_t)prom)) ||
+	       (g_nem.returned && prom >= 0 && !covered((uint32_t)prom));
+}
+
+/* ---- the log: acknowledged appends through the schedule ------------------------------ */
+
+/*
+ * `dxl log load` appends to every shard through the whole schedule (20/s,
+ * its own writer ring per shard) and writes each acknowledged append
+ * (--acked). After the schedule -- coordinators and load stopped, nothing
+ * appends -- every member's copy of each shard (a member that says MEMBER
+ * with the data identity the configuration recorded for it: the rule of
+ * `dxl log load --verify`, which reads members only) is read with the
+ * library: the log file opened in place (dxl_region_open, dxl_logstore_open:
+ * header checks only) and every ring walked from its persisted head; each acknowledged append
+ * must be there exactly once, unless older than the oldest of the run's
+ * records the copy retains (reclaimed by retention, counted apart).
+ * (`dxl log load --verify` itself tails each member; its tail holds at the
+ * watermark of a ring whose writer was killed -- a coordinator process --
+ * until the slot is taken again, so after a coordinator kill it does not
+ * deliver the last acknowledged append within its 20 s: the library walk
+ * checks the same copies without that wait.)
+ */
+struct logcheck {
+	pid_t pid;
+	char out[400], err[400], acked[400];
+	uint64_t acked_n, checked, copies, missing, dups, reclaimed;
+	uint32_t shards_checked;
+};
+
+/* the last cap - 1 bytes of a file into buf */
+static void tail_of(const char *path, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	long sz = ftell(f);
+	fseek(f, sz > (long)cap - 1 ? sz - ((long)cap - 1) : 0, SEEK_SET);
+	size_t n = fread(buf, 1, cap - 1, f);
+	buf[n] = 0;
+	fclose(f);
+}
+
+static void log_load_start(struct logcheck *lc, uint32_t si)
+{
+	memset(lc, 0, sizeof(*lc));
+	snprintf(lc->out, sizeof(lc->out), "%s/load-%u.out", g_tmp, si);
+	snprintf(lc->err, sizeof(lc->err), "%s/load-%u.err", g_tmp, si);
+	snprintf(lc->acked, sizeof(lc->acked), "%s/load-%u.acked", g_tmp, si);
+	const char *argv[] = {g_dxl,        "log",   "load",         "--dir",     g_dir,
+			      "--rate",     "20",    "--duration",   "0",         "--unavail-ms",
+			      "60000",      "--acked", lc->acked,    NULL};
+	lc->pid = dxlt_spawn_io(argv, NULL, lc->out, lc->err);
+	assert_true(lc->pid > 0);
+}
+
+static int cmp_u64_(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* the run's records of shard in one copy of its log file: their commit
+ * timestamps, sorted, into *ts (malloc'd); count, or -1 */
+static long scan_copy(const char *path, uint32_t node, const char *prefix, uint64_t **ts)
+{
+	struct dxl_region_id id = {.node_id = node, .kind = DXL_REGION_LOG};
+	snprintf(id.cluster, sizeof(id.cluster), "%s", g_name);
+	struct dxl_region *reg = NULL;
+	struct dxl_logstore *ls = NULL;
+	if (dxl_region_open(path, DXL_DUR_PROCESS, &id, &reg))
+		return -1;
+	if (dxl_logstore_open(reg, &ls)) {
+		dxl_region_close(&reg);
+		return -1;
+	}
+	size_t n = 0, cap = 4096, pl = strlen(prefix);
+	uint64_t *a = malloc(cap * sizeof(*a));
+	assert_non_null(a);
+	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		if (dxl_ring_iter_init(&it, ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, NULL)) {
+			if (rec.payload_len < pl || memcmp(rec.payload, prefix, pl))
+				continue;
+			if (n == cap) {
+				cap *= 2;
+				a = realloc(a, cap * sizeof(*a));
+				assert_non_null(a);
+			}
+			a[n++] = rec.commit_ts;
+		}
+	}
+	dxl_logstore_close(&ls);
+	dxl_region_close(&reg);
+	qsort(a, n, sizeof(*a), cmp_u64_);
+	*ts = a;
+	return (long)n;
+}
+
+static void log_load_check(struct logcheck *lc, struct verdict *v)
+{
+	kill(lc->pid, SIGTERM);
+	/* it waits for its appends in flight (up to --unavail-ms) */
+	int st = dxlt_wait_exit(lc->pid, 120000);
+	if (st < 0) {
+		kill(lc->pid, SIGKILL);
+		waitpid(lc->pid, NULL, 0);
+		static char o[4096], e[4096];
+		tail_of(lc->out, o, sizeof(o));
+		tail_of(lc->err, e, sizeof(e));
+		fail_msg("dxl log load did not stop in 120 s after SIGTERM; the end of its output:\n%s\nof its errors:\n%s",
+			 o, e);
+	}
+	/* the acknowledged appends, per shard */
+	uint64_t *ack[2] = {NULL, NULL};
+	size_t nack[2] = {0, 0}, cap[2] = {0, 0};
+	char prefix[2][64] = {"", ""};
+	FILE *f = fopen(lc->acked, "r");
+	if (!f)
+		fail_msg("dxl log load wrote no %s (exit %d)", lc->acked, st);
+	static char line[4096];
+	while (fgets(line, sizeof(line), f)) {
+		unsigned sh;
+		unsigned long long ts;
+		int off = 0;
+		if (sscanf(line, "%u\t%llu\t%n", &sh, &ts, &off) != 2 || sh >= 2)
+			continue;
+		if (!prefix[sh][0]) {
+			/* "load:<run>:<shard>:<n>": the run's records of the shard */
+			const char *p = line + off, *c = p;
+			for (int k = 0; k < 3 && c; k++)
+				c = strchr(c + (k ? 1 : 0), ':');
+			if (c)
+				snprintf(prefix[sh], sizeof(prefix[sh]), "%.*s", (int)(c - p + 1), p);
+		}
+		if (nack[sh] == cap[sh]) {
+			cap[sh] = cap[sh] ? 2 * cap[sh] : 4096;
+			ack[sh] = realloc(ack[sh], cap[sh] * sizeof(uint64_t));
+			assert_non_null(ack[sh]);
+		}
+		ack[sh][nack[sh]++] = ts;
+	}
+	fclose(f);
+	struct dxl_zk *zk = NULL;
+	assert_int_equal(dxlt_zk_open(g_zks.connect, g_name, &zk), 0);
+	struct dxl_cluster_config c;
+	assert_int_equal(dxl_cluster_config_read(zk, &c, NULL), 0);
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	for (uint32_t shard = 0; shard < 2; shard++) {
+		lc->acked_n += nack[shard];
+		if (!nack[shard] || !prefix[shard][0])
+			fail_msg("dxl log load acknowledged no append of shard %u in the schedule (exit %d, %s)", shard,
+				 st, lc->out);
+		const struct dxl_cluster_shard *sh = dxl_cluster_config_shard(&c, shard);
+		uint32_t m[DXL_CONFIG_MAX_REPLICAS];
+		uint32_t nm = sh ? dxl_cluster_shard_members(sh, m) : 0;
+		uint32_t copies = 0;
+		for (uint32_t i = 0; i < nm; i++) {
+			uint64_t rec = dxl_cluster_shard_data_id(sh, m[i]);
+			const struct dxl_shard_desc *sd =
+				dxl_replica_desc_get(zk, m[i], d) ? NULL : dxl_replica_desc_shard(d, shard);
+			if (!sd || sd->state != DXL_SHARD_MEMBER || (rec && sd->data_id != rec))
+				continue; /* not a member with every record (yet) */
+			/* read in place: opening a region and its log only
+			 * checks their headers, the walk only reads, and
+			 * nothing appends now */
+			char from[700];
+			snprintf(from, sizeof(from), "%s/data/%u/shard-%u.log", g_dir, m[i], shard);
+			uint64_t *ts = NULL;
+			long n = scan_copy(from, m[i], prefix[shard], &ts);
+			if (n < 0)
+				fail_msg("member %u's log of shard %u cannot be opened: %s", m[i], shard, dxl_errmsg());
+			copies++;
+			uint64_t oldest = n ? ts[0] : UINT64_MAX, missing = 0, dups = 0, reclaimed = 0;
+			for (long k = 1; k < n; k++)
+				dups += ts[k] == ts[k - 1];
+			for (size_t k = 0; k < nack[shard]; k++) {
+				uint64_t key = ack[shard][k];
+				if (n && bsearch(&key, ts, (size_t)n, sizeof(*ts), cmp_u64_))
+					lc->checked++;
+				else if (key < oldest)
+					reclaimed++;
+				else
+					missing++;
+			}
+			lc->missing += missing;
+			lc->dups += dups;
+			lc->reclaimed += reclaimed;
+			if (missing || dups)
+				anomaly(v, "the log: member %u's copy of shard %u lacks %" PRIu64 " of %zu acknowledged appends (%" PRIu64
+					" duplicated; %s)", m[i], shard, missing, nack[shard], dups, lc->acked);
+			free(ts);
+		}
+		lc->copies += copies;
+		lc->shards_checked += copies > 0;
+		free(ack[shard]);
+	}
+	free(d);
+	dxl_cluster_config_clear(&c);
+	dxl_zk_delete(&zk);
+	print_message("    log: %" PRIu64 " appends acknowledged by dxl log load (exit %d) through the schedule; %" PRIu64
+		      " member copies read: %" PRIu64 " acknowledged appends found, %" PRIu64 " missing, %" PRIu64
+		      " duplicated, %" PRIu64 " reclaimed by retention\n",
+		      lc->acked_n, st, lc->copies, lc->checked, lc->missing, lc->dups, lc->reclaimed);
+	if (lc->shards_checked < 2 || !lc->checked)
+		fail_msg("the log check read %u of 2 shards and found %" PRIu64 " acknowledged appends: no coverage",
+			 lc->shards_checked, lc->checked);
+}
+
+static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, const int *plan, unsigned nplan,
+			 uint64_t *max_gap_out, struct verdict *v, char *kinds_out, size_t kcap)
 {
 	memset(v, 0, sizeof(*v));
 	struct sbsnap s0, s1;
@@ -1587,15 +1902,27 @@ static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *
 	uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
 	struct step st[64];
 	unsigned ns = 0;
+	struct logcheck lc;
+	log_load_start(&lc, si);
 	sleep(2);
-	for (unsigned k = 0; k < nsteps && ns < 63; k++) {
+	kinds_out[0] = 0;
+	size_t ko = 0;
+	/* nsteps, or the plan's; the coverage draw may add up to 3 steps to
+	 * finish a hold -> return -> promote chain it began */
+	unsigned limit = nplan ? nplan : nsteps;
+	for (unsigned k = 0; ns < 63 && (k < limit || (g_cover && !nplan && k < limit + 3 && chain_pending()));
+	     k++) {
 		struct step *s = &st[ns++];
-		int ret = dxlt_nem_step(&g_nem, &rng, &s->kind, s->desc, sizeof(s->desc));
+		int want = nplan ? plan[k] : g_cover ? cover_pick() : -1;
+		int ret = dxlt_nem_step_kind(&g_nem, &rng, want, &s->kind, s->desc, sizeof(s->desc));
 		if (ret)
-			fail_msg("schedule %u step %u: %s", si, k, dxl_errmsg());
+			fail_msg("schedule %u step %u (%s): %s", si, k,
+				 want >= 0 ? g_nem.kinds[want].name : "drawn", dxl_errmsg());
+		ko += (size_t)snprintf(kinds_out + ko, ko < kcap ? kcap - ko : 0, "%s%s", k ? "," : "",
+				       g_nem.kinds[s->kind].name);
 		s->t0 = g_nem.t_inject_ms;
-		uint32_t want = g_nem.held ? 2 : 3;
-		ret = dxlt_nem_wait_members(&g_nem, want, 90000);
+		uint32_t want_m = g_nem.held ? 2 : 3;
+		ret = dxlt_nem_wait_members(&g_nem, want_m, 90000);
 		if (ret)
 			fail_msg("schedule %u step %u (%s: %s): %s", si, k, g_nem.kinds[s->kind].name, s->desc,
 				 dxl_errmsg());
@@ -1619,6 +1946,9 @@ static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *
 			print_message("    coordinator process %u exited with %d\n", ch->inc, stt);
 		ch->pid = 0;
 	}
+	/* the log, quiet now (no transaction traffic makes retention reclaim
+	 * what the verification tails) */
+	log_load_check(&lc, v);
 	/* the final state (the snapshot resolves dead coordinators' locks) */
 	memset(j, 0, sizeof(*j));
 	j->what = 1;
@@ -1670,6 +2000,20 @@ static bool run_schedule(uint32_t si, uint64_t seed, unsigned nsteps, uint64_t *
 	return !v->anomalies && (!slow || getenv("DXL_NEMESIS_NO_LIVENESS"));
 }
 
+/* the kinds with weight (the ones DXL_NEMESIS_FAULTS left) not covered */
+static uint32_t uncovered(char *buf, size_t cap)
+{
+	uint32_t k = 0;
+	size_t o = 0;
+	buf[0] = 0;
+	for (uint32_t i = 0; i < g_nem.nkinds; i++)
+		if (g_nem.kinds[i].weight && !covered(i)) {
+			k++;
+			o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, " %s", g_nem.kinds[i].name);
+		}
+	return k;
+}
+
 static void test_nemesis(void **state)
 {
 	(void)state;
@@ -1683,45 +2027,79 @@ static void test_nemesis(void **state)
 	unsigned nsteps = (unsigned)env_u64("DXL_NEMESIS_STEPS", 3);
 	uint64_t seed0 = env_u64("DXL_NEMESIS_SEED", (uint64_t)time(NULL));
 	bool expect = getenv("DXL_NEMESIS_EXPECT_ANOMALY") != NULL;
-	print_message("  nemesis: %u schedules x %u steps from seed %" PRIu64 "%s%s\n", nsched, nsteps,
-		      seed0, g_flags & 1 ? ", VALIDATION OFF" : "", g_flags & 2 ? ", FENCE OFF" : "");
+	/* DXL_NEMESIS_PLAN=kind,kind,...: the kinds of each step, in order (a
+	 * failing schedule prints its plan: with its seed it replays) */
+	int plan[64];
+	unsigned nplan = 0;
+	const char *pl = getenv("DXL_NEMESIS_PLAN");
+	for (const char *p = pl; p && *p && nplan < 64;) {
+		const char *c = strchr(p, ',');
+		char nm[64];
+		snprintf(nm, sizeof(nm), "%.*s", (int)(c ? (size_t)(c - p) : strlen(p)), p);
+		plan[nplan] = dxlt_nem_kind(&g_nem, nm);
+		if (plan[nplan] < 0)
+			fail_msg("DXL_NEMESIS_PLAN: no fault kind '%s'", nm);
+		nplan++;
+		p = c ? c + 1 : NULL;
+	}
+	/* coverage floors (every kind with weight covered) when the run is
+	 * long enough to hold them: CI's 10 x 3, or DXL_NEMESIS_COVER=1 */
+	bool floors = !nplan && !expect &&
+		      (nsched * nsteps >= 30 || getenv("DXL_NEMESIS_COVER") != NULL);
+	g_cover = floors;
+	g_cover_rng = seed0 * 0x2545f4914f6cdd1dull + 7;
+	print_message("  nemesis: %u schedules x %u steps from seed %" PRIu64 "%s%s%s%s\n", nsched, nsteps,
+		      seed0, g_flags & 1 ? ", VALIDATION OFF" : "", g_flags & 2 ? ", FENCE OFF" : "",
+		      floors ? ", every fault kind covered first" : "", nplan ? ", planned" : "");
 	uint64_t total_anomalies = 0, total_committed = 0, worst = 0, total_unknown = 0;
-	uint32_t failed = 0;
+	uint32_t failed = 0, extra = 0;
 	uint64_t t_start = dxl_now_ms();
-	for (uint32_t s = 0; s < nsched; s++) {
+	char unc[1024];
+	/* the schedules; then, while a kind is not covered, up to 4 more */
+	for (uint32_t s = 0; s < nsched + extra; s++) {
+		if (s >= nsched && !uncovered(unc, sizeof(unc)))
+			break;
+		if (s >= nsched)
+			print_message("  coverage: not yet covered:%s -- schedule %u more\n", unc, s);
 		uint64_t seed = seed0 + s, gap = 0;
 		struct verdict v;
-		bool ok = run_schedule(s, seed, nsteps, &gap, &v);
+		char kinds[1024];
+		bool ok = run_schedule(s, seed, nsteps, plan, nplan, &gap, &v, kinds, sizeof(kinds));
 		total_anomalies += v.anomalies;
 		total_committed += v.committed;
 		total_unknown += v.unknown;
 		worst = DXL_MAX(worst, gap);
 		if (!ok) {
 			failed++;
-			print_message("  to run it again: DXL_NEMESIS_SEED=%" PRIu64 " DXL_NEMESIS_SCHEDULES=1 DXL_NEMESIS_STEPS=%u%s%s%s%s%s%s scripts/test.sh test_nemesis\n",
-				      seed, nsteps, getenv("DXL_NEMESIS_FAULTS") ? " DXL_NEMESIS_FAULTS=" : "",
-				      getenv("DXL_NEMESIS_FAULTS") ? getenv("DXL_NEMESIS_FAULTS") : "",
-				      g_flags & 1 ? " DXL_NEMESIS_NO_VALIDATION=1" : "",
+			print_message("  to run it again: DXL_NEMESIS_SEED=%" PRIu64 " DXL_NEMESIS_SCHEDULES=1 DXL_NEMESIS_PLAN=%s%s%s%s%s%s scripts/test.sh test_nemesis\n",
+				      seed, kinds, g_flags & 1 ? " DXL_NEMESIS_NO_VALIDATION=1" : "",
 				      g_flags & 2 ? " DXL_NEMESIS_NO_FENCE=1" : "",
 				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? " DXL_NEMESIS_NIC_PAUSE_MS=" : "",
-				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? getenv("DXL_NEMESIS_NIC_PAUSE_MS") : "");
+				      getenv("DXL_NEMESIS_NIC_PAUSE_MS") ? getenv("DXL_NEMESIS_NIC_PAUSE_MS") : "",
+				      getenv("DXL_NEMESIS_NO_LIVENESS") ? " DXL_NEMESIS_NO_LIVENESS=1" : "");
 			if (!expect)
 				break;
 		}
 		if (expect && total_anomalies)
 			break;
+		if (floors && s + 1 == nsched + extra && extra < 4 && uncovered(unc, sizeof(unc)))
+			extra++;
 	}
 	print_message("  nemesis: %" PRIu64 " committed, %" PRIu64 " unknown, %" PRIu64 " anomalies, longest time without a commit %" PRIu64
-		      " ms, %.0f s; faults applied:",
-		      total_committed, total_unknown, total_anomalies, worst,
+		      " ms, %u extra schedules for coverage, %.0f s; faults applied:",
+		      total_committed, total_unknown, total_anomalies, worst, extra,
 		      (double)(dxl_now_ms() - t_start) / 1000);
-	uint32_t kinds_used = 0;
-	for (uint32_t k = 0; k < g_nem.nkinds; k++) {
-		if (g_nem.applied[k])
-			kinds_used++;
+	for (uint32_t k = 0; k < g_nem.nkinds; k++)
 		print_message(" %s=%" PRIu64, g_nem.kinds[k].name, g_nem.applied[k]);
-	}
 	print_message("\n");
+	print_message("  reconfiguration coverage: %" PRIu64 " ZooKeeper replies lost, %" PRIu64 " test-point pauses, %" PRIu64
+		      " second failures inside a join pull (%" PRIu64 " joiners not seen joining), %" PRIu64 " crosswise joins, %" PRIu64
+		      " parallel joins (%" PRIu64 " re-added by one epoch), %" PRIu64 " empty-directory restarts re-added under a new data identity, %" PRIu64
+		      " returned backups promoted (%" PRIu64 " could not be: %s)\n",
+		      count_events("event=zk_fault_injected"), count_events("event=testpoint_sleep"),
+		      g_nem.joins_struck, g_nem.joins_missed, g_nem.crosswise, g_nem.parallel_joins,
+		      g_nem.joins_one_epoch, g_nem.empty_new_id, g_nem.promoted, g_nem.promote_skipped,
+		      g_nem.promote_why[0] ? g_nem.promote_why : "-");
 	if (expect) {
 		if (!total_anomalies)
 			fail_msg("no anomaly found, though one was expected (DXL_NEMESIS_EXPECT_ANOMALY%s%s)",
@@ -1739,8 +2117,9 @@ static void test_nemesis(void **state)
 				 g_nem.applied[k]);
 	print_message("  coordinators registered again: %" PRIu64 "; transactions of an old registration that left their locks to resolution: %" PRIu64 "\n",
 		      g_rereg, g_old_reg_txns);
-	if (nsched * nsteps >= 30 && !getenv("DXL_NEMESIS_FAULTS"))
-		assert_true(kinds_used >= 5);
+	if (floors && uncovered(unc, sizeof(unc)))
+		fail_msg("fault kinds never applied (or applied without their fault firing) in %u schedules:%s",
+			 nsched + extra, unc);
 }
 
 /* ---- the cluster ------------------------------------------------------------------------------ */
@@ -1803,7 +2182,9 @@ static int group_setup(void **state)
 	g_nem.zk_restart = zk_restart;
 	g_nem.zk_arg = &g_zks;
 	g_nem.coord_kill = coord_kill;
+	g_nem.coord_kill_env = coord_kill_env;
 	assert_int_equal(dxlt_nem_add_builtin(&g_nem), 0);
+	assert_int_equal(dxlt_nem_add_reconfig(&g_nem), 0);
 	static const struct dxlt_fault stop_coord = {"stop-coordinator", 2, NULL, f_stop_coord};
 	assert_int_equal(dxlt_nem_add(&g_nem, &stop_coord), 0);
 	if (getenv("DXL_NEMESIS_FAULTS"))

@@ -19,6 +19,7 @@
  *    not copy); the CM does not promote it (16.2);
  *  - a primary whose lease ran out answers no table RPC, even while its
  *    lease rule is held up; before serving and before replying (16.5);
+ *  - dxl tail and dxl log load --verify read member copies only;
  *  - more cases are added with their defects.
  *
  * Needs DXL_TEST_ZK=host:port (scripts/test.sh sets it); skips otherwise.
@@ -37,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
 
@@ -1245,6 +1247,150 @@ static void test_tail_member_only(void **state)
 		fail_msg("dxl tail: rc %d, stderr: %s", rc, err);
 }
 
+/*
+ * A daemon whose first registration create (nodes/<id>) is applied but loses
+ * its reply (the ZooKeeper shim): it ended its start-up with "connection
+ * loss" (exit 5) -- a node that never comes back after a restart. It
+ * retries: the znode is its own session's, registering again replaces the
+ * payload. (Found by test_nemesis's zk-lost-reply kind.)
+ */
+static void test_register_lost_reply(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(60);
+	static char bin[PATH_MAX];
+	assert_int_equal(dxlt_prog_path("dxl-replica", bin, sizeof(bin)), 0);
+	char dir[256], logf[256];
+	snprintf(dir, sizeof(dir), "%s/c%d-d1", g_tmp, g_case);
+	snprintf(logf, sizeof(logf), "%s/c%d-d1.out", g_tmp, g_case);
+	static const char *const extra[] = {"-o", "zk.session_timeout_ms=1000", NULL};
+	struct dxlt_replica r = {.bin = bin, .logfile = logf, .append = true, .node = 1,
+				 .dir = dir, .zk = g_zkc, .cluster = g_cluster, .extra = extra};
+	pid_t p = dxlt_spawn_env(&r, "DXL_ZK_FAULTS", "create:/nodes/:reply");
+	if (p < 0)
+		fail_msg("spawn: %s", dxl_errmsg());
+	uint64_t end = dxl_now_ms() + 20000;
+	struct dxl_replica_desc *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	bool reg = false;
+	while (!reg && dxl_now_ms() < end) {
+		int st;
+		if (waitpid(p, &st, WNOHANG) == p) {
+			char cmd[600];
+			snprintf(cmd, sizeof(cmd), "tail -5 '%s' >&2", logf);
+			if (system(cmd)) {
+			}
+			fail_msg("the replica exited during its start-up (status 0x%x) after its registration's reply was lost",
+				 st);
+		}
+		reg = dxl_replica_desc_get(g_zk, 1, d) == 0;
+		if (!reg)
+			usleep(50000);
+	}
+	free(d);
+	if (!reg)
+		fail_msg("the replica did not register in 20 s");
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "grep -q 'event=zk_fault_injected op=create path=.*/nodes/1 kind=lost_reply' '%s'",
+		 logf);
+	if (system(cmd) != 0)
+		fail_msg("the lost reply was not injected (%s)", logf);
+	kill(p, SIGTERM);
+	assert_int_equal(dxlt_wait_exit(p, 10000), 0);
+}
+
+/*
+ * dxl log load --verify read the first replica of the shard's replica set
+ * it could tail -- with the primary down, a backup still joining, which
+ * lacks the records acknowledged before it joined: it reported them
+ * "missing" (a false loss). It reads members only (MEMBER, the recorded data
+ * identity), each of them, and says which replicas it skipped and why.
+ * The load runs while shard 0 = {1}; node 2 (catch-up skipped, join pulls
+ * failing) is added and stays JOINING; the load stops, pauses before its
+ * verification (load.verify) while node 1 stops, then verifies.
+ */
+static void test_load_verify_members_only(void **state)
+{
+	(void)state;
+	NEED_ZK();
+	alarm(120);
+	start(1, 1);
+	start(2, 1);
+	wait_state(1, 0, 0, -1, 10000);
+	wait_state(2, 0, 0, -1, 10000);
+	__atomic_store_n(&g_skip_catchup, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.catch_up.pass", skip_cb, NULL), 0);
+	__atomic_store_n(&g_fail, 1, __ATOMIC_RELEASE);
+	assert_int_equal(dxl_testpoint_set("replica.join_pull.fail", fail_cb, NULL), 0);
+	static const uint32_t e1[1][MAXN + 1] = {{1}};
+	uint64_t ep = config(1, e1);
+	wait_state(1, ep, 0, DXL_SHARD_MEMBER, 10000);
+	char bin[PATH_MAX], out[400], err[400], pause[400];
+	assert_int_equal(dxlt_prog_path("dxl", bin, sizeof(bin)), 0);
+	snprintf(out, sizeof(out), "%s/c%d-load.out", g_tmp, g_case);
+	snprintf(err, sizeof(err), "%s/c%d-load.err", g_tmp, g_case);
+	snprintf(pause, sizeof(pause), "%s/c%d-load-pause", g_tmp, g_case);
+	char spec[600];
+	dxlt_pause_spec(spec, sizeof(spec), "load.verify", pause);
+	const char *argv[] = {bin,      "log",  "load",         "--zk", g_zkc,
+			      "--cluster", g_cluster, "--shards", "0", "--rate", "200", "--duration",
+			      "0",         "--unavail-ms", "2000", "--verify", NULL};
+	setenv("DXL_TESTPOINTS", spec, 1);
+	pid_t p = dxlt_spawn_io(argv, NULL, out, err);
+	unsetenv("DXL_TESTPOINTS");
+	assert_true(p > 0);
+	sleep(2); /* records on node 1 only */
+	static const uint32_t e2[1][MAXN + 1] = {{1, 2}};
+	ep = config(1, e2);
+	wait_state(2, ep, 0, DXL_SHARD_JOINING, 10000);
+	usleep(500000);
+	kill(p, SIGTERM);
+	if (dxlt_pause_wait(pause, 30000))
+		fail_msg("dxl log load did not reach its verification: %s", dxl_errmsg());
+	/* the primary stops (its nodes/1 goes): node 2 is the only replica
+	 * of the shard registered */
+	dxlt_server_stop(&g_n[1].srv);
+	assert_int_equal(dxlt_pause_release(pause), 0);
+	int st = dxlt_wait_exit(p, 60000);
+	char *o = NULL, *e = NULL;
+	size_t olen = 0, elen = 0;
+	FILE *f = fopen(out, "r");
+	if (f) {
+		o = calloc(1, 1 << 20);
+		olen = fread(o, 1, (1 << 20) - 1, f);
+		fclose(f);
+	}
+	f = fopen(err, "r");
+	if (f) {
+		e = calloc(1, 1 << 20);
+		elen = fread(e, 1, (1 << 20) - 1, f);
+		fclose(f);
+	}
+	(void)olen;
+	(void)elen;
+	assert_non_null(o);
+	assert_non_null(e);
+	if (!strstr(o, "load: ") || strstr(o, "load: 0 acknowledged"))
+		fail_msg("the load acknowledged nothing: %s%s", o, e);
+	bool vfailed = false;
+	for (const char *l = o; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		const char *nl = strchr(l, '\n');
+		size_t len = nl ? (size_t)(nl - l) : strlen(l);
+		if (!strncmp(l, "verify:", 7) && memmem(l, len, "FAILED", 6))
+			vfailed = true;
+	}
+	if (strstr(e, "is missing") || vfailed)
+		fail_msg("dxl log load --verify read joining node 2 and reported acknowledged records missing (exit %d):\n%s%s",
+			 st, o, e);
+	if (!strstr(o, "replica 2 of shard 0 is not a member with every record yet (joining)"))
+		fail_msg("dxl log load --verify did not say it skipped joining node 2 (exit %d):\n%s%s", st, o, e);
+	if (!strstr(e, "no member could be tailed") || st != 1)
+		fail_msg("dxl log load --verify: exit %d, want 1 with no member to read:\n%s%s", st, o, e);
+	free(o);
+	free(e);
+}
+
 /* ---- 16.7: a candidacy deleted from outside --------------------------------------- */
 
 /*
@@ -1519,6 +1665,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_member_mark_other_boot, case_setup,
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_tail_member_only, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_load_verify_members_only, case_setup,
+						case_teardown),
+		cmocka_unit_test_setup_teardown(test_register_lost_reply, case_setup,
+						case_teardown),
 	};
 	if (getenv("DXL_TEST_FILTER")) /* a cmocka pattern: one case */
 		cmocka_set_test_filter(getenv("DXL_TEST_FILTER"));
