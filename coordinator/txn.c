@@ -1422,57 +1422,32 @@ static bool settle_retryable(int err)
 	       err == DXL_E_BUSY;
 }
 
-/* nomem_wait -- out of memory for a settle (attempt k): never given up on
- * (a settle that is not queued leaves a lock word set by a live
- * coordinator, which no resolution releases). Retried, the coroutine
- * sleeping, until `end`; then the coordinator stops (DXL_ASSERT) -- once
- * it is gone its locks are resolved, the only way left to release them */
-static void nomem_wait(uint32_t k, uint64_t end, size_t len)
-{
-	if (k % 50 == 0)
-		DXL_WARN("event=coord_settle_nomem bytes=%zu msg=\"out of memory for a settle: retrying\"",
-			 len);
-	DXL_ASSERTF(dxl_now_ms() < end,
-		    "settle queue: no memory for %zu bytes in 5 s: the coordinator stops, its locks go to resolution",
-		    len);
-	if (dxl_co_self())
-		dxl_co_suspend(dxl_now_ns() + 20000000ull);
-	else
-		usleep(20000);
-}
-
 static int settle_push(struct dxl_txn *t, const struct op *o, uint32_t locked_at, bool commit,
 		       int err)
 {
 	struct dxl_coord_worker *w = t->w;
-	uint64_t end = dxl_now_ms() + 5000;
-	/* the value first: a wait for memory yields, and other coroutines
-	 * may push meanwhile (w->settles moves) */
-	void *value = NULL;
-	uint32_t len = 0;
-	if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT) && o->wlen) {
-		for (uint32_t k = 0; !(value = malloc(o->wlen)); k++)
-			nomem_wait(k, end, o->wlen);
-		memcpy(value, t->arena + o->woff, o->wlen);
-		len = o->wlen;
-	}
-	for (uint32_t k = 0; w->nsettle == w->settlecap; k++) {
+	if (w->nsettle == w->settlecap) {
 		uint32_t nc = w->settlecap ? 2 * w->settlecap : 16;
 		struct settle *n = realloc(w->settles, nc * sizeof(*n));
-		if (n) {
-			w->settles = n;
-			w->settlecap = nc;
-		} else {
-			nomem_wait(k, end, nc * sizeof(*n));
-		}
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue");
+		w->settles = n;
+		w->settlecap = nc;
 	}
 	struct settle *e = &w->settles[w->nsettle];
 	*e = (struct settle){.txn = t->id, .shard = o->shard, .table = o->table, .key = o->key,
 			     .slot = o->slot, .locked_at = locked_at, .commit = commit,
 			     .inserted = !o->exists, .wop = o->wop, .inc = o->inc,
 			     .lock_version = o->lock_version, .new_version = o->new_version,
-			     .rec_ts = o->rec_ts, .value = value, .len = len,
-			     .since_ms = dxl_now_ms(), .last_err = err};
+			     .rec_ts = o->rec_ts, .len = 0, .since_ms = dxl_now_ms(),
+			     .last_err = err};
+	if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT) && o->wlen) {
+		e->value = malloc(o->wlen);
+		if (!e->value)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue value");
+		memcpy(e->value, t->arena + o->woff, o->wlen);
+		e->len = o->wlen;
+	}
 	w->nsettle++;
 	DXL_INFO("event=coord_settle_queued txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
 		 " %s code=%s",

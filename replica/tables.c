@@ -1285,31 +1285,12 @@ static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
  * -- committed, since no abort marker cancels it -- but its write-back
  * may not have happened: apply it (idempotent by version). A write set
  * above the watermark is in doubt: its locks stay for the ring's resolver.
- * Returns the write sets applied; *logged (the caller frees it) lists
- * every transaction of coord with a write set in the log, for
- * unlock_coord_inserts (one pass over the rings for both: review finding
- * 9 -- they used to read every ring twice).
+ * Returns the write sets applied.
  */
-static int logged_add(uint64_t **logged, size_t *n, size_t *cap, uint64_t id)
-{
-	if (*n == *cap) {
-		*cap = *cap ? 2 * *cap : 64;
-		uint64_t *x = realloc(*logged, *cap * sizeof(*x));
-		if (!x)
-			return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
-		*logged = x;
-	}
-	(*logged)[(*n)++] = id;
-	return 0;
-}
-
-static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord, uint64_t **logged,
-				size_t *nlog)
+static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 {
 	uint64_t *ab_ids;
-	size_t nab, lcap = 0;
-	*logged = NULL;
-	*nlog = 0;
+	size_t nab;
 	int applied = log_aborted(t->ls, -1, &ab_ids, &nab);
 	if (applied < 0)
 		return applied;
@@ -1323,11 +1304,6 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord, uint64_t *
 		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
 				continue;
-			int lr = logged_add(logged, nlog, &lcap, rec.txn_id);
-			if (lr) {
-				free(ab_ids);
-				return lr;
-			}
 			struct dxl_ws_entry e[64];
 			int n = dxl_writeset_decode(rec.payload, rec.payload_len, e, 64);
 			bool held = false;
@@ -1372,9 +1348,31 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord, uint64_t *
  * set in the log: unlock_coord_forward kept it; one in doubt made
  * unlock_coord_forward refuse.) Returns the records deleted.
  */
-static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord, const uint64_t *logged,
-				size_t nlog)
+static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
 {
+	uint64_t *logged = NULL;
+	size_t nlog = 0, cap = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, t->ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
+				continue;
+			if (nlog == cap) {
+				cap = cap ? 2 * cap : 64;
+				uint64_t *x = realloc(logged, cap * sizeof(*x));
+				if (!x) {
+					free(logged);
+					return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
+				}
+				logged = x;
+			}
+			logged[nlog++] = rec.txn_id;
+		}
+	}
 	int gone = 0;
 	for (size_t i = 0; i < t->npv; i++) {
 		const struct prov *p = &t->pv[i];
@@ -1390,6 +1388,7 @@ static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord, const uint
 				 t->shard, p->table, cur.key, p->owner);
 		}
 	}
+	free(logged);
 	return gone;
 }
 
@@ -1408,15 +1407,10 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 	if (op == DXL_RPC_ID_TABLE_UNLOCK_COORD) {
 		if (!r->key || r->key > 0xffff)
 			return dxl_err_set(DXL_E_INVAL, "unlock-coord: coordinator id %" PRIu64, r->key);
-		uint64_t *logged = NULL;
-		size_t nlog = 0;
-		int fwd = unlock_coord_forward(t, (uint32_t)r->key, &logged, &nlog);
-		if (fwd < 0) {
-			free(logged);
+		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
+		if (fwd < 0)
 			return fwd;
-		}
-		int gone = unlock_coord_inserts(t, (uint32_t)r->key, logged, nlog);
-		free(logged);
+		int gone = unlock_coord_inserts(t, (uint32_t)r->key);
 		if (gone < 0)
 			return gone;
 		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
