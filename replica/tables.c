@@ -1151,17 +1151,14 @@ static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *abo
 	return 0;
 }
 
-/* the txn ids every abort marker of the log names (ring < 0), or of ring
- * `ring` only: one pass over the rings for a whole request (the caller
- * frees *ids) */
-static int log_aborted(const struct dxl_logstore *ls, int ring, uint64_t **ids, size_t *n)
+/* the txn ids every abort marker of the log names: one pass over the rings
+ * for a whole request (the caller frees *ids) */
+static int log_aborted(const struct dxl_logstore *ls, uint64_t **ids, size_t *n)
 {
 	size_t cap = 0;
 	*ids = NULL;
 	*n = 0;
 	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
-		if (ring >= 0 && r != (uint32_t)ring)
-			continue;
 		struct dxl_ring_iter it;
 		struct dxl_rec rec;
 		uint64_t at, m;
@@ -1291,7 +1288,7 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 {
 	uint64_t *ab_ids;
 	size_t nab;
-	int applied = log_aborted(t->ls, -1, &ab_ids, &nab);
+	int applied = log_aborted(t->ls, &ab_ids, &nab);
 	if (applied < 0)
 		return applied;
 	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
@@ -1433,14 +1430,9 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 	int ret = dxl_ring_iter_init(&it, t->ls, ring);
 	if (ret)
 		return ret;
-	/* a record is decided aborted by a marker in its own ring (what the
-	 * backups' applier honours: writer and transaction); one whose only
-	 * marker is in another ring (a resolver took its lock away before it
-	 * landed: coordinator/resolve.c abort_durably) is listed -- TXN_STATUS
-	 * says aborted, and its resolver appends the marker to its ring */
 	uint64_t *ab_ids;
 	size_t nab;
-	if ((ret = log_aborted(t->ls, (int)ring, &ab_ids, &nab)))
+	if ((ret = log_aborted(t->ls, &ab_ids, &nab)))
 		return ret;
 	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 		if (rec.commit_ts < wm || !is_writeset(&rec) || id_in(ab_ids, nab, rec.txn_id))
