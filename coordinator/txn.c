@@ -313,25 +313,6 @@ void coord_worker_resolving(struct dxl_coord_worker *w, bool on)
 		qp_reclaim(w);
 }
 
-/* qp_retire -- e's QP goes to the retired ones (freed by qp_reclaim once
- * nothing that may hold it runs) */
-static int qp_retire(struct dxl_coord_worker *w, struct nqp *e)
-{
-	dxl_rpc_forget_qp(w->rpc, e->qp);
-	if (w->ndead == w->deadcap) {
-		uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
-		struct dead_qp *n = realloc(w->dead_qps, nc * sizeof(*n));
-		if (!n)
-			return dxl_err_set(DXL_E_NOMEM, "worker QPs");
-		w->dead_qps = n;
-		w->deadcap = nc;
-	}
-	w->dead_qps[w->ndead++] = (struct dead_qp){.qp = e->qp, .retired = ++w->qepoch};
-	e->qp = NULL;
-	qp_reclaim(w);
-	return 0;
-}
-
 /* the QP to a node's RPC ctx, connected on first use (and again after an
  * error or an address change) */
 static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
@@ -356,12 +337,22 @@ static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
 		memset(e, 0, sizeof(*e));
 		e->node = vs->primary;
 	}
-	int ret;
-	if (e->qp && (strcmp(e->addr, vs->addr) || dxl_qp_state(e->qp) != DXL_QP_RTS) &&
-	    (ret = qp_retire(w, e)))
-		return ret;
+	if (e->qp && (strcmp(e->addr, vs->addr) || dxl_qp_state(e->qp) != DXL_QP_RTS)) {
+		dxl_rpc_forget_qp(w->rpc, e->qp);
+		if (w->ndead == w->deadcap) {
+			uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
+			struct dead_qp *n = realloc(w->dead_qps, nc * sizeof(*n));
+			if (!n)
+				return dxl_err_set(DXL_E_NOMEM, "worker QPs");
+			w->dead_qps = n;
+			w->deadcap = nc;
+		}
+		w->dead_qps[w->ndead++] = (struct dead_qp){.qp = e->qp, .retired = ++w->qepoch};
+		e->qp = NULL;
+		qp_reclaim(w);
+	}
 	if (!e->qp) {
-		ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
+		int ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
 		if (ret) {
 			dxl_err_prefix("node %u at %s", vs->primary, vs->addr);
 			return ret;
@@ -654,20 +645,6 @@ static int wait_tag(int k, uint64_t tag, enum dxl_wc_status *st)
 
 /* post chain (every wr_id of batch tag) and wait for its nsignaled
  * completions */
-/* co_wait_posted -- wait for the nsignaled completions of a posted batch */
-static int co_wait_posted(int nsignaled, uint64_t tag, const char *what)
-{
-	enum dxl_wc_status st = DXL_WC_SUCCESS;
-	int failed = wait_tag(nsignaled, tag, &st);
-	if (failed < 0)
-		return failed;
-	if (!failed)
-		return 0;
-	if (st == DXL_WC_REM_ACCESS_ERR)
-		return dxl_err_set(DXL_E_ACCESS, "%s: remote access error (fenced: new epoch?)", what);
-	return dxl_err_set(DXL_E_UNREACHABLE, "%s: %s", what, dxl_wc_status_str(st));
-}
-
 static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled, uint64_t tag,
 			const char *what)
 {
@@ -683,7 +660,15 @@ static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled, 
 		dxl_err_prefix("%s", what);
 		return ret;
 	}
-	return co_wait_posted(nsignaled, tag, what);
+	enum dxl_wc_status st = DXL_WC_SUCCESS;
+	int failed = wait_tag(nsignaled, tag, &st);
+	if (failed < 0)
+		return failed;
+	if (!failed)
+		return 0;
+	if (st == DXL_WC_REM_ACCESS_ERR)
+		return dxl_err_set(DXL_E_ACCESS, "%s: remote access error (fenced: new epoch?)", what);
+	return dxl_err_set(DXL_E_UNREACHABLE, "%s: %s", what, dxl_wc_status_str(st));
 }
 
 static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
@@ -1012,12 +997,6 @@ static void worker_renew(struct dxl_coord_worker *w)
 		 (uint32_t)w->c->id, w->idx, failed, w->nsettle, w->nund);
 	w->nund = 0;
 	settles_drop(w);
-	/* the QPs of the old registration name its fabric node id: the
-	 * primaries fence them when they release its locks. New ones, under
-	 * the new id (coord_session_check) */
-	for (uint32_t i = 0; i < w->nqps; i++)
-		if (w->qps[i].qp)
-			qp_retire(w, &w->qps[i]);
 	w->inc = inc;
 }
 
@@ -2439,10 +2418,9 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 	if (txn_unregistered(t))
 		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
 				   t->id);
-	struct dxl_zk *zk = t->w->c->zk;
 	if (mode != DXL_TXN_TWOSIDED && nic &&
 	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability) &&
-	    dxl_zk_lease_valid(zk)) {
+	    dxl_zk_lease_valid(t->w->c->zk)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
 		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;
@@ -2491,38 +2469,8 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		for (int i = 0; i < n; i++)
 			wr[i].wr_id = dxl_co_wrid(tag);
 		res[1] = t->id; /* what the unlock CAS must find */
-		/*
-		 * The registration and the lease are checked again right
-		 * before the post, with no yield in between, and after the QP
-		 * was taken: a lease valid here means this coordinator's
-		 * session had not expired, so nobody had resolved it yet, so
-		 * no primary had fenced this QP (it was connected before);
-		 * a pause from here to the post is covered by that fence --
-		 * the primary closes the registration's QPs before it
-		 * releases its locks (RESOLVE, UNLOCK_COORD), and a request
-		 * of a closed QP never executes (issue 12 review #4). The
-		 * checks made above only chose the path: a yield followed.
-		 */
-		struct dxl_wr *bad = NULL;
-		for (;;) {
-			if (txn_unregistered(t))
-				return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
-						   t->id);
-			if (!dxl_zk_lease_valid(zk))
-				goto rpc;
-			if (t->w->c->cfg.test_hook)
-				t->w->c->cfg.test_hook(DXL_TXN_HOOK_WB_POST, t->id,
-						       t->w->c->cfg.test_hook_arg);
-			ret = dxl_qp_post(qp, wr, &bad);
-			if (ret != DXL_E_AGAIN)
-				break;
-			dxl_co_yield();
-		}
-		if (ret) {
-			dxl_err_prefix("write-back");
-			return ret;
-		}
-		if ((ret = co_wait_posted(1, tag, "write-back")))
+		ret = co_post_wait(qp, wr, 1, tag, "write-back");
+		if (ret)
 			return ret;
 		o->locked = false;
 		uint64_t was = *(volatile uint64_t *)&res[1];
@@ -2541,7 +2489,6 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		}
 		return 0;
 	}
-rpc:;
 	struct dxl_table_req req = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
 				    .version = o->new_version,
 				    .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,

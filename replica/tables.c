@@ -1846,40 +1846,6 @@ static bool mutates(uint16_t op)
 	return false;
 }
 
-/*
- * fence_coord -- before a resolution request releases or writes over what
- * a gone coordinator holds (RESOLVE of one of its transactions' entries,
- * UNLOCK_COORD): the QPs that
- * coordinator connected under that registration are closed at this node's
- * fabric, so that nothing it posted -- a one-sided write-back held by a
- * pause between its lease check and its post -- executes after the locks
- * are gone (issue 12 review #4: a record overwritten by an older version
- * after a later commit). Every time: a coordinator id is registered again
- * only once the old one is resolved, and the fence is cheap (one pass of
- * the NIC thread). verbs has no fence: its records take no one-sided WRITE
- * (dxl_record_wb_onesided_ok), and an old lock CAS finds the word changed.
- */
-static int fence_coord(struct dxl_table_svc *svc, uint16_t op, const struct dxl_table_req *r)
-{
-	uint64_t id;
-	if (op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
-		id = r->key;
-	else if (op == DXL_RPC_ID_TABLE_RESOLVE)
-		id = r->owner >> 48;
-	else
-		return 0;
-	if (!id || id > 0xffff)
-		return dxl_err_set(DXL_E_INVAL, "%s: coordinator id %" PRIu64,
-				   dxl_table_op_name(op), id);
-	int ret = dxl_fabric_fence_node(svc->f, DXL_COORD_FABRIC_NODE(id));
-	if (ret == DXL_E_NOTSUP && dxl_fabric_provider(svc->f) == DXL_FABRIC_VERBS)
-		return 0;
-	if (ret)
-		return dxl_err_set(DXL_E_UNAVAIL, "node %u: could not fence coordinator %" PRIu64 " (%s)",
-				   svc->node_id, id, dxl_errmsg());
-	return 0;
-}
-
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		  size_t len, void *reply, size_t cap, size_t *reply_len)
 {
@@ -1922,8 +1888,6 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		ret = dxl_err_set(DXL_E_UNAVAIL,
 				  "node %u became the primary of shard %u and is applying its log",
 				  svc->node_id, r.shard);
-	else if ((ret = fence_coord(svc, op, &r)))
-		;
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);
 	/* and before the reply of a read-only operation: what was read may be

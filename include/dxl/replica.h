@@ -368,18 +368,6 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	DXL_RPC_ID_TABLE_LOCK_OWNERS = 1020,
 };
 
-/*
- * A coordinator's fabric node id: 0x10000 + its registration id (a
- * coordinator that registers again takes the new id's, for the QPs it
- * connects from then on: dxl_fabric_set_node_id). Before RESOLVE and
- * UNLOCK_COORD change anything, the primary fences the coordinator they
- * are for (UNLOCK_COORD: key; RESOLVE: owner >> 48) at its fabric
- * (dxl_fabric_fence_node): no one-sided request of that registration's
- * QPs executes any more -- a write-back it posted after a pause cannot land
- * over a later commit once its locks were released (issue 12 review #4).
- */
-#define DXL_COORD_FABRIC_NODE(id) (0x10000u + (uint32_t)(id))
-
 /* TXN_STATUS's answer (in the reply's holder field) */
 enum dxl_txn_status {
 	DXL_TXN_ABSENT = 0,  /* no record of the transaction in this shard's log */

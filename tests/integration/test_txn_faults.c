@@ -1296,99 +1296,6 @@ static void test_no_commit_after_reregistration(void **state)
 	env_close(&e);
 }
 
-/* ---- review #4: a one-sided write-back held past its coordinator's session ------------ */
-
-struct wbhold_hook {
-	bool armed;
-	struct dxl_zk *zk; /* the coordinator's session */
-	uint64_t txn;      /* the transaction whose post was held */
-	int other_ret;     /* the other coordinator's put of 555 */
-	char other_msg[512];
-};
-
-static void *wbhold_other(void *arg)
-{
-	struct wbhold_hook *h = arg;
-	struct env e2;
-	env_open(&e2, NULL, NULL);
-	struct tx x = {.wk = {76}, .nw = 1, .op = 'p', .val = 555, .max_tries = 200};
-	h->other_ret = tx_run(&e2, &x);
-	memcpy(h->other_msg, x.msg, sizeof(h->other_msg));
-	env_close(&e2);
-	return NULL;
-}
-
-static void hook_wbhold(int where, uint64_t txn, void *arg)
-{
-	struct wbhold_hook *h = arg;
-	if (where != DXL_TXN_HOOK_WB_POST || !h->armed)
-		return;
-	h->armed = false;
-	h->txn = txn;
-	/* the chain passed its checks (registration, lease) and is about to
-	 * be posted: the coordinator pauses here past its session (injected:
-	 * its session expires), another coordinator resolves it -- rolls the
-	 * committed record forward, releases the lock -- and commits 555 over
-	 * key 76. Then the held post goes out. */
-	assert_int_equal(dxl_zk_inject_expiry(h->zk), 0);
-	uint64_t end = dxl_now_ms() + 15000;
-	while (dxl_zk_state(h->zk) != DXL_ZK_EXPIRED && dxl_now_ms() < end)
-		usleep(20 * 1000);
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, wbhold_other, h), 0);
-	pthread_join(th, NULL);
-	print_message("  txn 0x%" PRIx64 ": write-back post held; session expired; another coordinator's put of 555: %s %s\n",
-		      txn, dxl_errname(h->other_ret), h->other_msg);
-}
-
-/*
- * Review of issue 12, #4. A coordinator commits 777 to key 76 and stops
- * between the checks of its one-sided write-back (registration, lease)
- * and its post, longer than its session: another coordinator resolves it
- * (the record rolled forward, the lock released) and commits 555. Then
- * the held chain is posted on the QP it had. Before the fix the primary
- * executed it: key 76 went back to 777 with an older version (the unlock
- * CAS found the word not the transaction's: wb_lock_lost). Now the
- * primary fences the coordinator's QPs before it releases its locks
- * (RESOLVE, UNLOCK_COORD): the post never executes, key 76 stays 555.
- */
-static void test_writeback_fenced_after_expiry(void **state)
-{
-	(void)state;
-	NEED_ENV();
-	struct env e;
-	struct wbhold_hook h = {0};
-	env_open(&e, hook_wbhold, &h);
-	h.zk = e.zk;
-	insert_keys(&e, 76, 1, 1);
-	uint32_t id0 = dxl_coord_id(e.c);
-	struct tx a = {.wk = {76}, .nw = 1, .op = 'p', .val = 777, .max_tries = 1};
-	h.armed = true;
-	int ret = tx_run(&e, &a);
-	print_message("  A (txn 0x%" PRIx64 "): %s %s\n", a.info.id, dxl_errname(ret), a.msg);
-	assert_false(h.armed); /* the hook ran: the chain was about to be posted */
-	assert_int_equal(h.other_ret, 0);
-	assert_int_equal(ret, 0); /* A committed (its write-back is resolution's) */
-	int64_t v = 0;
-	struct dxl_coord_stats st;
-	/* the read registers the coordinator again first; several times:
-	 * a write landing late would show */
-	for (int i = 0; i < 5; i++) {
-		assert_int_equal(get1(&e, 76, &v), 0);
-		if (v != 555)
-			break;
-		usleep(100 * 1000);
-	}
-	dxl_coord_stats(e.c, &st);
-	print_message("  key 76 = %" PRId64 "; coordinator %u -> %u; write-backs without their lock: %" PRIu64 "\n",
-		      v, id0, dxl_coord_id(e.c), st.wb_lock_lost);
-	if (v != 555)
-		fail_msg("key 76 = %" PRId64 ": the write-back of txn 0x%" PRIx64 ", posted after its coordinator's session expired and its lock was resolved, landed over the later commit of 555",
-			 v, h.txn);
-	assert_int_equal(st.wb_lock_lost, 0);
-	env_close(&e);
-}
-
 /* ---- item 7: a record in doubt larger than an RPC reply ------------------------------- */
 
 /*
@@ -1787,7 +1694,6 @@ int main(void)
 		cmocka_unit_test(test_large_record_in_doubt),
 		cmocka_unit_test(test_session_expiry_registers_again),
 		cmocka_unit_test(test_no_commit_after_reregistration),
-		cmocka_unit_test(test_writeback_fenced_after_expiry),
 		cmocka_unit_test(test_commit_settles_at_new_primary),
 		cmocka_unit_test(test_reads_are_fenced),
 		cmocka_unit_test(test_insert_in_doubt_across_failover),
