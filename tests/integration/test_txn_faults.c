@@ -1490,6 +1490,21 @@ static void hook_stop_node(int where, uint64_t txn, void *arg)
  */
 static bool abort_keeps_locks_attempt(int attempt);
 
+/* the state letter of /proc/<pid>/stat ('T' stopped), '?' if unreadable */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return '?';
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* after the command name */
+	return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
 static void test_abort_keeps_locks_until_decided(void **state)
 {
 	(void)state;
@@ -1542,7 +1557,12 @@ static bool abort_keeps_locks_attempt(int attempt)
 	raw_slot(&r, 0, T1, 42, &lock);
 	print_message("  the transaction: %s (maybe %d); key 42's lock word 0x%" PRIx64 " (txn 0x%" PRIx64 ")\n",
 		      dxl_errname(ret), x.info.maybe, lock, x.info.id);
+	char pstate = proc_state(h.pid);
 	kill(h.pid, SIGCONT);
+	if (ret == 0 && pstate != 'T')
+		fail_msg("the premise failed: node %u (pid %d, from cluster.json) was not stopped "
+			 "when txn 0x%" PRIx64 " committed (process state '%c')",
+			 h.node, (int)h.pid, x.info.id, pstate);
 	if (ret == 0) {
 		/* committed without the stopped backup: only right if the
 		 * configuration changed meanwhile and no longer needed it */
