@@ -145,7 +145,7 @@ test-long: all
 		DXL_TEST_TIMEOUT=1200 scripts/run-tests.sh $(O)/tests test_failover && \
 	DXL_TXN_CRASH_STEPS=$${DXL_TXN_CRASH_STEPS:-200} DXL_TEST_TIMEOUT=4800 \
 		scripts/run-tests.sh $(O)/tests test_txn_crash && \
-	DXL_NEMESIS_SCHEDULES=$${DXL_NEMESIS_SCHEDULES:-200} DXL_NEMESIS_STEPS=$${DXL_NEMESIS_STEPS:-4} \
+	DXL_NEMESIS_RECONFIG=1 DXL_NEMESIS_SCHEDULES=$${DXL_NEMESIS_SCHEDULES:-200} DXL_NEMESIS_STEPS=$${DXL_NEMESIS_STEPS:-4} \
 		DXL_TEST_TIMEOUT=14400 scripts/run-tests.sh $(O)/tests test_nemesis; \
 	rc=$$?; scripts/zk.sh stop $$zkd >/dev/null 2>&1; rm -rf $$zkd; exit $$rc
 

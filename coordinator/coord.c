@@ -229,11 +229,6 @@ int coord_session_check(struct dxl_coord *c)
 		ret = dxl_coord_znode_create(c->zk, 0, DXL_COORD_MAX_ID,
 					     c->cfg.info[0] ? c->cfg.info : NULL, &id);
 		if (!ret) {
-			/* the QPs connected from now on name the new id: the
-			 * fence of the old one (its resolution) closes only the
-			 * old registration's (worker_renew drops those) */
-			if (c->f)
-				dxl_fabric_set_node_id(c->f, DXL_COORD_FABRIC_NODE(id));
 			c->id = id;
 			c->session_epoch = dxl_zk_session_epoch(c->zk);
 			atomic_fetch_add(&c->inc, 1);
@@ -311,7 +306,7 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 			peer = v0->shards[s].addr;
 	struct dxl_fabric_cfg fc;
 	dxl_fabric_cfg_init(&fc);
-	fc.node_id = DXL_COORD_FABRIC_NODE(c->id); /* coordinators are not replica nodes */
+	fc.node_id = 0x10000u + c->id; /* coordinators are not replica nodes */
 	snprintf(fc.listen_addr, sizeof(fc.listen_addr), "%s", cfg->bind);
 	fc.timeout_ms = cfg->fabric_timeout_ms;
 	/* verbs: a loopback bind becomes the interface that reaches them */

@@ -218,44 +218,8 @@ static int list_doubt(struct dxl_coord_worker *w, const struct view *v, uint32_t
  */
 #define RESOLVE_WAIT_MS 5000
 
-/* registered_now -- coordinator id is registered at this moment (the
- * resolution's list is older; a failed read counts as registered: never
- * take a lock over on a guess) */
-static bool registered_now(struct dxl_coord *c, uint32_t id)
-{
-	uint32_t live[1024];
-	int nl = dxl_coord_znode_list(c->zk, live, 1024);
-	if (nl < 0)
-		return true;
-	for (int k = 0; k < nl && k < 1024; k++)
-		if (live[k] == id)
-			return true;
-	return false;
-}
-
-/*
- * abort_durably -- holder (a transaction of a gone coordinator) has no
- * write set in shard s's log at this instant: before its lock is taken
- * away, an abort marker for it goes into the resolver's ring of s and is
- * acknowledged (on every member). From then on TXN_STATUS answers ABORTED
- * for it at s whatever lands later, so no resolution decides it committed
- * -- a record of it still in flight that lands afterwards is resolved as
- * aborted (IN_DOUBT lists it: its ring has no marker of its own; its
- * resolver appends one there). Without the marker (issue 12 review #5)
- * "never logged" was one primary's answer at one instant: such a record
- * was later resolved as committed, after its lock had been given away.
- */
-static int abort_durably(struct dxl_log_writer *lw, uint64_t holder)
-{
-	uint8_t m[DXL_ABORT_SIZE];
-	uint64_t ts;
-	dxl_abort_marker_encode(holder, m, sizeof(m));
-	int ret = dxl_log_writer_append(lw, m, sizeof(m), holder, &ts);
-	return ret ? ret : log_wait_one(lw, ts);
-}
-
 static int resolve_entry(struct rctx *x, uint32_t s, const struct doubt *d,
-			 const struct dxl_ws_entry *e, bool commit, struct dxl_log_writer *lw)
+			 const struct dxl_ws_entry *e, bool commit)
 {
 	uint64_t end = dxl_now_ms() + RESOLVE_WAIT_MS;
 	for (uint32_t tries = 0;; tries++) {
@@ -279,15 +243,9 @@ static int resolve_entry(struct rctx *x, uint32_t s, const struct doubt *d,
 			struct dxl_table_rep sr;
 			int r2 = coord_table_call(x->w, x->v, s, DXL_RPC_ID_TABLE_TXN_STATUS, &st, &sr,
 						  NULL, 0);
-			/* never logged here (or aborted): it cannot commit -- once
-			 * that is durable; take its lock away (an abort of an
-			 * update releases the lock only). Its coordinator is
-			 * checked again first: the list is up to seconds old, and
-			 * a coordinator registered since then is alive. */
-			if (r2 == 0 &&
-			    (sr.holder == DXL_TXN_ABSENT || sr.holder == DXL_TXN_ABORTED) &&
-			    !registered_now(coord_worker_coord(x->w), hc) &&
-			    (sr.holder == DXL_TXN_ABORTED || (r2 = abort_durably(lw, holder)) == 0)) {
+			if (r2 == 0 && sr.holder == DXL_TXN_ABSENT) {
+				/* never logged here: it cannot commit; take its lock
+				 * away (an abort of an update releases the lock only) */
 				struct dxl_table_req rel = {.table = e->table, .key = e->key,
 							    .owner = holder, .version = 2,
 							    .flags = DXL_WS_UPDATE |
@@ -300,10 +258,6 @@ static int resolve_entry(struct rctx *x, uint32_t s, const struct doubt *d,
 					 s, e->key, holder, d->txn, dxl_errname(r2));
 				continue;
 			}
-			if (r2)
-				DXL_WARN("event=resolve_take_failed shard=%u key=%" PRIu64 " holder=0x%" PRIx64
-					 " code=%s msg=\"%s\"",
-					 s, e->key, holder, dxl_errname(r2), dxl_errmsg());
 		}
 		if (dxl_now_ms() >= end)
 			return dxl_err_set(DXL_E_BUSY,
@@ -326,7 +280,7 @@ static int resolve_one(struct rctx *x, uint32_t s, uint32_t r, const struct doub
 	if (ne < 0)
 		return ne;
 	for (int i = 0; i < ne && i < DXL_TXN_MAX_OPS; i++) {
-		int ret = resolve_entry(x, s, d, &e[i], dec == 1, lw);
+		int ret = resolve_entry(x, s, d, &e[i], dec == 1);
 		if (ret)
 			return ret;
 	}

@@ -313,25 +313,6 @@ void coord_worker_resolving(struct dxl_coord_worker *w, bool on)
 		qp_reclaim(w);
 }
 
-/* qp_retire -- e's QP goes to the retired ones (freed by qp_reclaim once
- * nothing that may hold it runs) */
-static int qp_retire(struct dxl_coord_worker *w, struct nqp *e)
-{
-	dxl_rpc_forget_qp(w->rpc, e->qp);
-	if (w->ndead == w->deadcap) {
-		uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
-		struct dead_qp *n = realloc(w->dead_qps, nc * sizeof(*n));
-		if (!n)
-			return dxl_err_set(DXL_E_NOMEM, "worker QPs");
-		w->dead_qps = n;
-		w->deadcap = nc;
-	}
-	w->dead_qps[w->ndead++] = (struct dead_qp){.qp = e->qp, .retired = ++w->qepoch};
-	e->qp = NULL;
-	qp_reclaim(w);
-	return 0;
-}
-
 /* the QP to a node's RPC ctx, connected on first use (and again after an
  * error or an address change) */
 static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
@@ -356,12 +337,22 @@ static int node_qp(struct dxl_coord_worker *w, const struct view_shard *vs,
 		memset(e, 0, sizeof(*e));
 		e->node = vs->primary;
 	}
-	int ret;
-	if (e->qp && (strcmp(e->addr, vs->addr) || dxl_qp_state(e->qp) != DXL_QP_RTS) &&
-	    (ret = qp_retire(w, e)))
-		return ret;
+	if (e->qp && (strcmp(e->addr, vs->addr) || dxl_qp_state(e->qp) != DXL_QP_RTS)) {
+		dxl_rpc_forget_qp(w->rpc, e->qp);
+		if (w->ndead == w->deadcap) {
+			uint32_t nc = w->deadcap ? 2 * w->deadcap : 8;
+			struct dead_qp *n = realloc(w->dead_qps, nc * sizeof(*n));
+			if (!n)
+				return dxl_err_set(DXL_E_NOMEM, "worker QPs");
+			w->dead_qps = n;
+			w->deadcap = nc;
+		}
+		w->dead_qps[w->ndead++] = (struct dead_qp){.qp = e->qp, .retired = ++w->qepoch};
+		e->qp = NULL;
+		qp_reclaim(w);
+	}
 	if (!e->qp) {
-		ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
+		int ret = dxl_qp_connect(w->ctx, vs->addr, vs->rpc_ctx, &e->qp);
 		if (ret) {
 			dxl_err_prefix("node %u at %s", vs->primary, vs->addr);
 			return ret;
@@ -654,20 +645,6 @@ static int wait_tag(int k, uint64_t tag, enum dxl_wc_status *st)
 
 /* post chain (every wr_id of batch tag) and wait for its nsignaled
  * completions */
-/* co_wait_posted -- wait for the nsignaled completions of a posted batch */
-static int co_wait_posted(int nsignaled, uint64_t tag, const char *what)
-{
-	enum dxl_wc_status st = DXL_WC_SUCCESS;
-	int failed = wait_tag(nsignaled, tag, &st);
-	if (failed < 0)
-		return failed;
-	if (!failed)
-		return 0;
-	if (st == DXL_WC_REM_ACCESS_ERR)
-		return dxl_err_set(DXL_E_ACCESS, "%s: remote access error (fenced: new epoch?)", what);
-	return dxl_err_set(DXL_E_UNREACHABLE, "%s: %s", what, dxl_wc_status_str(st));
-}
-
 static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled, uint64_t tag,
 			const char *what)
 {
@@ -683,7 +660,15 @@ static int co_post_wait(struct dxl_qp *qp, struct dxl_wr *chain, int nsignaled, 
 		dxl_err_prefix("%s", what);
 		return ret;
 	}
-	return co_wait_posted(nsignaled, tag, what);
+	enum dxl_wc_status st = DXL_WC_SUCCESS;
+	int failed = wait_tag(nsignaled, tag, &st);
+	if (failed < 0)
+		return failed;
+	if (!failed)
+		return 0;
+	if (st == DXL_WC_REM_ACCESS_ERR)
+		return dxl_err_set(DXL_E_ACCESS, "%s: remote access error (fenced: new epoch?)", what);
+	return dxl_err_set(DXL_E_UNREACHABLE, "%s: %s", what, dxl_wc_status_str(st));
 }
 
 static void wr_read(struct dxl_wr *wr, void *local, uint32_t lk, uint32_t len,
@@ -1012,12 +997,6 @@ static void worker_renew(struct dxl_coord_worker *w)
 		 (uint32_t)w->c->id, w->idx, failed, w->nsettle, w->nund);
 	w->nund = 0;
 	settles_drop(w);
-	/* the QPs of the old registration name its fabric node id: the
-	 * primaries fence them when they release its locks. New ones, under
-	 * the new id (coord_session_check) */
-	for (uint32_t i = 0; i < w->nqps; i++)
-		if (w->qps[i].qp)
-			qp_retire(w, &w->qps[i]);
 	w->inc = inc;
 }
 
@@ -1422,57 +1401,32 @@ static bool settle_retryable(int err)
 	       err == DXL_E_BUSY;
 }
 
-/* nomem_wait -- out of memory for a settle (attempt k): never given up on
- * (a settle that is not queued leaves a lock word set by a live
- * coordinator, which no resolution releases). Retried, the coroutine
- * sleeping, until `end`; then the coordinator stops (DXL_ASSERT) -- once
- * it is gone its locks are resolved, the only way left to release them */
-static void nomem_wait(uint32_t k, uint64_t end, size_t len)
-{
-	if (k % 50 == 0)
-		DXL_WARN("event=coord_settle_nomem bytes=%zu msg=\"out of memory for a settle: retrying\"",
-			 len);
-	DXL_ASSERTF(dxl_now_ms() < end,
-		    "settle queue: no memory for %zu bytes in 5 s: the coordinator stops, its locks go to resolution",
-		    len);
-	if (dxl_co_self())
-		dxl_co_suspend(dxl_now_ns() + 20000000ull);
-	else
-		usleep(20000);
-}
-
 static int settle_push(struct dxl_txn *t, const struct op *o, uint32_t locked_at, bool commit,
 		       int err)
 {
 	struct dxl_coord_worker *w = t->w;
-	uint64_t end = dxl_now_ms() + 5000;
-	/* the value first: a wait for memory yields, and other coroutines
-	 * may push meanwhile (w->settles moves) */
-	void *value = NULL;
-	uint32_t len = 0;
-	if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT) && o->wlen) {
-		for (uint32_t k = 0; !(value = malloc(o->wlen)); k++)
-			nomem_wait(k, end, o->wlen);
-		memcpy(value, t->arena + o->woff, o->wlen);
-		len = o->wlen;
-	}
-	for (uint32_t k = 0; w->nsettle == w->settlecap; k++) {
+	if (w->nsettle == w->settlecap) {
 		uint32_t nc = w->settlecap ? 2 * w->settlecap : 16;
 		struct settle *n = realloc(w->settles, nc * sizeof(*n));
-		if (n) {
-			w->settles = n;
-			w->settlecap = nc;
-		} else {
-			nomem_wait(k, end, nc * sizeof(*n));
-		}
+		if (!n)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue");
+		w->settles = n;
+		w->settlecap = nc;
 	}
 	struct settle *e = &w->settles[w->nsettle];
 	*e = (struct settle){.txn = t->id, .shard = o->shard, .table = o->table, .key = o->key,
 			     .slot = o->slot, .locked_at = locked_at, .commit = commit,
 			     .inserted = !o->exists, .wop = o->wop, .inc = o->inc,
 			     .lock_version = o->lock_version, .new_version = o->new_version,
-			     .rec_ts = o->rec_ts, .value = value, .len = len,
-			     .since_ms = dxl_now_ms(), .last_err = err};
+			     .rec_ts = o->rec_ts, .len = 0, .since_ms = dxl_now_ms(),
+			     .last_err = err};
+	if (commit && (o->wop == DXL_WS_UPDATE || o->wop == DXL_WS_INSERT) && o->wlen) {
+		e->value = malloc(o->wlen);
+		if (!e->value)
+			return dxl_err_set(DXL_E_NOMEM, "settle queue value");
+		memcpy(e->value, t->arena + o->woff, o->wlen);
+		e->len = o->wlen;
+	}
 	w->nsettle++;
 	DXL_INFO("event=coord_settle_queued txn=0x%" PRIx64 " shard=%u table=%u key=%" PRIu64
 		 " %s code=%s",
@@ -2036,11 +1990,7 @@ static int validate_phase(struct dxl_txn *t, bool all)
 			if (seen)
 				continue;
 			done[nd++] = o->shard;
-			/* with the registration the READs used (its rkey): a
-			 * node that registered again since (a new session)
-			 * refuses (issue 12 review #7) */
-			struct dxl_table_req req = {.table = o->table,
-						    .version = o->vt->st.t.records.rkey};
+			struct dxl_table_req req = {0};
 			struct dxl_table_rep rep;
 			if ((ret = table_rpc(t, o, DXL_RPC_ID_TABLE_FENCE, &req, &rep, NULL, 0))) {
 				dxl_err_prefix("fence of shard %u at node %u", o->shard,
@@ -2468,10 +2418,9 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 	if (txn_unregistered(t))
 		return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
 				   t->id);
-	struct dxl_zk *zk = t->w->c->zk;
 	if (mode != DXL_TXN_TWOSIDED && nic &&
 	    dxl_record_wb_onesided_ok(t->v->provider, vs->durability) &&
-	    dxl_zk_lease_valid(zk)) {
+	    dxl_zk_lease_valid(t->w->c->zk)) {
 		uint32_t ss = o->vt->st.t.slot_size;
 		uint32_t nb = dxl_record_wb_bytes(ss);
 		uint32_t nwr = dxl_record_wb_nwr(ss) + DXL_RECORD_WB_UNLOCK_EXTRA;
@@ -2520,38 +2469,8 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		for (int i = 0; i < n; i++)
 			wr[i].wr_id = dxl_co_wrid(tag);
 		res[1] = t->id; /* what the unlock CAS must find */
-		/*
-		 * The registration and the lease are checked again right
-		 * before the post, with no yield in between, and after the QP
-		 * was taken: a lease valid here means this coordinator's
-		 * session had not expired, so nobody had resolved it yet, so
-		 * no primary had fenced this QP (it was connected before);
-		 * a pause from here to the post is covered by that fence --
-		 * the primary closes the registration's QPs before it
-		 * releases its locks (RESOLVE, UNLOCK_COORD), and a request
-		 * of a closed QP never executes (issue 12 review #4). The
-		 * checks made above only chose the path: a yield followed.
-		 */
-		struct dxl_wr *bad = NULL;
-		for (;;) {
-			if (txn_unregistered(t))
-				return dxl_err_set(DXL_E_STALE, "transaction 0x%" PRIx64 ": its coordinator registered again: write-back left to resolution",
-						   t->id);
-			if (!dxl_zk_lease_valid(zk))
-				goto rpc;
-			if (t->w->c->cfg.test_hook)
-				t->w->c->cfg.test_hook(DXL_TXN_HOOK_WB_POST, t->id,
-						       t->w->c->cfg.test_hook_arg);
-			ret = dxl_qp_post(qp, wr, &bad);
-			if (ret != DXL_E_AGAIN)
-				break;
-			dxl_co_yield();
-		}
-		if (ret) {
-			dxl_err_prefix("write-back");
-			return ret;
-		}
-		if ((ret = co_wait_posted(1, tag, "write-back")))
+		ret = co_post_wait(qp, wr, 1, tag, "write-back");
+		if (ret)
 			return ret;
 		o->locked = false;
 		uint64_t was = *(volatile uint64_t *)&res[1];
@@ -2570,7 +2489,6 @@ static int commit_one(struct dxl_txn *t, struct op *o, bool retry)
 		}
 		return 0;
 	}
-rpc:;
 	struct dxl_table_req req = {.slot = o->slot, .owner = t->id, .ts = o->rec_ts,
 				    .version = o->new_version,
 				    .flags = nic ? 0 : DXL_TABLE_WB_UNLOCK,

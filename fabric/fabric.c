@@ -156,7 +156,6 @@ int dxl_fabric_new(const struct dxl_fabric_cfg *cfg, struct dxl_fabric **out)
 	if (!f)
 		return dxl_err_set(DXL_E_NOMEM, "fabric: out of memory");
 	f->cfg = *cfg;
-	atomic_init(&f->node_id, cfg->node_id);
 	f->ops = cfg->provider == DXL_FABRIC_VERBS ? &dxl_fabric_verbs_ops
 						   : &dxl_fabric_tcp_ops;
 	pthread_mutex_init(&f->lock, NULL);
@@ -199,21 +198,7 @@ const char *dxl_fabric_addr(const struct dxl_fabric *f)
 
 uint32_t dxl_fabric_node_id(const struct dxl_fabric *f)
 {
-	return atomic_load(&((struct dxl_fabric *)f)->node_id);
-}
-
-void dxl_fabric_set_node_id(struct dxl_fabric *f, uint32_t node)
-{
-	atomic_store(&f->node_id, node);
-}
-
-int dxl_fabric_fence_node(struct dxl_fabric *f, uint32_t node)
-{
-	if (!f->ops->fence_node)
-		return dxl_err_set(DXL_E_NOTSUP,
-				   "fence of node %u: the %s provider cannot fence a peer's QPs",
-				   node, f->ops->name);
-	return f->ops->fence_node(f, node);
+	return f->cfg.node_id;
 }
 
 enum dxl_fabric_provider dxl_fabric_provider(const struct dxl_fabric *f)

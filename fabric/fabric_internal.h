@@ -3,7 +3,6 @@
 #define DXL_FABRIC_INTERNAL_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "common/common.h"
@@ -27,10 +26,6 @@ struct dxl_fabric {
 	struct dxl_fabric_cfg cfg;
 	char addr[DXL_FABRIC_ADDR_MAX]; /* set by ops->open: actual listen addr */
 	void *prov;                     /* provider state */
-	/* the node id this fabric names itself with in the handshakes of
-	 * the QPs it connects from now on (cfg.node_id at first;
-	 * dxl_fabric_set_node_id) */
-	_Atomic uint32_t node_id;
 
 	pthread_mutex_t lock;           /* protects ctx[] and mrs */
 	struct dxl_ctx *ctx[DXL_FABRIC_MAX_CTX];
@@ -80,8 +75,6 @@ struct dxl_fabric_ops {
 	int (*power_fail_arm)(struct dxl_fabric *f, enum dxl_pf_policy p,
 			      uint64_t seed, uint32_t steps, uint32_t idle_ms);
 	size_t (*pending_lines)(struct dxl_fabric *f);
-	/* fence_node: dxl_fabric_fence_node (NULL: DXL_E_NOTSUP) */
-	int (*fence_node)(struct dxl_fabric *f, uint32_t node);
 
 	/* ctx_new: allocate a provider ctx, set ->f and ->idx; fabric.c then
 	 * publishes it in f->ctx[idx] (under f->lock) */

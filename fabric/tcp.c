@@ -346,10 +346,6 @@ static int tcp_open(struct dxl_fabric *f)
 	pthread_mutex_init(&tf->mr_lock, NULL);
 	pthread_mutex_init(&tf->pf_lock, NULL);
 	pthread_mutex_init(&tf->ab_lock, NULL);
-	pthread_mutex_init(&tf->fence_one, NULL);
-	pthread_mutex_init(&tf->fence_mu, NULL);
-	pthread_cond_init(&tf->fence_cv, NULL);
-	atomic_init(&tf->fence_want, false);
 	while (!tf->nonce) {
 		if (getrandom(&tf->nonce, sizeof(tf->nonce), GRND_NONBLOCK) !=
 		    (ssize_t)sizeof(tf->nonce)) {
@@ -425,9 +421,6 @@ static void tcp_close(struct dxl_fabric *f)
 	pthread_mutex_destroy(&tf->mr_lock);
 	pthread_mutex_destroy(&tf->pf_lock);
 	pthread_mutex_destroy(&tf->ab_lock);
-	pthread_mutex_destroy(&tf->fence_one);
-	pthread_mutex_destroy(&tf->fence_mu);
-	pthread_cond_destroy(&tf->fence_cv);
 	for (size_t i = 0; i < tf->nab; i++)
 		free(tf->ab[i].ids);
 	free(tf->ab);
@@ -445,7 +438,6 @@ const struct dxl_fabric_ops dxl_fabric_tcp_ops = {
 	.power_fail = tcp_pf_power_fail,
 	.power_fail_arm = tcp_pf_arm_request,
 	.pending_lines = tcp_pf_pending_lines,
-	.fence_node = tcp_fence_node,
 	.ctx_new = tcp_ctx_new,
 	.ctx_delete = tcp_ctx_delete,
 	.qp_connect = tcp_qp_connect,

@@ -326,17 +326,6 @@ struct tcp_fab {
 	struct tcp_abandon *ab;
 	size_t nab, capab;
 
-	/* fences (dxl_fabric_fence_node): one at a time (fence_one held by
-	 * the caller throughout); the request under fence_mu, taken by the
-	 * NIC thread at its next loop (fence_want set, kick_fd), which sets
-	 * fence_done = fence_req once every connection of fence_node is
-	 * closed */
-	pthread_mutex_t fence_one, fence_mu;
-	pthread_cond_t fence_cv;
-	uint32_t fence_node;                    /* under fence_mu */
-	uint64_t fence_req, fence_done;         /* under fence_mu */
-	atomic_bool fence_want;
-
 	/* NIC thread only */
 	struct tcp_conn *conns;
 	struct tcp_conn *closed;
@@ -345,9 +334,6 @@ struct tcp_fab {
 	uint32_t n_timed;      /* conns with a deadline */
 	uint64_t accept_resume_ns; /* listener paused (out of fds) until then */
 };
-
-/* ---- tcp_nic.c: fences ---- */
-int tcp_fence_node(struct dxl_fabric *f, uint32_t node);
 
 /* ---- tcp.c ---- */
 struct tcp_conn *tcp_conn_new(struct tcp_fab *tf, int fd, bool passive);

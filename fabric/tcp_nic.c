@@ -777,60 +777,6 @@ static void nic_kill(struct tcp_fab *tf, const struct tcp_conn *by,
 	}
 }
 
-/*
- * nic_fence -- a fence asked for (dxl_fabric_fence_node): close every
- * connection whose initiator named itself that node. Run by the NIC thread
- * between two batches, so no request of theirs is being executed; what
- * they sent and we did not execute is discarded with the socket.
- */
-static void nic_fence(struct tcp_fab *tf)
-{
-	pthread_mutex_lock(&tf->fence_mu);
-	atomic_store(&tf->fence_want, false);
-	uint32_t node = tf->fence_node;
-	uint64_t req = tf->fence_req;
-	pthread_mutex_unlock(&tf->fence_mu);
-	uint32_t n = 0;
-	struct tcp_conn *next;
-	for (struct tcp_conn *c = tf->conns; c; c = next) {
-		next = c->next;
-		if (c->state == TCP_CONN_CLOSED || c->peer_node != node ||
-		    c->state == TCP_CONN_HS)
-			continue;
-		nic_close(tf, c, "fenced");
-		n++;
-	}
-	DXL_DEBUG("fabric tcp: node %u fenced: %u connections closed", node, n);
-	pthread_mutex_lock(&tf->fence_mu);
-	tf->fence_done = req;
-	pthread_cond_broadcast(&tf->fence_cv);
-	pthread_mutex_unlock(&tf->fence_mu);
-}
-
-int tcp_fence_node(struct dxl_fabric *f, uint32_t node)
-{
-	struct tcp_fab *tf = f->prov;
-	int ret = 0;
-	pthread_mutex_lock(&tf->fence_one);
-	pthread_mutex_lock(&tf->fence_mu);
-	uint64_t req = ++tf->fence_req;
-	tf->fence_node = node;
-	atomic_store(&tf->fence_want, true);
-	tcp_nic_kick(tf);
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 10;
-	while (tf->fence_done < req && !ret)
-		if (pthread_cond_timedwait(&tf->fence_cv, &tf->fence_mu, &until) == ETIMEDOUT &&
-		    tf->fence_done < req)
-			ret = dxl_err_set(DXL_E_TIMEDOUT,
-					  "fence of node %u: the NIC thread did not answer in 10 s",
-					  node);
-	pthread_mutex_unlock(&tf->fence_mu);
-	pthread_mutex_unlock(&tf->fence_one);
-	return ret;
-}
-
 static void nic_handshake(struct tcp_fab *tf, struct tcp_conn *conn)
 {
 	if (conn->in.len < TCP_HS_SIZE)
@@ -1151,8 +1097,6 @@ void *tcp_nic_main(void *arg)
 					nic_close(tf, conn, "connection lost");
 			}
 		}
-		if (atomic_load(&tf->fence_want))
-			nic_fence(tf);
 		if (atomic_load_explicit(&tf->pf_dead, memory_order_relaxed)) {
 			/* another thread is failing the power: stop here */
 			pthread_mutex_lock(&tf->pf_lock);

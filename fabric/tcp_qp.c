@@ -1293,7 +1293,7 @@ static int send_handshake(struct tcp_ctx *c, int fd, const char *key, uint32_t r
 	uint64_t kill[TCP_HS_MAX_KILL];
 	uint32_t nkill = key[0] ? tcp_abandon_take(c->tf, key, kill) : 0;
 	struct tcp_hs h = {.magic = TCP_MAGIC, .version = TCP_VERSION,
-			   .node = dxl_fabric_node_id(f), .ctx = remote_ctx,
+			   .node = f->cfg.node_id, .ctx = remote_ctx,
 			   .src_ctx = c->base.idx, .nonce = c->tf->nonce,
 			   .conn = cid, .nkill = nkill};
 	tcp_hs_req_encode(&h, b);

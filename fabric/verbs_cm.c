@@ -511,7 +511,7 @@ int dxl_vrb_qp_connect(struct dxl_ctx *bc, const char *host, uint16_t port,
 	q->base.remote_ctx = remote_ctx;
 
 	uint8_t buf[DXL_VRB_HELLO_SIZE];
-	hello_bytes(dxl_fabric_node_id(bc->f), DXL_VRB_REJ_NONE, remote_ctx, bc->idx, buf);
+	hello_bytes(cfg->node_id, DXL_VRB_REJ_NONE, remote_ctx, bc->idx, buf);
 	struct rdma_conn_param p;
 	memset(&p, 0, sizeof(p));
 	p.private_data = buf;

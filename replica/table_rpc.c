@@ -39,7 +39,7 @@ static const struct {
 	{DXL_RPC_ID_TABLE_RESOLVE, "resolve", F_KEY | F_OWNER | F_TS | F_VERSION | F_FLAGS | F_VALUE,
 	 0x3u | DXL_TABLE_RESOLVE_ABORT},
 	{DXL_RPC_ID_TABLE_UNLOCK_COORD, "unlock-coord", F_KEY, 0},
-	{DXL_RPC_ID_TABLE_FENCE, "fence", F_VERSION, 0},
+	{DXL_RPC_ID_TABLE_FENCE, "fence", 0, 0},
 	{DXL_RPC_ID_TABLE_LOCK_OWNERS, "lock-owners", 0, 0},
 };
 

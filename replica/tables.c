@@ -1151,17 +1151,14 @@ static int collect_aborts(const struct dxl_logstore *ls, uint64_t txn, bool *abo
 	return 0;
 }
 
-/* the txn ids every abort marker of the log names (ring < 0), or of ring
- * `ring` only: one pass over the rings for a whole request (the caller
- * frees *ids) */
-static int log_aborted(const struct dxl_logstore *ls, int ring, uint64_t **ids, size_t *n)
+/* the txn ids every abort marker of the log names: one pass over the rings
+ * for a whole request (the caller frees *ids) */
+static int log_aborted(const struct dxl_logstore *ls, uint64_t **ids, size_t *n)
 {
 	size_t cap = 0;
 	*ids = NULL;
 	*n = 0;
 	for (uint32_t r = 0; r < dxl_logstore_nrings(ls); r++) {
-		if (ring >= 0 && r != (uint32_t)ring)
-			continue;
 		struct dxl_ring_iter it;
 		struct dxl_rec rec;
 		uint64_t at, m;
@@ -1285,32 +1282,13 @@ static bool id_in(const uint64_t *ids, size_t n, uint64_t id)
  * -- committed, since no abort marker cancels it -- but its write-back
  * may not have happened: apply it (idempotent by version). A write set
  * above the watermark is in doubt: its locks stay for the ring's resolver.
- * Returns the write sets applied; *logged (the caller frees it) lists
- * every transaction of coord with a write set in the log, for
- * unlock_coord_inserts (one pass over the rings for both: review finding
- * 9 -- they used to read every ring twice).
+ * Returns the write sets applied.
  */
-static int logged_add(uint64_t **logged, size_t *n, size_t *cap, uint64_t id)
-{
-	if (*n == *cap) {
-		*cap = *cap ? 2 * *cap : 64;
-		uint64_t *x = realloc(*logged, *cap * sizeof(*x));
-		if (!x)
-			return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
-		*logged = x;
-	}
-	(*logged)[(*n)++] = id;
-	return 0;
-}
-
-static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord, uint64_t **logged,
-				size_t *nlog)
+static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord)
 {
 	uint64_t *ab_ids;
-	size_t nab, lcap = 0;
-	*logged = NULL;
-	*nlog = 0;
-	int applied = log_aborted(t->ls, -1, &ab_ids, &nab);
+	size_t nab;
+	int applied = log_aborted(t->ls, &ab_ids, &nab);
 	if (applied < 0)
 		return applied;
 	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
@@ -1323,11 +1301,6 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord, uint64_t *
 		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
 				continue;
-			int lr = logged_add(logged, nlog, &lcap, rec.txn_id);
-			if (lr) {
-				free(ab_ids);
-				return lr;
-			}
 			struct dxl_ws_entry e[64];
 			int n = dxl_writeset_decode(rec.payload, rec.payload_len, e, 64);
 			bool held = false;
@@ -1372,9 +1345,31 @@ static int unlock_coord_forward(struct dxl_tables *t, uint32_t coord, uint64_t *
  * set in the log: unlock_coord_forward kept it; one in doubt made
  * unlock_coord_forward refuse.) Returns the records deleted.
  */
-static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord, const uint64_t *logged,
-				size_t nlog)
+static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord)
 {
+	uint64_t *logged = NULL;
+	size_t nlog = 0, cap = 0;
+	for (uint32_t r = 0; r < dxl_logstore_nrings(t->ls); r++) {
+		struct dxl_ring_iter it;
+		struct dxl_rec rec;
+		uint64_t at;
+		if (dxl_ring_iter_init(&it, t->ls, r))
+			continue;
+		while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
+			if ((rec.txn_id >> 48) != coord || !is_writeset(&rec))
+				continue;
+			if (nlog == cap) {
+				cap = cap ? 2 * cap : 64;
+				uint64_t *x = realloc(logged, cap * sizeof(*x));
+				if (!x) {
+					free(logged);
+					return dxl_err_set(DXL_E_NOMEM, "unlock-coord");
+				}
+				logged = x;
+			}
+			logged[nlog++] = rec.txn_id;
+		}
+	}
 	int gone = 0;
 	for (size_t i = 0; i < t->npv; i++) {
 		const struct prov *p = &t->pv[i];
@@ -1390,6 +1385,7 @@ static int unlock_coord_inserts(struct dxl_tables *t, uint32_t coord, const uint
 				 t->shard, p->table, cur.key, p->owner);
 		}
 	}
+	free(logged);
 	return gone;
 }
 
@@ -1408,15 +1404,10 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 	if (op == DXL_RPC_ID_TABLE_UNLOCK_COORD) {
 		if (!r->key || r->key > 0xffff)
 			return dxl_err_set(DXL_E_INVAL, "unlock-coord: coordinator id %" PRIu64, r->key);
-		uint64_t *logged = NULL;
-		size_t nlog = 0;
-		int fwd = unlock_coord_forward(t, (uint32_t)r->key, &logged, &nlog);
-		if (fwd < 0) {
-			free(logged);
+		int fwd = unlock_coord_forward(t, (uint32_t)r->key);
+		if (fwd < 0)
 			return fwd;
-		}
-		int gone = unlock_coord_inserts(t, (uint32_t)r->key, logged, nlog);
-		free(logged);
+		int gone = unlock_coord_inserts(t, (uint32_t)r->key);
 		if (gone < 0)
 			return gone;
 		rep->slot = (uint64_t)dxl_store_unlock_coord(t->st, (uint32_t)r->key);
@@ -1439,14 +1430,9 @@ static int serve_resolution(struct dxl_tables *t, uint16_t op, const struct dxl_
 	int ret = dxl_ring_iter_init(&it, t->ls, ring);
 	if (ret)
 		return ret;
-	/* a record is decided aborted by a marker in its own ring (what the
-	 * backups' applier honours: writer and transaction); one whose only
-	 * marker is in another ring (a resolver took its lock away before it
-	 * landed: coordinator/resolve.c abort_durably) is listed -- TXN_STATUS
-	 * says aborted, and its resolver appends the marker to its ring */
 	uint64_t *ab_ids;
 	size_t nab;
-	if ((ret = log_aborted(t->ls, (int)ring, &ab_ids, &nab)))
+	if ((ret = log_aborted(t->ls, &ab_ids, &nab)))
 		return ret;
 	while (dxl_ring_iter_next(&it, &rec, &at) == 1) {
 		if (rec.commit_ts < wm || !is_writeset(&rec) || id_in(ab_ids, nab, rec.txn_id))
@@ -1575,27 +1561,8 @@ static int serve(struct dxl_tables *t, uint16_t op,
 	if (op == DXL_RPC_ID_TABLE_TXN_STATUS || op == DXL_RPC_ID_TABLE_IN_DOUBT ||
 	    op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
 		return serve_resolution(t, op, r, rep, val, vcap);
-	if (op == DXL_RPC_ID_TABLE_FENCE) {
-		/* handle() checked the epoch and the lease; the registration
-		 * the caller's READs used must still be the node's: one made
-		 * since (a new session: start_serving before the configuration
-		 * is read again) has a lease of its own, valid now, that says
-		 * nothing of when those READs were served -- by the expired
-		 * incarnation, perhaps after another primary took over
-		 * (issue 12 review #7) */
-		if (!r->version)
-			return 0;
-		struct dxl_table_desc d;
-		int ret = dxl_store_table_desc(st, r->table, &d);
-		if (ret)
-			return ret;
-		if (d.records.rkey != (uint32_t)r->version)
-			return dxl_err_set(DXL_E_STALE,
-					   "shard %u: the READs used registration rkey %" PRIu64
-					   " of table %u, the node registered again since (rkey %u)",
-					   t->shard, r->version, r->table, d.records.rkey);
-		return 0;
-	}
+	if (op == DXL_RPC_ID_TABLE_FENCE)
+		return 0; /* handle() checked everything */
 	if (op == DXL_RPC_ID_TABLE_LOCK_OWNERS) {
 		uint32_t n = 0, cap = DXL_MIN(vcap / 4, 1000u);
 		for (uint32_t i = 0; i < t->n; i++)
@@ -1879,40 +1846,6 @@ static bool mutates(uint16_t op)
 	return false;
 }
 
-/*
- * fence_coord -- before a resolution request releases or writes over what
- * a gone coordinator holds (RESOLVE of one of its transactions' entries,
- * UNLOCK_COORD): the QPs that
- * coordinator connected under that registration are closed at this node's
- * fabric, so that nothing it posted -- a one-sided write-back held by a
- * pause between its lease check and its post -- executes after the locks
- * are gone (issue 12 review #4: a record overwritten by an older version
- * after a later commit). Every time: a coordinator id is registered again
- * only once the old one is resolved, and the fence is cheap (one pass of
- * the NIC thread). verbs has no fence: its records take no one-sided WRITE
- * (dxl_record_wb_onesided_ok), and an old lock CAS finds the word changed.
- */
-static int fence_coord(struct dxl_table_svc *svc, uint16_t op, const struct dxl_table_req *r)
-{
-	uint64_t id;
-	if (op == DXL_RPC_ID_TABLE_UNLOCK_COORD)
-		id = r->key;
-	else if (op == DXL_RPC_ID_TABLE_RESOLVE)
-		id = r->owner >> 48;
-	else
-		return 0;
-	if (!id || id > 0xffff)
-		return dxl_err_set(DXL_E_INVAL, "%s: coordinator id %" PRIu64,
-				   dxl_table_op_name(op), id);
-	int ret = dxl_fabric_fence_node(svc->f, DXL_COORD_FABRIC_NODE(id));
-	if (ret == DXL_E_NOTSUP && dxl_fabric_provider(svc->f) == DXL_FABRIC_VERBS)
-		return 0;
-	if (ret)
-		return dxl_err_set(DXL_E_UNAVAIL, "node %u: could not fence coordinator %" PRIu64 " (%s)",
-				   svc->node_id, id, dxl_errmsg());
-	return 0;
-}
-
 static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		  size_t len, void *reply, size_t cap, size_t *reply_len)
 {
@@ -1955,8 +1888,6 @@ static int handle(struct dxl_table_svc *svc, uint16_t op, const void *req,
 		ret = dxl_err_set(DXL_E_UNAVAIL,
 				  "node %u became the primary of shard %u and is applying its log",
 				  svc->node_id, r.shard);
-	else if ((ret = fence_coord(svc, op, &r)))
-		;
 	else
 		ret = serve(t, op, &r, &rep, val, vcap);
 	/* and before the reply of a read-only operation: what was read may be

@@ -191,28 +191,6 @@ void dxl_fabric_delete(struct dxl_fabric **f);
 /* dxl_fabric_addr -- the address peers connect to ("127.0.0.1:41234") */
 const char *dxl_fabric_addr(const struct dxl_fabric *f);
 uint32_t dxl_fabric_node_id(const struct dxl_fabric *f);
-/*
- * dxl_fabric_set_node_id -- the node id the QPs this fabric connects from
- * now on name in their handshake (their remote_node at the target); QPs
- * connected before keep the old one. A coordinator that registers again
- * under a new id takes a new node id, so that the fence of its old id
- * (below) reaches only the connections made under the old registration.
- */
-void dxl_fabric_set_node_id(struct dxl_fabric *f, uint32_t node);
-/*
- * dxl_fabric_fence_node -- close every passive connection (QP) whose
- * initiator named itself `node`, at the target: when this returns, no
- * request of theirs executes any more -- neither those received and not
- * executed yet nor any still on the way (issue 17's contract for a failed
- * QP: a FLUSHED request never executes later). A request being executed
- * when the fence was asked for is finished first. The initiator sees its
- * QPs fail (PEER_UNREACHABLE / FLUSHED) and may connect again: connections
- * made after the fence are not affected. Safe from any thread but the
- * provider's own. Errors: DXL_E_NOTSUP (verbs: no fence; a verbs target's
- * records take no one-sided WRITE, dxl_record_wb_onesided_ok),
- * DXL_E_TIMEDOUT (the NIC thread did not answer in 10 s).
- */
-int dxl_fabric_fence_node(struct dxl_fabric *f, uint32_t node);
 enum dxl_fabric_provider dxl_fabric_provider(const struct dxl_fabric *f);
 const struct dxl_fabric_cfg *dxl_fabric_cfg(const struct dxl_fabric *f);
 

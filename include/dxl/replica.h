@@ -357,31 +357,16 @@ enum dxl_table_op { /* RPC handler ids, in dxl's range 1000..1023 */
 	DXL_RPC_ID_TABLE_IN_DOUBT = 1016,
 	DXL_RPC_ID_TABLE_RESOLVE = 1017,
 	DXL_RPC_ID_TABLE_UNLOCK_COORD = 1018,
-	/* the checks every request gets (epoch, serving with a valid lease,
-	 * primary, gate), and, with version != 0, that the node's
-	 * registration of table `table` is the one whose records rkey is
-	 * `version` (else DXL_E_STALE: it registered again since): a
-	 * coordinator's one-sided reads posted before it on the same QP
-	 * were served while this node was the shard's primary
-	 * (docs/transactions.md "Reads are fenced") */
+	/* nothing but the checks every request gets (epoch, serving with a
+	 * valid lease, primary, gate): a coordinator's one-sided reads posted
+	 * before it on the same QP were served while this node was the
+	 * shard's primary (docs/transactions.md "Reads are fenced") */
 	DXL_RPC_ID_TABLE_FENCE = 1019,
 	/* the coordinators holding lock words in the shard's tables: slot =
 	 * how many, data = their ids (u32 each, at most 1000) -- any
 	 * coordinator finds a dead one's leftovers without meeting them */
 	DXL_RPC_ID_TABLE_LOCK_OWNERS = 1020,
 };
-
-/*
- * A coordinator's fabric node id: 0x10000 + its registration id (a
- * coordinator that registers again takes the new id's, for the QPs it
- * connects from then on: dxl_fabric_set_node_id). Before RESOLVE and
- * UNLOCK_COORD change anything, the primary fences the coordinator they
- * are for (UNLOCK_COORD: key; RESOLVE: owner >> 48) at its fabric
- * (dxl_fabric_fence_node): no one-sided request of that registration's
- * QPs executes any more -- a write-back it posted after a pause cannot land
- * over a later commit once its locks were released (issue 12 review #4).
- */
-#define DXL_COORD_FABRIC_NODE(id) (0x10000u + (uint32_t)(id))
 
 /* TXN_STATUS's answer (in the reply's holder field) */
 enum dxl_txn_status {

@@ -138,10 +138,6 @@ enum dxl_txn_hook {
 	DXL_TXN_HOOK_LOGGED = 2,   /* every log record acknowledged (the commit
 				      point), before it is decided and written
 				      back */
-	DXL_TXN_HOOK_WB_POST = 3,  /* a one-sided write-back chain checked
-				      (registration, lease) and about to be
-				      posted: a pause here outlives the lease
-				      only if the primaries fence the QP */
 };
 #define DXL_COORD_MAX_ID 65535 /* DXL_LOCK_OWNER keeps 16 bits of it */
 void dxl_coord_cfg_init(struct dxl_coord_cfg *cfg);

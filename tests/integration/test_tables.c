@@ -681,26 +681,6 @@ static void test_rpc_nic(void **state)
 	assert_int_equal(call(DXL_RPC_ID_TABLE_INSERT, &ins, &rep, NULL, 0), 0);
 	assert_true(rep.rec.version > ver42 + 4);
 	assert_int_equal(onesided_find(t1, 42000, &rec, got, sizeof(got)), DXL_INDEX_FOUND);
-	/* FENCE names the registration its READs used (review of issue 12,
-	 * #7): after the node registered again (here a new epoch; a new
-	 * session does the same) a FENCE with the old rkey is refused even
-	 * in the node's epoch -- its new lease says nothing of the READs the
-	 * old registration served */
-	uint32_t rkey3 = t1->t.records.rkey;
-	struct dxl_table_req fq = {.table = 1, .epoch = e3, .version = rkey3};
-	assert_int_equal(call(DXL_RPC_ID_TABLE_FENCE, &fq, &rep, NULL, 0), 0);
-	uint64_t e4 = set_config(zk, 0, 1, d.addr);
-	wait_tables(zk, 1, p, e4, &d, logf);
-	t1 = dxl_replica_desc_table(&d, 0, 1);
-	assert_non_null(t1);
-	assert_int_not_equal(t1->t.records.rkey, rkey3);
-	fq = (struct dxl_table_req){.table = 1, .epoch = e4, .version = rkey3};
-	int fr = call(DXL_RPC_ID_TABLE_FENCE, &fq, &rep, NULL, 0);
-	print_message("  FENCE with the rkey of the registration before epoch %" PRIu64 ": %s %s\n",
-		      e4, dxl_errname(fr), g.msg);
-	assert_int_equal(fr, DXL_E_STALE);
-	fq.version = t1->t.records.rkey;
-	assert_int_equal(call(DXL_RPC_ID_TABLE_FENCE, &fq, &rep, NULL, 0), 0);
 	client_close();
 	stop(p, logf);
 	char out[65536];
