@@ -1157,6 +1157,86 @@ static bool claimed(struct hist *h, uint32_t k, uint64_t v, const struct sbt *sk
 	return false;
 }
 
+/* a set of the maybe transactions (st 2) that explains the versions no one
+ * claims (and the money); found: their writes are assigned those versions
+ * (in log order per key) and they are in. Not found (or too many to search):
+ * nothing is done, the per-key pick that follows reports what cannot be
+ * explained. */
+static void maybe_choose(struct hist *h, const struct sbsnap *s0, const struct sbsnap *s1)
+{
+	size_t mi[16];
+	uint32_t n = 0;
+	for (size_t i = 0; i < h->nsb; i++)
+		if (h->sb[i].st == 2) {
+			if (n == 16)
+				return; /* 2^17+ subsets: the per-key pick decides */
+			mi[n++] = i;
+		}
+	if (!n)
+		return;
+	uint32_t u[NSB] = {0};
+	for (uint32_t k = 0; k < NSB; k++)
+		for (uint64_t ver = s0->ver[k] + 2; ver <= s1->ver[k]; ver += 2)
+			u[k] += !claimed(h, k, ver, NULL);
+	int64_t need = s1->total - s0->total;
+	for (size_t i = 0; i < h->nsb; i++)
+		if (h->sb[i].in && !h->sb[i].audit && !h->sb[i].ro)
+			need -= h->sb[i].delta;
+	uint32_t best = 0;
+	bool found = false, money_ok = false;
+	for (uint32_t mask = 0; mask < (1u << n) && !money_ok; mask++) {
+		uint32_t cnt[NSB] = {0};
+		int64_t sum = 0;
+		for (uint32_t b = 0; b < n; b++) {
+			if (!(mask & (1u << b)))
+				continue;
+			const struct sbt *t = &h->sb[mi[b]];
+			sum += t->delta;
+			for (uint32_t j = 0; j < t->nmk; j++) {
+				bool dup = false;
+				for (uint32_t q = 0; q < j; q++)
+					dup = dup || t->mkeys[q] == t->mkeys[j];
+				if (!dup && t->mkeys[j] < NSB)
+					cnt[t->mkeys[j]]++;
+			}
+		}
+		bool ok = true;
+		for (uint32_t k = 0; k < NSB && ok; k++)
+			ok = cnt[k] == u[k];
+		if (!ok)
+			continue;
+		if (!found || sum == need) {
+			best = mask;
+			found = true;
+			money_ok = sum == need;
+		}
+	}
+	if (!found)
+		return;
+	for (uint32_t k = 0; k < NSB; k++) {
+		uint32_t b = 0;
+		for (uint64_t ver = s0->ver[k] + 2; ver <= s1->ver[k]; ver += 2) {
+			if (claimed(h, k, ver, NULL))
+				continue;
+			for (; b < n; b++) {
+				struct sbt *t = &h->sb[mi[b]];
+				if (!(best & (1u << b)))
+					continue;
+				bool writes = false;
+				for (uint32_t j = 0; j < t->nmk; j++)
+					writes = writes || t->mkeys[j] == k;
+				if (!writes)
+					continue;
+				t->in = true;
+				if (t->na < 64)
+					t->a[t->na++] = (struct acc){.key = k, .write = true, .version = ver};
+				b++;
+				break;
+			}
+		}
+	}
+}
+
 static void check_smallbank(struct hist *h, const struct sbsnap *s0, const struct sbsnap *s1,
 			    struct verdict *v)
 {
@@ -1188,7 +1268,14 @@ static void check_smallbank(struct hist *h, const struct sbsnap *s0, const struc
 		t->in = there > 0;
 		v->unknown++;
 	}
-	/* maybe transactions (no versions): the versions no one claims */
+	/* maybe transactions (no versions): the versions no one claims are
+	 * theirs. Which of them happened: a set whose writes account for
+	 * exactly the unclaimed versions, key by key (each writes each of its
+	 * keys once), and whose deltas make the money add up -- searched over
+	 * every subset. A pick per key of the first maybe transaction writing
+	 * it blamed one that did not happen for another's write on a key both
+	 * write: two false "in part" (seen after two coordinator kills) */
+	maybe_choose(h, s0, s1);
 	for (uint32_t k = 0; k < NSB; k++)
 		for (uint64_t ver = s0->ver[k] + 2; ver <= s1->ver[k]; ver += 2) {
 			if (claimed(h, k, ver, NULL))
