@@ -13,7 +13,8 @@
 #   --duration S     SmallBank run (default 60)
 #   --add-at S       seconds into the run when the node is added (default 15)
 #   --quick          --records 200000 --accounts 20000 --duration 20 --add-at 6
-#   --out FILE       results (default results/recovery.json)
+#   --out FILE       results (default results/recovery.json; the plot of the
+#                    join next to it, .svg: scripts/plot-recovery.py)
 #
 # The join: 'dxl cluster up' with 3 replicas and 1 shard (rings 16M x 16,
 # retention 5 s: the members reclaim their log), SmallBank loaded, node 3
@@ -270,7 +271,10 @@ res = {
         "check": open(work + "/check.txt").read().strip().splitlines()[-1],
         "verify": open(work + "/verify.txt").read().strip(),
         "smallbank": {k: run.get(k) for k in ("txn_per_s", "p50_us", "p99_us", "committed", "maybe")},
+        "member_at_s": round(add_at + join_s, 2) if join_s else None,
+        "timeline": [{"t_s": p["t_s"], "txn_per_s": p["txn_per_s"]} for p in tl],
     },
+    "loadavg": open("/proc/loadavg").read().split()[:3],
 }
 json.dump(res, open(out, "w"), indent=2)
 j = res["join"]
@@ -279,3 +283,5 @@ print("join: add -> member %s s; before %s txn/s, while joining %s txn/s, after 
     j["max_gap_s"], j["handover"]))
 print("wrote", out)
 EOF
+# the plot of docs/recovery.md: txn/s over the join, next to the results
+python3 "$(dirname "$0")/plot-recovery.py" "$out" "${out%.json}.svg"
