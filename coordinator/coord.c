@@ -295,6 +295,10 @@ int dxl_coord_new(struct dxl_zk *zk, const struct dxl_coord_cfg *cfg,
 				  "(its descriptor names the fabric provider): is the cluster up?",
 				  c->cfg.log_unavail_ms);
 	if (ret) {
+		if (c->view) { /* an earlier round's view: its only reference */
+			coord_view_put(c, c->view);
+			c->view = NULL;
+		}
 		dxl_coord_znode_delete(zk, c->id);
 		goto fail;
 	}
