@@ -466,6 +466,31 @@ static pid_t spawn_coord(const char *dir, const struct state *s, uint32_t k,
 	return spawn_daemon(argv, log, false, off);
 }
 
+/* start coordinators 1..n, each recorded in the state file before it is
+ * waited for (a failed start undoes what the state names); their ids and
+ * addresses into ids[] and addrs[] (cluster up and cluster start) */
+static int start_coords(const char *dir, struct state *s, uint32_t n, const char *session,
+			uint32_t *ids, char (*addrs)[256])
+{
+	for (uint32_t k = 0; k < n; k++) {
+		long off = 0;
+		pid_t p = spawn_coord(dir, s, k + 1, session, &off);
+		if (p < 0)
+			return EX_FAIL;
+		s->coord_pids[s->ncoords++] = p;
+		if (state_write(dir, s))
+			return EX_FAIL;
+		int ret = wait_coord(dir, k + 1, p, off, &ids[k], addrs[k], sizeof(addrs[k]));
+		if (ret)
+			return ret;
+		if (g_up_stop) {
+			errf("interrupted");
+			return EX_FAIL;
+		}
+	}
+	return 0;
+}
+
 /* dir_nonempty -- path is a directory with an entry other than . and .. */
 static bool dir_nonempty(const char *path)
 {
@@ -860,24 +885,8 @@ int cmd_cluster_up(int argc, char **argv)
 	/* the coordinators, once there is a configuration to work with */
 	static uint32_t coord_ids[STATE_MAX_COORDS];
 	static char coord_addrs[STATE_MAX_COORDS][256];
-	for (uint32_t k = 0; !ret && k < ncoords; k++) {
-		long off = 0;
-		pid_t p = spawn_coord(dir, &s, k + 1, session_timeout, &off);
-		if (p < 0) {
-			ret = EX_FAIL;
-			break;
-		}
-		s.coord_pids[s.ncoords++] = p;
-		if (state_write(dir, &s))
-			ret = EX_FAIL;
-		else
-			ret = wait_coord(dir, k + 1, p, off, &coord_ids[k], coord_addrs[k],
-					 sizeof(coord_addrs[k]));
-		if (!ret && g_up_stop) {
-			errf("interrupted");
-			ret = EX_FAIL;
-		}
-	}
+	if (!ret)
+		ret = start_coords(dir, &s, ncoords, session_timeout, coord_ids, coord_addrs);
 	dxl_zk_delete(&zk);
 	if (ret) {
 		undo_start(dir, &s, &u);
@@ -1433,24 +1442,8 @@ int cmd_cluster_start(int argc, char **argv)
 	static char coord_addrs[STATE_MAX_COORDS][256];
 	char session[16];
 	snprintf(session, sizeof(session), "%u", state_session_ms(&s));
-	for (uint32_t k = 0; !ret && k < ncoords; k++) {
-		long off = 0;
-		pid_t p = spawn_coord(dir, &s, k + 1, session, &off);
-		if (p < 0) {
-			ret = EX_FAIL;
-			break;
-		}
-		s.coord_pids[s.ncoords++] = p;
-		if (state_write(dir, &s))
-			ret = EX_FAIL;
-		else
-			ret = wait_coord(dir, k + 1, p, off, &coord_ids[k], coord_addrs[k],
-					 sizeof(coord_addrs[k]));
-		if (!ret && g_up_stop) {
-			errf("interrupted");
-			ret = EX_FAIL;
-		}
-	}
+	if (!ret)
+		ret = start_coords(dir, &s, ncoords, session, coord_ids, coord_addrs);
 	dxl_zk_delete(&zk);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
